@@ -1,0 +1,72 @@
+"""WriteBatch: an ordered list of puts and deletes applied atomically by ``DB.write``."""
+from __future__ import annotations
+
+from typing import Iterator
+
+
+def check_key(key: object) -> bytes:
+    """Validate a user key: non-empty bytes. Returns it as immutable bytes."""
+    if isinstance(key, (bytearray, memoryview)):
+        key = bytes(key)
+    if not isinstance(key, bytes):
+        raise TypeError(f"dkv keys must be bytes, got {type(key).__name__}: {key!r:.80}")
+    if not key:
+        raise ValueError("dkv keys must not be empty")
+    return key
+
+
+def check_value(value: object) -> bytes:
+    """Validate a value: bytes (empty allowed)."""
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if not isinstance(value, bytes):
+        raise TypeError(f"dkv values must be bytes, got {type(value).__name__}: {value!r:.80}")
+    return value
+
+
+class WriteBatch:
+    """Puts and deletes to apply atomically, in order (a later op on a key wins).
+
+    Build one with ``dkv.WriteBatch()`` (or ``db.batch()`` as a context manager) and
+    apply it with ``db.write(batch)``. Keys and values are checked when added, so a bad
+    entry is reported before anything is written. Adding is O(1).
+
+    >>> b = WriteBatch(); b.put(b"k", b"v"); b.delete(b"old"); len(b)
+    2
+    """
+
+    __slots__ = ("_ops", "_nbytes")
+
+    def __init__(self) -> None:
+        self._ops: list[tuple[bytes, bytes | None]] = []
+        self._nbytes = 0
+
+    def put(self, key: bytes, value: bytes) -> None:
+        key = check_key(key)
+        value = check_value(value)
+        self._ops.append((key, value))
+        self._nbytes += len(key) + len(value)
+
+    def delete(self, key: bytes) -> None:
+        key = check_key(key)
+        self._ops.append((key, None))
+        self._nbytes += len(key)
+
+    def clear(self) -> None:
+        self._ops.clear()
+        self._nbytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Raw bytes of keys and values in the batch."""
+        return self._nbytes
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """(key, value) pairs in order; value None means delete."""
+        return iter(self._ops)
+
+    def __repr__(self) -> str:
+        return f"<WriteBatch ops={len(self._ops)} bytes={self._nbytes}>"

