@@ -1,1 +1,47 @@
-"""placeholder"""
+"""dkv: an embedded LSM key-value store on a local folder or S3 with cheap checkpoints.
+
+>>> import dkv
+>>> with dkv.open("memory://doc") as db:
+...     db.put(b"k", b"v")
+...     cp = db.checkpoint(1); _ = cp.wait()
+...     db.get(b"k")
+b'v'
+"""
+from __future__ import annotations
+
+from ._checkpoint import Checkpoint
+from ._db import DB, prefix_end
+from ._options import Options
+from ._timeline import CheckpointInfo
+from .batch import WriteBatch
+from .errors import (CheckpointNotFoundError, ClosedError, CorruptionError, DkvError, FencedError,
+                     ObjectMissingError, ReadOnlyError, StorageError)
+from .keys import SCHEMA_META, SCHEMA_STATE, SCHEMA_TIMER, key_group_of, key_prefix
+from .storage import ObjectStore, open_store
+
+__all__ = [
+    "open", "DB", "WriteBatch", "Checkpoint", "CheckpointInfo", "Options", "ObjectStore", "open_store",
+    "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
+    "CheckpointNotFoundError", "ObjectMissingError",
+    "SCHEMA_STATE", "SCHEMA_TIMER", "SCHEMA_META", "key_prefix", "key_group_of", "prefix_end",
+]
+
+
+def open(location, checkpoint: int | None = None, *, read_only: bool = False, instance: str = "",
+         sources: list | None = None, key_groups: tuple | None = None, **options) -> DB:  # noqa: A001
+    """Open (or create) a dkv store.
+
+    location: a folder path, ``file://…``, ``memory://name``, ``s3://bucket/prefix`` or an
+        ObjectStore. checkpoint: open the state exactly as of that checkpoint epoch (the
+        latest when None). A writer opened at an older checkpoint continues from it: the
+        later checkpoints are abandoned. read_only: inspect without claiming the store
+        (safe while a writer goes on). instance: a named instance within the location
+        (several share one root, e.g. one per shard). sources: ``[(instance, epoch), ...]``
+        to start this instance from others' checkpoints (rescale), restricted to
+        key_groups ``(first, end)``; their files are shared, not copied.
+    options: see ``dkv.Options`` (memtable_bytes, block_cache_bytes, retain, ...).
+    """
+    opts = Options.from_kwargs(options)
+    store = open_store(location, **opts.store_options())
+    return DB(store, ns=instance, checkpoint=checkpoint, read_only=read_only, sources=sources,
+              key_groups=key_groups, options=opts)

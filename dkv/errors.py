@@ -33,3 +33,7 @@ class CheckpointNotFoundError(DkvError, LookupError):
 
 class StorageError(DkvError, OSError):
     """The object store failed after retries (network, permissions, disk full)."""
+
+
+class ObjectMissingError(DkvError, FileNotFoundError):
+    """An object the store needs is not in storage (deleted, never uploaded, wrong location)."""

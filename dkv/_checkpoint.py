@@ -1,0 +1,254 @@
+"""Checkpoints: the synchronous phase, the asynchronous upload, and garbage collection.
+
+Synchronous (``DB.checkpoint``, returns at once): seal the WAL buffer into a segment, pin
+the current Version and the live WAL segments, hand both to the upload thread.
+Asynchronous (upload thread, in order): write the WAL segment, check that no newer
+writer fenced us, create the manifest with a conditional create, then collect garbage.
+SSTs are referenced by name, never copied: a checkpoint costs its WAL segment plus a
+manifest of ~100 bytes.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from . import _paths
+from ._timeline import CheckpointInfo, check_not_fenced
+from .errors import DkvError, FencedError
+from .format import manifest as mf
+from .format import wal
+
+log = logging.getLogger(__name__)
+
+
+class Segment:
+    """A WAL segment of the instance's live list (needed until a flush covers it)."""
+
+    __slots__ = ("ns", "writer", "id", "max_seq", "skip", "groups", "state", "records", "error")
+
+    def __init__(self, ns, writer, id, max_seq, skip=0, groups=mf.ALL_KEY_GROUPS, state="uploaded", records=None):
+        self.ns, self.writer, self.id, self.max_seq = ns, writer, id, max_seq
+        self.skip, self.groups, self.state, self.records = skip, groups, state, records
+        self.error = None
+
+    @property
+    def name(self) -> str:
+        return _paths.wal_name(self.ns, self.writer, self.id)
+
+
+class Checkpoint:
+    """Handle on a checkpoint in progress. ``wait()`` blocks until it is durable.
+
+    Attributes after completion: ``name`` (manifest object name), ``wal_bytes``,
+    ``manifest_bytes``, ``records`` (WAL records uploaded), ``bytes_written``.
+    """
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.name: str | None = None
+        self.wal_bytes = 0
+        self.manifest_bytes = 0
+        self.records = 0
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def bytes_written(self) -> int:
+        return self.wal_bytes + self.manifest_bytes
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until durable; return the manifest name. Raises what the upload raised."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"checkpoint {self.epoch} not complete after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self.name
+
+    def _finish(self, error: BaseException | None = None) -> None:
+        self._error = error
+        self._done.set()
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error else ("done" if self.done() else "pending")
+        return f"<Checkpoint epoch={self.epoch} {state} bytes={self.bytes_written}>"
+
+
+class Pinned:
+    """What a checkpoint captured in its synchronous phase."""
+
+    __slots__ = ("version", "segments", "flushed_seq", "last_seq", "segment", "items")
+
+    def __init__(self, version, segments, flushed_seq, last_seq, segment, items):
+        self.version, self.segments = version, segments
+        self.flushed_seq, self.last_seq, self.segment = flushed_seq, last_seq, segment
+        self.items = items
+
+    def files(self) -> set:
+        out = {t.path for t in self.version.tables()}
+        out.update(s.name for s in self.segments)
+        return out
+
+
+def wal_ranges(segments, flushed_seq: int) -> list:
+    """Compress the live segment list into manifest WalRanges (consecutive ids share one)."""
+    out: list[mf.WalRange] = []
+    for s in segments:
+        skip = max(s.skip, flushed_seq)
+        if out:
+            r = out[-1]
+            if (r.ns, r.writer, r.groups, r.skip_through) == (s.ns, s.writer, s.groups, skip) and r.last + 1 == s.id:
+                out[-1] = mf.WalRange(r.ns, r.writer, r.first, s.id, skip, r.groups)
+                continue
+        out.append(mf.WalRange(s.ns, s.writer, s.id, s.id, skip, s.groups))
+    return out
+
+
+def encode_segment(items: dict, flushed_seq: int, level: int):
+    """Sorted, filtered record arrays and segment bytes; None if nothing is left."""
+    keys = sorted(k for k, rec in items.items() if rec[0] > flushed_seq)
+    if not keys:
+        return None
+    values = [items[k][1] for k in keys]
+    seqs = [items[k][0] for k in keys]
+    return len(keys), wal.encode(keys, values, seqs, level)
+
+
+class CheckpointMixin:
+    """The checkpoint half of DB (see _db.py for the state it uses)."""
+
+    def _upload(self, cp: Checkpoint, pin: Pinned) -> None:
+        try:
+            seg = pin.segment
+            if seg is not None:
+                self._upload_segment(cp, seg, pin)
+            for s in pin.segments:
+                if s.state == "failed":
+                    raise DkvError(f"checkpoint {cp.epoch} depends on WAL segment {s.name}, whose upload failed: {s.error}")
+            m = mf.Manifest(
+                epoch=cp.epoch, writer=self._writer, last_seq=pin.last_seq,
+                levels=[[t.ref for t in pin.version.l0]] + [[t.ref for t in lv] for lv in pin.version.levels],
+                wal=wal_ranges([s for s in pin.segments if s.state != "empty"], pin.flushed_seq),
+                retained=[c.epoch for c in self._committed[-(self.opts.retain - 1):]] + [cp.epoch] if self.opts.retain > 1 else [cp.epoch],
+                parent=self._committed[-1].epoch if self._committed else None,
+                groups=self.groups, created_ms=int(time.time() * 1000))
+            data = mf.encode(m)
+            name = _paths.manifest_name(self.ns, cp.epoch, self._writer)
+            check_not_fenced(self.store, self.ns, self._writer)
+            if not self.store.put_if_absent(name, data):
+                if self.store.get(name) != data:
+                    raise FencedError(f"checkpoint {cp.epoch} of {self.ns!r} was already committed by writer "
+                                      f"epoch {self._writer} with different contents")
+            cp.manifest_bytes = len(data)
+            self._count_bytes("manifest", len(data))
+            info = CheckpointInfo(cp.epoch, self._writer, name)
+            with self._lock:
+                self._committed.append(info)
+                self._manifests[name] = m
+            cp.name = name
+            log.debug("checkpoint %d of %r: wal %d B, manifest %d B", cp.epoch, self.ns, cp.wal_bytes, len(data))
+        except BaseException as e:  # noqa: BLE001 - reported through cp.wait()
+            log.warning("checkpoint %d of %r failed: %s", cp.epoch, self.ns, e)
+            cp._finish(e)
+            return
+        finally:
+            with self._lock:
+                self._pending.remove(pin)
+        cp._finish()
+        try:
+            self._collect_garbage()
+        except Exception as e:  # noqa: BLE001 - garbage stays for the next round
+            log.warning("garbage collection after checkpoint %d failed: %s", cp.epoch, e)
+
+    def _upload_segment(self, cp: Checkpoint, seg: Segment, pin: Pinned) -> None:
+        try:
+            encoded = encode_segment(pin.items, pin.flushed_seq, self.opts.wal_zstd_level)
+            if encoded is None:
+                seg.state = "empty"
+                return
+            cp.records, data = encoded
+            self.store.put(seg.name, data)
+            cp.wal_bytes = len(data)
+            self._count_bytes("wal", len(data))
+            with self._lock:
+                self._known_files.add(seg.name)
+            seg.state, seg.records = "uploaded", None
+        except BaseException as e:
+            seg.state, seg.error = "failed", e
+            raise
+
+    # -- garbage collection -------------------------------------------------------------
+
+    def _manifest_of(self, info: CheckpointInfo) -> mf.Manifest:
+        m = self._manifests.get(info.name)
+        if m is None:
+            m = self._manifests[info.name] = mf.decode(self.store.get(info.name), info.name)
+        return m
+
+    def _collect_garbage(self) -> None:
+        """Delete manifests past retention and own files no retained checkpoint or live state needs."""
+        if self.read_only:
+            return
+        with self._gc_lock:
+            with self._lock:
+                committed = list(self._committed)
+                doomed_manifests = committed[:-self.opts.retain] + self._abandoned
+                self._abandoned = []
+                self._committed = committed[-self.opts.retain:]
+            keep: set = set()
+            for info in self._committed:
+                m = self._manifest_of(info)
+                keep.update(t.path for t in m.tables())
+                for r in m.wal:
+                    keep.update(_paths.wal_name(r.ns, r.writer, i) for i in range(r.first, r.last + 1))
+            own = _paths.ns_prefix(self.ns)
+            for info in doomed_manifests:   # manifests first: none may point at a deleted file
+                if info.name.startswith(own):
+                    self.store.delete(info.name)
+                self._manifests.pop(info.name, None)
+            if not self._orphans_listed:
+                self._list_orphans()
+            with self._lock:
+                live = self._live_files()
+                doomed = {f for f in self._known_files if f not in keep and f not in live and f.startswith(own)}
+                self._known_files -= doomed
+            for name in sorted(doomed):
+                self.store.delete(name)
+                self._forget_table(name)
+            if doomed or doomed_manifests:
+                log.debug("gc of %r: deleted %d manifests, %d files", self.ns, len(doomed_manifests), len(doomed))
+            self._delete_old_claims()
+
+    def _live_files(self) -> set:
+        files = {t.path for t in self._view[1].tables()}
+        files.update(s.name for s in self._segments)
+        for pin in self._pending:
+            files |= pin.files()
+        files |= self._writing
+        return files
+
+    def _list_orphans(self) -> None:
+        """Once per writer: adopt files of older writers that no manifest refers to."""
+        own = _paths.ns_prefix(self.ns)
+        found = []
+        for d in (_paths.SST_DIR, _paths.WAL_DIR):
+            for name, _ in self.store.list(own + d):
+                parsed = _paths.parse_file_name(name)
+                if parsed is not None and parsed[1] < self._writer:
+                    found.append(name)
+        with self._lock:
+            self._known_files.update(found)
+        self._orphans_listed = True
+
+    def _delete_old_claims(self) -> None:
+        if not self._committed:
+            return
+        oldest = min(self._manifest_of(i).writer for i in self._committed)
+        own = _paths.ns_prefix(self.ns)
+        for name, _ in self.store.list(own + _paths.WRITER_DIR):
+            w = _paths.parse_claim_name(name)
+            if w is not None and w < oldest and w < self._writer:
+                self.store.delete(name)

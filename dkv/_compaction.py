@@ -1,0 +1,75 @@
+"""Choosing and running compactions.
+
+Two triggers, as in the DKV design:
+
+1. **L0 count**: when L0 holds ``l0_trigger`` tables, all of L0 is merged with the
+   overlapping tables of L1. Afterwards, a level over its target size
+   (``level_base_bytes * level_ratio**(i-1)``) is merged into the next level.
+2. **Size amplification**: when the bytes above the last level exceed
+   ``max_size_amp`` times the last level's bytes, everything is merged into the last
+   level, which also drops every tombstone and shadowed version.
+
+Outputs are split into tables of about ``table_bytes``. Input files are not deleted here:
+retained checkpoints may still reference them (garbage collection decides).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._merge import merge_records
+from .format.sst import SstBuilder
+
+
+@dataclass
+class Compaction:
+    inputs: list        # Tables
+    level: int          # output level (>= 1)
+    bottom: bool        # output is the last level: tombstones can be dropped
+    reason: str
+
+
+def _overlapping(run, lo: bytes, hi: bytes) -> list:
+    return [t for t in run if t.max_key >= lo and t.min_key <= hi]
+
+
+def pick(version, opts) -> Compaction | None:
+    levels = version.levels
+    n = len(levels)
+    if len(version.l0) >= opts.l0_trigger:
+        lo = min(t.min_key for t in version.l0)
+        hi = max(t.max_key for t in version.l0)
+        inputs = list(version.l0) + (_overlapping(levels[0], lo, hi) if n >= 1 else [])
+        return Compaction(inputs, 1, n <= 1, f"L0 has {len(version.l0)} tables")
+    if n >= 1:
+        last = version.level_bytes(n)
+        upper = sum(version.level_bytes(i) for i in range(n))
+        if n >= 2 and last > 0 and upper > opts.max_size_amp * last:
+            return Compaction(list(version.tables()), n, True,
+                              f"size amplification {upper / last:.2f} > {opts.max_size_amp}")
+        for i in range(1, n):
+            target = opts.level_base_bytes * opts.level_ratio ** (i - 1)
+            if version.level_bytes(i) > target:
+                src = list(levels[i - 1])
+                lo = min(t.min_key for t in src)
+                hi = max(t.max_key for t in src)
+                out = i + 1
+                inputs = src + _overlapping(levels[i], lo, hi)
+                return Compaction(inputs, out, out >= n, f"L{i} over {target} bytes")
+        if n < opts.max_levels and version.level_bytes(n) > opts.level_base_bytes * opts.level_ratio ** (n - 1):
+            return Compaction(list(levels[n - 1]), n + 1, True, f"L{n} over target, opening L{n + 1}")
+    return None
+
+
+def run(task: Compaction, write_table, opts) -> list:
+    """Merge ``task.inputs`` into new tables; ``write_table(builder)`` stores one and returns it."""
+    sources = [t.scan(None, None, i) for i, t in enumerate(task.inputs)]
+    outputs = []
+    builder = SstBuilder(opts.block_bytes, opts.sst_zstd_level)
+    for key, seq, value in merge_records(sources, drop_tombstones=task.bottom):
+        builder.add(key, value, seq)
+        if builder.estimated_size >= opts.table_bytes:
+            outputs.append(write_table(builder))
+            builder = SstBuilder(opts.block_bytes, opts.sst_zstd_level)
+    if builder.count:
+        outputs.append(write_table(builder))
+    return outputs

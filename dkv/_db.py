@@ -1,0 +1,411 @@
+"""DB: the public handle on one dkv instance.
+
+Writes go to the WAL buffer and through to the active memtable; reads look in the
+active memtable, the sealed memtables, then the SST levels. Reads take no lock: the
+sealed memtables and the Version are published together as one immutable pair.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+from . import _paths, _recovery
+from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
+from ._flush import FlushMixin
+from ._memtable import Memtable
+from ._merge import merge_visible
+from ._options import Options
+from ._table import _MISSING, BlockCache, group_bounds
+from ._timeline import CheckpointInfo, Timeline, claim_writer
+from .batch import WriteBatch, check_key, check_value
+from .errors import ClosedError, DkvError, FencedError, ObjectMissingError, ReadOnlyError
+from .format.manifest import ALL_KEY_GROUPS
+
+log = logging.getLogger(__name__)
+
+
+class DB(CheckpointMixin, FlushMixin):
+    """An open dkv instance. Create with ``dkv.open``; use as a context manager."""
+
+    def __init__(self, store, *, ns: str = "", checkpoint: int | None = None, read_only: bool = False,
+                 sources: list | None = None, key_groups: tuple | None = None, options: Options) -> None:
+        self.store = store
+        self.ns = ns.strip("/")
+        self.opts = options
+        self.read_only = read_only
+        self.groups = tuple(key_groups) if key_groups is not None else ALL_KEY_GROUPS
+        if not (0 <= self.groups[0] < self.groups[1] <= 1 << 16):
+            raise ValueError(f"key_groups must be (first, end) with 0 <= first < end <= 65536, got {key_groups!r}")
+        self._glo, self._ghi = group_bounds(self.groups)
+        self._closed = False
+        self._closing = False
+        self._lock = threading.RLock()      # engine state: view, segments, files
+        self._wlock = threading.RLock()     # the write path
+        self._gc_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._cache = BlockCache(options.block_cache_bytes)
+        self._tables: dict = {}
+        self._manifests: dict = {}
+        self._pending: list[Pinned] = []
+        self._writing: set = set()
+        self._known_files: set = set()
+        self._orphans_listed = False
+        self._bg_error: BaseException | None = None
+        self._compaction_queued = False
+        self.stats_counters: Counter = Counter()
+        self._open(checkpoint, sources)
+
+    # -- opening --------------------------------------------------------------------------
+
+    def _open(self, checkpoint, sources) -> None:
+        if not self.read_only and self.store.exists(_paths.retired_name(self.ns)):
+            raise FencedError(f"instance {self.ns!r} was retired by a rescale; open its successors instead")
+        timeline = Timeline(self.store, self.ns)
+        if sources is not None:
+            if self.read_only:
+                raise ValueError("sources= restores a new writer; it cannot be read_only")
+            restored = _recovery.load_sources(self.store, list(sources), self.groups, self._cache, self._tables)
+            start = -1
+        else:
+            restored = _recovery.load_checkpoint(self.store, self.ns, checkpoint, self._cache, self._tables, timeline)
+            start = restored.info.epoch if restored.info is not None else -1
+            if restored.manifest is not None and self.groups == ALL_KEY_GROUPS:
+                self.groups = tuple(restored.manifest.groups)
+                self._glo, self._ghi = group_bounds(self.groups)
+        self._seq = restored.last_seq
+        self._flushed_seq = restored.flushed_seq
+        self._active = restored.memtable
+        self._view = ((), restored.version)
+        self._segments: list[Segment] = restored.segments
+        self._wal: dict = {}
+        self._wal_base_seq = self._seq
+        self._next_segment = 0
+        self._next_table = 0
+        self.opened_from = restored.info
+        if self.read_only:
+            self._writer = 0
+            self._committed = [c for c in timeline.valid() if start < 0 or c.epoch <= start]
+            self._abandoned = []
+            return
+        self._writer = claim_writer(self.store, self.ns, timeline, start)
+        timeline = Timeline(self.store, self.ns)    # with our claim: later epochs are abandoned
+        valid = timeline.valid()
+        self._committed = [c for c in valid if c.epoch <= start] if sources is None else []
+        own = _paths.ns_prefix(self.ns)
+        self._abandoned = [m for m in timeline.manifests if m not in self._committed and m.name.startswith(own)]
+        self._last_epoch = start
+        self._known_files = {t.path for t in restored.version.tables() if t.path.startswith(own)}
+        self._known_files.update(s.name for s in self._segments if s.name.startswith(own))
+        if self.opts.background:
+            self._flusher = ThreadPoolExecutor(1, thread_name_prefix="dkv-flush")
+            self._compactor = ThreadPoolExecutor(1, thread_name_prefix="dkv-compact")
+            self._uploader = ThreadPoolExecutor(1, thread_name_prefix="dkv-upload")
+        log.debug("opened %r instance %r as writer %d at epoch %s", self.store.location, self.ns, self._writer, start)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def _check_write(self) -> None:
+        if self._closed:
+            raise ClosedError("this dkv store is closed")
+        if self.read_only:
+            raise ReadOnlyError("this dkv store was opened read_only=True")
+        if self._bg_error is not None:
+            raise DkvError(f"a background flush or compaction failed; reopen the store: {self._bg_error}")
+
+    def _check_group(self, key: bytes) -> None:
+        if (self._glo is not None and key < self._glo) or (self._ghi is not None and key >= self._ghi):
+            raise ValueError(f"key {key[:16]!r} is outside this instance's key groups {self.groups}")
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """Set key to value. O(1) amortised; visible to reads at once, durable at the next checkpoint."""
+        if type(key) is not bytes or not key:
+            key = check_key(key)
+        if type(value) is not bytes:
+            value = check_value(value)
+        with self._wlock:
+            if self._closed or self.read_only or self._bg_error is not None:
+                self._check_write()
+            if self._glo is not None or self._ghi is not None:
+                self._check_group(key)
+            seq = self._seq = self._seq + 1
+            rec = (seq, value)
+            self._wal[key] = rec
+            mem = self._active
+            mem.put(key, rec)
+            if mem.nbytes >= self.opts.memtable_bytes:
+                self._seal()
+
+    def delete(self, key: bytes) -> None:
+        """Delete key (writes a tombstone). O(1); deleting a missing key is not an error."""
+        key = check_key(key)
+        with self._wlock:
+            self._check_write()
+            if self._glo is not None or self._ghi is not None:
+                self._check_group(key)
+            seq = self._seq = self._seq + 1
+            rec = (seq, None)
+            self._wal[key] = rec
+            mem = self._active
+            mem.put(key, rec)
+            if mem.nbytes >= self.opts.memtable_bytes:
+                self._seal()
+
+    def write(self, batch: WriteBatch) -> None:
+        """Apply a WriteBatch atomically, in order. Nothing is applied if a key is outside the
+        instance's key groups. A batch never straddles a checkpoint or a memtable seal."""
+        if not isinstance(batch, WriteBatch):
+            raise TypeError(f"write() takes a dkv.WriteBatch, got {type(batch).__name__}")
+        with self._wlock:
+            self._check_write()
+            if self._glo is not None or self._ghi is not None:
+                for key, _ in batch:
+                    self._check_group(key)
+            seq = self._seq
+            wal, mem = self._wal, self._active
+            for key, value in batch:
+                seq += 1
+                rec = (seq, value)
+                wal[key] = rec
+                mem.put(key, rec)
+            self._seq = seq
+            if mem.nbytes >= self.opts.memtable_bytes:
+                self._seal()
+
+    @contextmanager
+    def batch(self):
+        """``with db.batch() as b: b.put(k, v)`` applies the batch on exit (not on error)."""
+        b = WriteBatch()
+        yield b
+        self.write(b)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of key, or None. Active memtable, sealed memtables, then L0 newest first
+        and one table per deeper level; stops at the first hit. O(1) in memory, else
+        O(levels * (k + log n)) plus a block fetch on a cache miss."""
+        if type(key) is not bytes or not key:
+            key = check_key(key)
+        if self._closed:
+            raise ClosedError("this dkv store is closed")
+        rec = self._active.data.get(key)
+        if rec is not None:
+            return rec[1]
+        sealed, version = self._view
+        for mem in sealed:
+            rec = mem.data.get(key)
+            if rec is not None:
+                return rec[1]
+        try:
+            rec = version.get(key)
+        except ObjectMissingError:
+            # A compaction replaced the tables this read started on and their files were
+            # collected; the newest view has the same data. Re-raise if nothing changed.
+            if self._view[1] is version:
+                raise
+            return self.get(key)
+        return None if rec is _MISSING else rec[1]
+
+    def scan(self, start: bytes | None = None, end: bytes | None = None):
+        """Iterate (key, value) for start <= key < end in ascending order (heap merge of all
+        sources; the newest version wins, tombstones hide). Writes during iteration are safe."""
+        if start is not None:
+            start = check_key(start)
+        if end is not None:
+            end = check_key(end)
+        if self._closed:
+            raise ClosedError("this dkv store is closed")
+        if start is not None and end is not None and start >= end:
+            return iter(())
+        return self._scan(start, end)
+
+    def _scan(self, start, end):
+        while True:
+            active = self._active
+            sealed, version = self._view
+            sources = [active.scan(start, end, 0)]
+            sources += [m.scan(start, end, i + 1) for i, m in enumerate(sealed)]
+            sources += version.sources(start, end, len(sources))
+            try:
+                for item in merge_visible(sources):
+                    yield item
+                    start = item[0] + b"\x00"    # where to resume if the view changes under us
+                return
+            except ObjectMissingError:
+                # Files of this view were compacted away and collected: resume on the new view.
+                if self._view[1] is version or self._closed:
+                    raise
+
+    def scan_prefix(self, prefix: bytes):
+        """Iterate (key, value) for keys starting with prefix, ascending."""
+        prefix = check_key(prefix)
+        return self.scan(prefix, prefix_end(prefix))
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def checkpoint(self, epoch: int) -> Checkpoint:
+        """Start checkpoint ``epoch`` (an int greater than the previous one) and return at once.
+
+        Synchronous phase: seal the WAL buffer, pin the current levels. The upload (WAL
+        segment, then the manifest by conditional create) runs in the background;
+        ``cp.wait()`` returns the manifest name when it is durable.
+        """
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"checkpoint epoch must be a non-negative int, got {epoch!r}")
+        with self._wlock:
+            self._check_write()
+            if epoch <= self._last_epoch:
+                raise ValueError(f"checkpoint epoch {epoch} must be greater than the previous one "
+                                 f"({self._last_epoch})")
+            with self._lock:
+                items = self._take_wal()
+                seg = None
+                if items:
+                    self._next_segment += 1
+                    seg = Segment(self.ns, self._writer, self._next_segment, self._seq, 0, self.groups,
+                                  state="pending", records=items)
+                    self._segments.append(seg)
+                pin = Pinned(self._view[1], list(self._segments), self._flushed_seq, self._seq, seg, items)
+                self._pending.append(pin)
+                self._last_epoch = epoch
+            cp = Checkpoint(epoch)
+        if self.opts.background:
+            self._uploader.submit(self._upload_and_log, cp, pin)
+        else:
+            self._upload(cp, pin)
+        return cp
+
+    def _take_wal(self) -> dict:
+        """The WAL buffer, plus records of segments whose upload failed (they go again)."""
+        items = self._wal
+        failed = [s for s in self._segments if s.state == "failed"]
+        if failed:
+            merged: dict = {}
+            for s in failed:
+                merged.update(s.records or {})
+            merged.update(items)
+            items = merged
+            self._segments = [s for s in self._segments if s.state != "failed"]
+            # The failed checkpoint's epoch may be used again.
+        self._wal = {}
+        self._wal_base_seq = self._seq
+        return items
+
+    def _upload_and_log(self, cp, pin) -> None:
+        try:
+            self._upload(cp, pin)
+        except BaseException as e:  # noqa: BLE001
+            log.error("checkpoint %d upload crashed: %s", cp.epoch, e)
+            cp._finish(e)
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Retained checkpoints of this instance, oldest first."""
+        with self._lock:
+            return list(self._committed)
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Seal the active memtable and wait until every sealed memtable is an SST."""
+        with self._wlock:
+            self._check_write()
+            self._seal()
+        self.wait_idle()
+
+    def compact(self) -> None:
+        """Run compactions until no trigger fires (waits for them)."""
+        self._check_write()
+        if self.opts.background:
+            self._compactor.submit(self._run_bg, self._compact_loop).result()
+        else:
+            self._compact_loop()
+        self._raise_bg_error()
+
+    def wait_idle(self) -> None:
+        """Wait for queued flushes, compactions and checkpoint uploads to finish."""
+        if self.opts.background and not self.read_only:
+            for _ in range(2):
+                self._flusher.submit(lambda: None).result()
+                self._compactor.submit(lambda: None).result()
+                self._uploader.submit(lambda: None).result()
+        self._raise_bg_error()
+
+    def _raise_bg_error(self) -> None:
+        if self._bg_error is not None:
+            raise DkvError(f"a background flush or compaction failed: {self._bg_error}") from self._bg_error
+
+    def _collect_garbage_soon(self) -> None:
+        if self.opts.background:
+            try:
+                self._uploader.submit(self._gc_quietly)
+            except RuntimeError:   # closing: garbage waits for the next writer
+                pass
+        else:
+            self._gc_quietly()
+
+    def _gc_quietly(self) -> None:
+        try:
+            self._collect_garbage()
+        except Exception as e:  # noqa: BLE001
+            log.warning("garbage collection failed (will retry later): %s", e)
+
+    def _count_bytes(self, kind: str, n: int) -> None:
+        self.stats_counters[f"{kind}_bytes"] += n
+        self.stats_counters[f"{kind}_files"] += 1
+
+    def stats(self) -> dict:
+        """Sizes and counters: memtables, levels, sequence numbers, bytes written by kind."""
+        sealed, version = self._view
+        return {
+            "instance": self.ns, "writer_epoch": self._writer, "last_seq": self._seq,
+            "memtable_bytes": self._active.nbytes, "memtable_records": len(self._active),
+            "sealed_memtables": len(sealed),
+            "levels": [{"level": 0, "tables": len(version.l0), "bytes": version.level_bytes(0)}] + [
+                {"level": i + 1, "tables": len(lv), "bytes": sum(t.ref.size for t in lv)}
+                for i, lv in enumerate(version.levels)],
+            "wal_segments": len(self._segments), "checkpoints": [c.epoch for c in self._committed],
+            "block_cache": {"bytes": self._cache.used, "hits": self._cache.hits, "misses": self._cache.misses},
+            **dict(self.stats_counters),
+        }
+
+    def close(self) -> None:
+        """Finish checkpoint uploads in progress and release resources. Writes made after
+        the last checkpoint are not saved (that is what checkpoints are for)."""
+        if self._closed:
+            return
+        if not self.read_only and self.opts.background:
+            # Flushes and compactions only matter for speed: cancel them. Checkpoint
+            # uploads in progress are finished, so a returned Checkpoint is never orphaned.
+            self._closing = True
+            with self._cond:
+                self._cond.notify_all()
+            self._flusher.shutdown(wait=True, cancel_futures=True)
+            self._compactor.shutdown(wait=True, cancel_futures=True)
+            self._uploader.shutdown(wait=True)
+        self._closed = True
+        self._cache = BlockCache(1)
+
+    def __enter__(self) -> "DB":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("read-only" if self.read_only else f"writer {self._writer}")
+        inst = f" instance={self.ns!r}" if self.ns else ""
+        return f"<dkv.DB {self.store.location!r}{inst} {state} seq={self._seq}>"
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with prefix (None if there is none)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)

@@ -1,0 +1,123 @@
+"""Flushes and compactions: the background half of the write path.
+
+Sealing is synchronous (``DB._seal``: a new memtable takes writes, the old one joins the
+sealed list). Flushing is asynchronous: the flush thread writes the oldest sealed
+memtable as an L0 SST, publishes a new Version, and drops the WAL segments the SST now
+covers. Compaction runs on its own thread so a long merge never delays a flush.
+"""
+from __future__ import annotations
+
+import logging
+
+from . import _compaction, _paths
+from ._memtable import Memtable
+from ._table import Table
+from .format.manifest import TableRef
+from .format.sst import SstBuilder
+
+log = logging.getLogger(__name__)
+
+
+class FlushMixin:
+    """The background half of DB (see _db.py for the state it uses)."""
+
+    def _seal(self) -> None:
+        """Caller holds the write lock. O(1) unless writes must wait for flushes."""
+        mem = self._active
+        if not mem.data:
+            return
+        mem.max_seq = self._seq
+        sealed, version = self._view
+        self._view = ((mem,) + sealed, version)   # readers see it sealed before it leaves active
+        self._active = Memtable()
+        if self.opts.background:
+            self._flusher.submit(self._run_bg, self._flush_one)
+            with self._cond:
+                while len(self._view[0]) > self.opts.max_sealed_memtables and not self._closing:
+                    self._cond.wait(0.1)
+        else:
+            self._flush_one()
+
+    def _run_bg(self, fn) -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - reported to the next caller
+            log.error("dkv background task %s failed: %s", getattr(fn, "__name__", fn), e)
+            self._bg_error = e
+            with self._cond:
+                self._cond.notify_all()
+
+    def _new_table_name(self) -> str:
+        with self._lock:
+            self._next_table += 1
+            name = _paths.sst_name(self.ns, self._writer, self._next_table)
+            self._writing.add(name)
+            return name
+
+    def _write_table(self, builder: SstBuilder) -> Table:
+        data = builder.finish()
+        name = self._new_table_name()
+        self.store.put(name, data)
+        self._count_bytes("sst", len(data))
+        ref = TableRef(name, len(data), builder._keys[0], builder._keys[-1], builder.min_seq,
+                       builder.max_seq, builder.count, self.groups)
+        table = Table(ref, self.store, self._cache)
+        with self._lock:
+            self._known_files.add(name)
+            self._tables[name] = table
+        return table
+
+    def _flush_one(self) -> None:
+        sealed, _ = self._view
+        if not sealed or self._closing:
+            return
+        mem = sealed[-1]
+        builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
+        for key, (seq, value) in mem.items_sorted():
+            builder.add(key, value, seq)
+        table = self._write_table(builder)
+        with self._lock:
+            sealed, version = self._view
+            self._view = (tuple(m for m in sealed if m is not mem), version.with_l0(table))
+            self._writing.discard(table.path)
+            self._flushed_seq = mem.max_seq
+            # WAL truncation: segments whose records are all in SSTs are no longer needed.
+            self._segments = [s for s in self._segments if s.max_seq > mem.max_seq]
+        log.debug("flushed memtable of %d records to %s (%d B)", len(mem), table.path, table.ref.size)
+        with self._cond:
+            self._cond.notify_all()
+        self._schedule_compaction()
+
+    def _schedule_compaction(self) -> None:
+        if not self.opts.compaction or self._closing:
+            return
+        if self.opts.background:
+            if not self._compaction_queued:
+                self._compaction_queued = True
+                self._compactor.submit(self._run_bg, self._compact_loop)
+        else:
+            self._compact_loop()
+
+    def _compact_loop(self) -> None:
+        self._compaction_queued = False
+        while not self._closing:
+            task = _compaction.pick(self._view[1], self.opts)
+            if task is None:
+                return
+            self._compact(task)
+
+    def _compact(self, task) -> None:
+        log.debug("compaction to L%d of %d tables: %s", task.level, len(task.inputs), task.reason)
+        outputs = _compaction.run(task, self._write_table, self.opts)
+        removed = {t.path for t in task.inputs}
+        with self._lock:
+            sealed, version = self._view
+            self._view = (sealed, version.replace(removed, outputs, task.level))
+            for t in outputs:
+                self._writing.discard(t.path)
+            self.stats_counters["compactions"] += 1
+        self._collect_garbage_soon()
+
+    def _forget_table(self, path: str) -> None:
+        self._tables.pop(path, None)
+        self._cache.drop(path)

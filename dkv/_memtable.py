@@ -1,0 +1,74 @@
+"""Memtable: the in-memory sorted map that writes go through to.
+
+A dict gives O(1) puts and gets; the sorted order that scans and flushes need is built
+lazily (a SortedList made on the first scan and kept up to date from then on), so a
+write-only memtable never pays for ordering. Each entry is ``key -> (seq, value)`` with
+``value is None`` for a tombstone. Size accounting counts each key once, so overwriting a
+key does not grow the memtable.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from sortedcontainers import SortedList
+
+ENTRY_OVERHEAD = 48  # bytes charged per key besides key and value, roughly dict + tuple cost
+
+
+class Memtable:
+    __slots__ = ("data", "_sorted", "nbytes", "max_seq")
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, tuple[int, bytes | None]] = {}
+        self._sorted: SortedList | None = None
+        self.nbytes = 0
+        self.max_seq = 0   # set when sealed: every record here has seq <= max_seq
+
+    def put(self, key: bytes, rec: tuple) -> None:
+        """Insert or overwrite. O(1), O(log n) once the sorted view exists."""
+        data = self.data
+        old = data.get(key)
+        data[key] = rec
+        value = rec[1]
+        if old is None:
+            self.nbytes += len(key) + ENTRY_OVERHEAD + (0 if value is None else len(value))
+            if self._sorted is not None:
+                self._sorted.add(key)
+        else:
+            self.nbytes += (0 if value is None else len(value)) - (0 if old[1] is None else len(old[1]))
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def sorted_keys(self) -> SortedList:
+        if self._sorted is None:
+            self._sorted = SortedList(self.data)
+        return self._sorted
+
+    def items_sorted(self) -> list:
+        """All ``(key, (seq, value))`` in key order (for a flush)."""
+        data = self.data
+        return [(k, data[k]) for k in sorted(data)]
+
+    def scan(self, start: bytes | None, end: bytes | None, src: int):
+        """Yield ``(key, -seq, src, value)`` for keys in ``[start, end)``, ascending.
+
+        The key range is copied when the scan starts, so writes made while iterating
+        (e.g. deleting each key seen) are safe.
+        """
+        data = self.data
+        if not data:
+            return
+        keys = self.sorted_keys()
+        lo = 0 if start is None else keys.bisect_left(start)
+        hi = len(keys) if end is None else keys.bisect_left(end)
+        if lo >= hi:
+            return
+        for key in keys[lo:hi]:
+            rec = data.get(key)
+            if rec is not None:
+                yield key, -rec[0], src, rec[1]
+
+
+def first_at_or_after(keys: list, key: bytes) -> int:
+    return bisect_left(keys, key)

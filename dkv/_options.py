@@ -1,0 +1,54 @@
+"""Tuning options of a dkv store, validated once at open."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+MiB = 1 << 20
+
+
+@dataclass
+class Options:
+    memtable_bytes: int = 32 * MiB        # seal and flush the active memtable past this size
+    max_sealed_memtables: int = 4         # writes wait for flushes past this many
+    block_bytes: int = 4096               # uncompressed target size of an SST data block
+    block_cache_bytes: int = 128 * MiB    # decoded blocks kept in memory
+    table_bytes: int = 16 * MiB           # target size of compaction output tables
+    l0_trigger: int = 4                   # compact L0 when it holds this many tables
+    level_base_bytes: int = 64 * MiB      # target size of L1; L(i+1) is level_ratio times larger
+    level_ratio: int = 10
+    max_levels: int = 4                   # deepest sorted-run level
+    max_size_amp: float = 2.0             # merge everything into the last level past this ratio
+    retain: int = 5                       # checkpoints kept; older ones and their files are deleted
+    wal_zstd_level: int = 3
+    sst_zstd_level: int = 1
+    background: bool = True               # flush and compact on background threads
+    compaction: bool = True               # False: never compact (benchmarks, inspection)
+    fsync: bool = True                    # local folders: fsync files and folders
+    cache_dir: str | None = None          # s3: local folder caching SSTs
+    cache_bytes: int | None = None        # s3: byte budget of that folder
+    endpoint_url: str | None = None       # s3 options, else boto3's standard chain
+    region_name: str | None = None
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
+    aws_session_token: str | None = None
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict) -> "Options":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(f"unknown dkv option(s): {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        opts = cls(**kwargs)
+        for name in ("memtable_bytes", "block_bytes", "block_cache_bytes", "table_bytes", "l0_trigger",
+                     "level_base_bytes", "level_ratio", "max_levels", "retain", "max_sealed_memtables"):
+            value = getattr(opts, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"dkv option {name} must be a positive int, got {value!r}")
+        if opts.l0_trigger < 2:
+            raise ValueError("dkv option l0_trigger must be at least 2")
+        return opts
+
+    def store_options(self) -> dict:
+        keys = ("fsync", "cache_dir", "cache_bytes", "endpoint_url", "region_name",
+                "aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+        return {k: getattr(self, k) for k in keys}

@@ -1,0 +1,114 @@
+"""Which checkpoints are valid: manifests, writer claims and fencing.
+
+Every writer that opens an instance claims a new **writer epoch** ``w`` by creating
+``writer/<w>`` (conditional create; its body is the checkpoint epoch the writer started
+from, or -1). A manifest is named by (checkpoint epoch, writer epoch). A manifest
+``(E, w)`` is **valid** unless a later writer ``w' > w`` started from an epoch ``s' < E``:
+that writer rewound the instance to ``s'``, so everything ``w`` wrote after ``s'``
+belongs to an abandoned timeline (a zombie task, or a batch that is being re-run).
+For each epoch the valid manifest of the highest writer wins.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from . import _paths
+from .errors import CorruptionError, FencedError
+
+log = logging.getLogger(__name__)
+MAX_CLAIM_TRIES = 16
+
+
+@dataclass(frozen=True, order=True)
+class CheckpointInfo:
+    """A retained checkpoint: its epoch, the writer epoch that made it, its manifest name."""
+    epoch: int
+    writer: int
+    name: str
+
+    def __repr__(self) -> str:
+        return f"Checkpoint(epoch={self.epoch}, writer={self.writer})"
+
+
+class Timeline:
+    """A listing of one instance's manifests and claims, with the validity rule applied."""
+
+    def __init__(self, store, ns: str) -> None:
+        self.store = store
+        self.ns = ns
+        prefix = _paths.ns_prefix(ns)
+        self.claims: dict[int, int] = {}
+        self.claim_names: dict[int, str] = {}
+        for name, _ in store.list(prefix + _paths.WRITER_DIR):
+            w = _paths.parse_claim_name(name)
+            if w is not None:
+                self.claim_names[w] = name
+        self.manifests: list[CheckpointInfo] = []
+        for name, _ in store.list(prefix + _paths.MANIFEST_DIR):
+            parsed = _paths.parse_manifest_name(name)
+            if parsed is not None:
+                self.manifests.append(CheckpointInfo(parsed[0], parsed[1], name))
+        self.manifests.sort()
+        # Only claims newer than the oldest manifest's writer can invalidate anything.
+        oldest = min((m.writer for m in self.manifests), default=0)
+        for w, name in self.claim_names.items():
+            if w > oldest:
+                self.claims[w] = _read_claim(store, name)
+
+    @property
+    def max_writer(self) -> int:
+        return max(list(self.claim_names) + [m.writer for m in self.manifests], default=0)
+
+    def valid(self) -> list[CheckpointInfo]:
+        """Valid checkpoints, one per epoch (highest writer), oldest first."""
+        later = sorted(self.claims.items())
+        best: dict[int, CheckpointInfo] = {}
+        for m in self.manifests:
+            if any(w > m.writer and start < m.epoch for w, start in later):
+                continue
+            cur = best.get(m.epoch)
+            if cur is None or m.writer > cur.writer:
+                best[m.epoch] = m
+        return [best[e] for e in sorted(best)]
+
+    def invalid(self) -> list[CheckpointInfo]:
+        keep = set(self.valid())
+        return [m for m in self.manifests if m not in keep]
+
+    def find(self, epoch: int | None) -> CheckpointInfo | None:
+        valid = self.valid()
+        if epoch is None:
+            return valid[-1] if valid else None
+        for m in valid:
+            if m.epoch == epoch:
+                return m
+        return None
+
+
+def _read_claim(store, name: str) -> int:
+    data = store.get(name)
+    try:
+        return int(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise CorruptionError(f"writer claim {name} is damaged: {data[:40]!r}") from None
+
+
+def claim_writer(store, ns: str, timeline: Timeline, start_epoch: int) -> int:
+    """Claim the next writer epoch (conditional create), starting from ``start_epoch``."""
+    w = timeline.max_writer + 1
+    for _ in range(MAX_CLAIM_TRIES):
+        if store.put_if_absent(_paths.claim_name(ns, w), str(start_epoch).encode("ascii")):
+            log.debug("claimed writer epoch %d of %r starting at epoch %d", w, ns, start_epoch)
+            return w
+        w += 1
+    raise FencedError(f"could not claim a writer epoch for instance {ns!r}: too many concurrent writers")
+
+
+def check_not_fenced(store, ns: str, writer: int) -> None:
+    """Raise FencedError if a newer writer has claimed the instance."""
+    for name, _ in store.list(_paths.ns_prefix(ns) + _paths.WRITER_DIR):
+        w = _paths.parse_claim_name(name)
+        if w is not None and w > writer:
+            raise FencedError(f"instance {ns!r}: writer epoch {writer} was fenced by writer epoch {w}; "
+                              "this writer must stop (reopen to continue from the latest checkpoint)")

@@ -1,0 +1,90 @@
+"""Version: an immutable list of SST levels, shared by reads, flushes and checkpoints.
+
+L0 holds flushed tables whose key ranges overlap, newest first. L1..Ln are sorted runs:
+within a level, tables are ordered by key and do not overlap, so a get reads at most one
+table per level. A flush or compaction never edits a Version; it publishes a new one.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import chain
+
+from ._table import _MISSING, Table
+
+
+class Version:
+    __slots__ = ("l0", "levels", "_maxkeys")
+
+    def __init__(self, l0: tuple = (), levels: tuple = ()) -> None:
+        self.l0: tuple[Table, ...] = tuple(l0)
+        # Drop trailing empty levels so "the last level" is always meaningful.
+        levels = [tuple(sorted(lv, key=lambda t: t.min_key)) for lv in levels]
+        while levels and not levels[-1]:
+            levels.pop()
+        self.levels: tuple[tuple[Table, ...], ...] = tuple(levels)
+        self._maxkeys = tuple([t.max_key for t in lv] for lv in self.levels)
+
+    def tables(self):
+        yield from self.l0
+        for lv in self.levels:
+            yield from lv
+
+    def level_bytes(self, i: int) -> int:
+        """Bytes in level i (0 = L0)."""
+        tables = self.l0 if i == 0 else self.levels[i - 1]
+        return sum(t.ref.size for t in tables)
+
+    def total_bytes(self) -> int:
+        return sum(t.ref.size for t in self.tables())
+
+    def get(self, key: bytes):
+        """(seq, value) of the newest record for key, or _MISSING. Stops at the first hit."""
+        for t in self.l0:
+            if t.min_key <= key <= t.max_key:
+                r = t.get(key)
+                if r is not _MISSING:
+                    return r
+        for run, maxkeys in zip(self.levels, self._maxkeys):
+            i = bisect_left(maxkeys, key)
+            if i < len(run):
+                t = run[i]
+                if t.min_key <= key:
+                    r = t.get(key)
+                    if r is not _MISSING:
+                        return r
+        return _MISSING
+
+    def sources(self, start: bytes | None, end: bytes | None, first_src: int) -> list:
+        """One iterator per L0 table and per level overlapping [start, end)."""
+        out = []
+        src = first_src
+        for t in self.l0:
+            if _overlaps(t, start, end):
+                out.append(t.scan(start, end, src))
+                src += 1
+        for run, maxkeys in zip(self.levels, self._maxkeys):
+            i = 0 if start is None else bisect_left(maxkeys, start)
+            picked = []
+            while i < len(run) and (end is None or run[i].min_key < end):
+                picked.append(run[i])
+                i += 1
+            if picked:
+                out.append(chain.from_iterable(t.scan(start, end, src) for t in picked))
+                src += 1
+        return out
+
+    def replace(self, removed: set, added: list, level: int) -> "Version":
+        """A new Version without the ``removed`` tables and with ``added`` in ``level`` (>= 1)."""
+        l0 = tuple(t for t in self.l0 if t.path not in removed)
+        levels = [list(t for t in lv if t.path not in removed) for lv in self.levels]
+        while len(levels) < level:
+            levels.append([])
+        levels[level - 1].extend(added)
+        return Version(l0, levels)
+
+    def with_l0(self, table: Table) -> "Version":
+        return Version((table,) + self.l0, self.levels)
+
+
+def _overlaps(t: Table, start, end) -> bool:
+    return (end is None or t.min_key < end) and (start is None or t.max_key >= start)

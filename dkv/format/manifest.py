@@ -1,0 +1,138 @@
+"""Manifest: what one checkpoint consists of. Small, written once, never changed.
+
+Layout (docs/format/manifest.md)::
+
+    +--------+-----+-------+----------+----------+----------+---------------------------+
+    | "DKVM" | ver | flags | reserved | body_len | body_crc | body (msgpack map; zstd   |
+    |   4    |  1  |   1   |    2     |   u32    |   u32    | frame when flags bit 0)   |
+    +--------+-----+-------+----------+----------+----------+---------------------------+
+
+Body keys are one or two letters to keep a manifest at ~100 bytes when the level list
+is empty: ``e`` epoch, ``w`` writer epoch, ``p`` parent epoch, ``s`` last sequence
+number, ``l`` levels (L0 first; each a list of tables), ``r`` WAL ranges to replay,
+``k`` retained epochs, ``g`` owned key-group range, ``t`` creation time (ms).
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from ..errors import CorruptionError
+from ._codec import check_crc, compress, crc32, decompress, pack_obj, unpack_obj
+
+MAGIC = b"DKVM"
+VERSION = 1
+FLAG_ZSTD = 1
+COMPRESS_OVER = 512
+_HEADER = struct.Struct("<4sBBHII")
+HEADER_SIZE = _HEADER.size  # 16
+ALL_KEY_GROUPS = (0, 1 << 16)
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """An SST as a checkpoint sees it: its object path (relative to the root), size, key
+    and sequence ranges, record count, and the key-group range this instance owns of it."""
+    path: str
+    size: int
+    min_key: bytes
+    max_key: bytes
+    min_seq: int
+    max_seq: int
+    count: int
+    groups: tuple = ALL_KEY_GROUPS
+
+    def to_list(self) -> list:
+        out = [self.path, self.size, self.min_key, self.max_key, self.min_seq, self.max_seq, self.count]
+        if self.groups != ALL_KEY_GROUPS:
+            out += list(self.groups)
+        return out
+
+    @classmethod
+    def from_list(cls, v: list) -> "TableRef":
+        groups = (v[7], v[8]) if len(v) > 7 else ALL_KEY_GROUPS
+        return cls(v[0], v[1], v[2], v[3], v[4], v[5], v[6], groups)
+
+
+@dataclass(frozen=True)
+class WalRange:
+    """WAL segments ``first..last`` of writer ``writer`` in instance ``ns``; replay keeps
+    records with ``seq > skip_through`` inside ``groups``."""
+    ns: str
+    writer: int
+    first: int
+    last: int
+    skip_through: int = 0
+    groups: tuple = ALL_KEY_GROUPS
+
+    def to_list(self) -> list:
+        out = [self.ns, self.writer, self.first, self.last, self.skip_through]
+        if self.groups != ALL_KEY_GROUPS:
+            out += list(self.groups)
+        return out
+
+    @classmethod
+    def from_list(cls, v: list) -> "WalRange":
+        groups = (v[5], v[6]) if len(v) > 5 else ALL_KEY_GROUPS
+        return cls(v[0], v[1], v[2], v[3], v[4], groups)
+
+
+@dataclass
+class Manifest:
+    epoch: int
+    writer: int
+    last_seq: int
+    levels: list = field(default_factory=list)       # list[list[TableRef]], L0 newest first
+    wal: list = field(default_factory=list)          # list[WalRange]
+    retained: list = field(default_factory=list)     # epochs retained when this was written
+    parent: int | None = None
+    groups: tuple = ALL_KEY_GROUPS
+    created_ms: int = 0
+
+    def tables(self):
+        for level in self.levels:
+            yield from level
+
+
+def encode(m: Manifest) -> bytes:
+    body = {"e": m.epoch, "w": m.writer, "s": m.last_seq, "t": m.created_ms}
+    if m.parent is not None:
+        body["p"] = m.parent
+    if any(m.levels):
+        body["l"] = [[t.to_list() for t in level] for level in m.levels]
+    if m.wal:
+        body["r"] = [r.to_list() for r in m.wal]
+    if m.retained:
+        body["k"] = list(m.retained)
+    if tuple(m.groups) != ALL_KEY_GROUPS:
+        body["g"] = list(m.groups)
+    raw = pack_obj(body)
+    flags = 0
+    if len(raw) > COMPRESS_OVER:
+        raw, flags = compress(raw, 3), FLAG_ZSTD
+    return _HEADER.pack(MAGIC, VERSION, flags, 0, len(raw), crc32(raw)) + raw
+
+
+def decode(data: bytes, what: str = "manifest") -> Manifest:
+    if len(data) < HEADER_SIZE:
+        raise CorruptionError(f"{what}: {len(data)} bytes is shorter than the header")
+    magic, ver, flags, _, blen, bcrc = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptionError(f"{what}: bad magic {magic!r}")
+    if ver != VERSION:
+        raise CorruptionError(f"{what}: unsupported manifest version {ver}")
+    raw = data[HEADER_SIZE:]
+    if len(raw) != blen:
+        raise CorruptionError(f"{what}: body is {len(raw)} bytes, header says {blen} (torn write?)")
+    check_crc(raw, bcrc, what)
+    if flags & FLAG_ZSTD:
+        raw = decompress(raw, what)
+    b = unpack_obj(raw, what)
+    try:
+        levels = [[TableRef.from_list(t) for t in level] for level in b.get("l", [])]
+        return Manifest(
+            epoch=b["e"], writer=b["w"], last_seq=b["s"], levels=levels,
+            wal=[WalRange.from_list(r) for r in b.get("r", [])], retained=b.get("k", []),
+            parent=b.get("p"), groups=tuple(b.get("g", ALL_KEY_GROUPS)), created_ms=b.get("t", 0))
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise CorruptionError(f"{what}: malformed body ({e!r})") from None

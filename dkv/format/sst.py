@@ -1,0 +1,151 @@
+"""SST (sorted string table): immutable sorted records with a bloom filter and sparse index.
+
+Layout (docs/format/sst.md)::
+
+    +----------------+----------------+-----+------------------+----------------------+
+    | data block 0   | data block 1   | ... | metadata segment | footer (32 bytes)    |
+    +----------------+----------------+-----+------------------+----------------------+
+
+    data block   zstd frame of a record batch [keys, values, seqs] (~4 KiB before
+                 compression, no padding); its CRC-32 is kept in the sparse index
+    metadata     zstd frame of a msgpack map: counts, min/max key, sequence range,
+                 bloom filter, sparse index (first key, offset, length, crc of each block)
+    footer       meta_offset u64 | meta_length u32 | meta_crc u32 | version u16 |
+                 flags u16 | footer_crc u32 | magic "DKVSST\\x00\\x01" (8)
+
+``SstBuilder`` produces the bytes; ``parse_footer``/``parse_meta``/``decode_block`` read
+them. No I/O here: the engine decides what to fetch.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from ..errors import CorruptionError
+from . import bloom
+from ._codec import (check_crc, compress, crc32, decompress, pack_obj, pack_records,
+                     unpack_obj, unpack_records)
+
+MAGIC = b"DKVSST\x00\x01"
+VERSION = 1
+_FOOTER = struct.Struct("<QIIHHI8s")
+FOOTER_SIZE = _FOOTER.size  # 32
+BLOCK_SIZE = 4096           # target uncompressed bytes per data block
+RECORD_OVERHEAD = 12        # rough per-record msgpack cost, for block sizing
+
+
+@dataclass
+class SstMeta:
+    count: int
+    tombstones: int
+    min_key: bytes
+    max_key: bytes
+    min_seq: int
+    max_seq: int
+    raw_bytes: int
+    bloom: bloom.Bloom
+    first_keys: list       # sparse index: first key of each block
+    offsets: list
+    lengths: list
+    crcs: list
+
+
+class SstBuilder:
+    """Accumulates records in ascending key order and returns the table's bytes.
+
+    ``add`` is amortised O(1); ``finish`` builds the bloom filter (O(n * k)).
+    """
+
+    def __init__(self, block_size: int = BLOCK_SIZE, level: int = 1) -> None:
+        self.block_size = block_size
+        self.level = level
+        self._parts: list[bytes] = []
+        self._offset = 0
+        self._keys: list[bytes] = []
+        self._bk: list = []
+        self._bv: list = []
+        self._bs: list = []
+        self._bbytes = 0
+        self._index = ([], [], [], [])
+        self.count = self.tombstones = self.raw_bytes = 0
+        self.min_seq = None
+        self.max_seq = 0
+
+    def add(self, key: bytes, value: bytes | None, seq: int) -> None:
+        self._keys.append(key)
+        self._bk.append(key)
+        self._bv.append(value)
+        self._bs.append(seq)
+        size = len(key) + (0 if value is None else len(value)) + RECORD_OVERHEAD
+        self._bbytes += size
+        self.raw_bytes += size
+        self.count += 1
+        if value is None:
+            self.tombstones += 1
+        if self.min_seq is None or seq < self.min_seq:
+            self.min_seq = seq
+        if seq > self.max_seq:
+            self.max_seq = seq
+        if self._bbytes >= self.block_size:
+            self._flush_block()
+
+    @property
+    def estimated_size(self) -> int:
+        return self._offset + self._bbytes // 3
+
+    def _flush_block(self) -> None:
+        if not self._bk:
+            return
+        frame = compress(pack_records(self._bk, self._bv, self._bs), self.level)
+        fk, off, ln, cr = self._index
+        fk.append(self._bk[0])
+        off.append(self._offset)
+        ln.append(len(frame))
+        cr.append(crc32(frame))
+        self._parts.append(frame)
+        self._offset += len(frame)
+        self._bk, self._bv, self._bs, self._bbytes = [], [], [], 0
+
+    def finish(self) -> bytes:
+        if not self._keys:
+            raise ValueError("an SST needs at least one record")
+        self._flush_block()
+        fk, off, ln, cr = self._index
+        meta = {
+            "n": self.count, "t": self.tombstones, "lo": self._keys[0], "hi": self._keys[-1],
+            "s0": self.min_seq, "s1": self.max_seq, "rb": self.raw_bytes,
+            "bf": bloom.build(self._keys), "ik": fk, "io": off, "il": ln, "ic": cr,
+        }
+        meta_bytes = compress(pack_obj(meta), 1)
+        footer_head = _FOOTER.pack(self._offset, len(meta_bytes), crc32(meta_bytes), VERSION, 0, 0, MAGIC)
+        footer = footer_head[:20] + struct.pack("<I", crc32(footer_head[:20])) + MAGIC
+        return b"".join(self._parts) + meta_bytes + footer
+
+
+def parse_footer(tail: bytes, what: str) -> tuple[int, int, int]:
+    """(meta_offset, meta_length, meta_crc) from bytes ending with the footer."""
+    if len(tail) < FOOTER_SIZE:
+        raise CorruptionError(f"{what}: too short for an SST footer ({len(tail)} bytes)")
+    footer = tail[-FOOTER_SIZE:]
+    meta_off, meta_len, meta_crc, ver, _flags, fcrc, magic = _FOOTER.unpack(footer)
+    if magic != MAGIC:
+        raise CorruptionError(f"{what}: bad SST magic {magic!r} (torn or foreign file)")
+    check_crc(footer[:20], fcrc, f"{what} footer")
+    if ver != VERSION:
+        raise CorruptionError(f"{what}: unsupported SST format version {ver}")
+    return meta_off, meta_len, meta_crc
+
+
+def parse_meta(data: bytes, crc: int, what: str) -> SstMeta:
+    check_crc(data, crc, f"{what} metadata")
+    m = unpack_obj(decompress(data, what), what)
+    try:
+        return SstMeta(m["n"], m["t"], m["lo"], m["hi"], m["s0"], m["s1"], m["rb"],
+                       bloom.Bloom(m["bf"]), m["ik"], m["io"], m["il"], m["ic"])
+    except (KeyError, TypeError, IndexError) as e:
+        raise CorruptionError(f"{what}: metadata is missing a field ({e})") from None
+
+
+def decode_block(frame: bytes, crc: int, what: str) -> tuple[list, list, list]:
+    check_crc(frame, crc, what)
+    return unpack_records(decompress(frame, what), what)

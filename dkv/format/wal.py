@@ -1,0 +1,68 @@
+"""WAL segment: the records written since the previous checkpoint, one object per segment.
+
+Layout (docs/format/wal.md)::
+
+    +--------+-----+-------+-------+----------+-------+----------------------------------------+
+    | "DKVW" | ver | flags | count | body_len |  crc  | body: zstd frame (flags bit 0) of a    |
+    |   4    |  1  |   1   |  u32  |   u32    |  u32  | record batch [keys, values, seqs]      |
+    +--------+-----+-------+-------+----------+-------+----------------------------------------+
+
+All integers little-endian; ``crc`` is the CRC-32 of ver..body_len followed by the body. A segment holds at most one record per key (the newest since
+the previous segment), sorted by key; replay applies ``seq > skip_through`` records.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from ..errors import CorruptionError
+from ._codec import compress, crc32, decompress, pack_records, unpack_records
+
+MAGIC = b"DKVW"
+VERSION = 1
+FLAG_ZSTD = 1
+_HEADER = struct.Struct("<4sBBIII")
+HEADER_SIZE = _HEADER.size  # 18
+
+
+@dataclass
+class WalSegment:
+    keys: list
+    values: list     # None = tombstone
+    seqs: list
+
+    @property
+    def max_seq(self) -> int:
+        return max(self.seqs) if self.seqs else 0
+
+
+def encode(keys: list, values: list, seqs: list, level: int = 3) -> bytes:
+    """Encode records (already sorted by key) into segment bytes."""
+    raw = pack_records(keys, values, seqs)
+    body = compress(raw, level)
+    flags = FLAG_ZSTD
+    if len(body) >= len(raw):
+        body, flags = raw, 0
+    fields = struct.pack("<BBII", VERSION, flags, len(keys), len(body))
+    return MAGIC + fields + struct.pack("<I", crc32(body, crc32(fields))) + body
+
+
+def decode(data: bytes, what: str = "WAL segment") -> WalSegment:
+    """Parse and verify segment bytes. Raises CorruptionError on any mismatch."""
+    if len(data) < HEADER_SIZE:
+        raise CorruptionError(f"{what}: {len(data)} bytes is shorter than the header")
+    magic, ver, flags, count, blen, crc = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptionError(f"{what}: bad magic {magic!r}")
+    body = data[HEADER_SIZE:]
+    if len(body) != blen:
+        raise CorruptionError(f"{what}: body is {len(body)} bytes, header says {blen} (torn write?)")
+    if crc32(body, crc32(data[4:14])) != crc:
+        raise CorruptionError(f"{what}: checksum mismatch")
+    if ver != VERSION:
+        raise CorruptionError(f"{what}: unsupported format version {ver}")
+    raw = decompress(body, what) if flags & FLAG_ZSTD else body
+    keys, values, seqs = unpack_records(raw, what)
+    if len(keys) != count:
+        raise CorruptionError(f"{what}: {len(keys)} records, header says {count}")
+    return WalSegment(keys, values, seqs)

@@ -1,0 +1,48 @@
+"""Object storage behind dkv: the ObjectStore interface, its implementations and wrappers."""
+from __future__ import annotations
+
+import os
+import tempfile
+from urllib.parse import urlparse
+
+from .base import ObjectStore
+from .cache import CachedStore
+from .local import LocalDirStore
+from .memory import MemoryStore
+from .s3 import S3Store
+from .wrappers import Call, FaultInjectingStore, InjectedFault, LoggingStore, PrefixStore
+
+__all__ = [
+    "ObjectStore", "LocalDirStore", "MemoryStore", "S3Store", "CachedStore", "PrefixStore",
+    "LoggingStore", "FaultInjectingStore", "InjectedFault", "Call", "open_store",
+]
+
+_S3_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key",
+               "aws_session_token", "max_attempts", "client")
+
+
+def open_store(location, **options) -> ObjectStore:
+    """An ObjectStore for ``location``: an ObjectStore, a path, ``file://``, ``memory://name``
+    or ``s3://bucket/prefix``. S3 options: endpoint_url, region_name, credentials,
+    cache_dir and cache_bytes (local cache of SSTs; default a temp folder, 1 GiB)."""
+    if isinstance(location, ObjectStore):
+        return location
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if not isinstance(location, str) or not location:
+        raise TypeError(f"location must be a path, a URL or an ObjectStore, got {location!r}")
+    url = urlparse(location)
+    if url.scheme == "memory":
+        return MemoryStore.named((url.netloc + url.path).strip("/") or "default")
+    if url.scheme == "s3":
+        s3_opts = {k: options[k] for k in _S3_OPTIONS if options.get(k) is not None}
+        store = S3Store(url.netloc, url.path, **s3_opts)
+        cache_dir = options.get("cache_dir") or os.path.join(tempfile.gettempdir(), "dkv-cache")
+        return CachedStore(store, cache_dir, options.get("cache_bytes") or (1 << 30),
+                           cacheable=lambda key: key.endswith(".sst"))
+    if url.scheme == "file":
+        return LocalDirStore(url.path, fsync=options.get("fsync", True))
+    if url.scheme and len(url.scheme) > 1:
+        raise ValueError(f"unsupported location scheme {url.scheme!r} in {location!r} "
+                         "(use a path, file://, memory:// or s3://)")
+    return LocalDirStore(location, fsync=options.get("fsync", True))

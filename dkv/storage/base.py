@@ -1,0 +1,74 @@
+"""The ObjectStore interface: the only way dkv touches persistent storage.
+
+Six methods over immutable objects named by ``/``-separated relative keys. dkv never
+overwrites an object: every file name is unique, and manifests are created with
+``put_if_absent`` so two writers cannot both commit the same name.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Iterable
+
+
+class ObjectStore(abc.ABC):
+    """Storage for immutable objects. Implementations must be safe to call from several threads."""
+
+    location: str = ""
+
+    @abc.abstractmethod
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of the object (the whole object by default).
+
+        Raises ObjectMissingError if it does not exist, StorageError if storage fails.
+        A range past the end is clipped, as in HTTP ranges.
+        """
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` durably; when this returns the object is complete."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` only if no object has that name. True if created, False if it existed."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[tuple[str, int]]:
+        """``(key, size)`` of every object whose key starts with ``prefix``, sorted by key."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete ``key``; deleting a missing object is not an error."""
+
+    @abc.abstractmethod
+    def size(self, key: str) -> int | None:
+        """Size in bytes of ``key``, or None if it does not exist."""
+
+    # Conveniences built on the six methods; implementations may do better.
+    def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self.delete(key)
+
+    def close(self) -> None:
+        """Release connections or handles. The store is unusable afterwards."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.location}>"
+
+
+def check_key(key: str) -> str:
+    """Reject keys that could escape the store root or are not plain relative names."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"object key must be a non-empty str, got {key!r}")
+    if key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in key.split("/")):
+        raise ValueError(f"object key {key!r} must be a relative path without '.', '..' or empty parts")
+    return key
+
+
+def clip_range(data_len: int, start: int | None, end: int | None) -> tuple[int, int]:
+    """Normalise an optional ``[start, end)`` range against an object of ``data_len`` bytes."""
+    lo = 0 if start is None else max(0, start)
+    hi = data_len if end is None else min(end, data_len)
+    return lo, max(lo, hi)

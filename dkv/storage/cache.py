@@ -1,0 +1,104 @@
+"""CachedStore: a local folder that keeps whole copies of immutable remote objects.
+
+SSTs in S3 are read in small ranges (a footer, a metadata segment, single blocks). Over
+the network each range is a round trip, so the first read of an SST fetches the whole
+object into a local cache folder and later reads are ``pread`` calls. The folder has a
+byte budget; the least recently used files are evicted. Only keys accepted by
+``cacheable`` are cached (dkv passes SSTs); everything else goes straight through.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+from .base import clip_range
+from .wrappers import _Forwarding
+
+log = logging.getLogger(__name__)
+
+
+class CachedStore(_Forwarding):
+    def __init__(self, inner, cache_dir: str, budget_bytes: int = 1 << 30,
+                 cacheable: Callable[[str], bool] = lambda key: True) -> None:
+        super().__init__(inner)
+        self.cache_dir = cache_dir
+        self.budget = budget_bytes
+        self.cacheable = cacheable
+        os.makedirs(cache_dir, exist_ok=True)
+        self._files: OrderedDict[str, int] = OrderedDict()   # local path -> size, LRU order
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._fetching: dict[str, threading.Event] = {}
+        self.hits = self.misses = 0
+
+    def _local(self, key: str) -> str:
+        digest = hashlib.sha1(f"{self.inner.location}/{key}".encode()).hexdigest()
+        return os.path.join(self.cache_dir, digest)
+
+    def get(self, key, start=None, end=None):
+        if not self.cacheable(key):
+            return self.inner.get(key, start, end)
+        path = self._ensure(key)
+        with open(path, "rb") as f:
+            if start is None and end is None:
+                return f.read()
+            lo, hi = clip_range(os.fstat(f.fileno()).st_size, start, end)
+            return os.pread(f.fileno(), hi - lo, lo)
+
+    def _ensure(self, key: str) -> str:
+        path = self._local(key)
+        while True:
+            with self._lock:
+                if path in self._files and os.path.exists(path):
+                    self._files.move_to_end(path)
+                    self.hits += 1
+                    return path
+                pending = self._fetching.get(path)
+                if pending is None:
+                    pending = self._fetching[path] = threading.Event()
+                    break
+            pending.wait()
+        try:
+            self.misses += 1
+            data = self.inner.get(key)
+            tmp = f"{path}.{threading.get_ident()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+            with self._lock:
+                self._files[path] = len(data)
+                self._bytes += len(data)
+                self._evict()
+            return path
+        finally:
+            with self._lock:
+                self._fetching.pop(path).set()
+
+    def _evict(self) -> None:
+        while self._bytes > self.budget and len(self._files) > 1:
+            path, size = self._files.popitem(last=False)
+            self._bytes -= size
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def delete(self, key):
+        self.inner.delete(key)
+        path = self._local(key)
+        with self._lock:
+            size = self._files.pop(path, None)
+            if size is not None:
+                self._bytes -= size
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._bytes

@@ -1,0 +1,140 @@
+"""LocalDirStore: objects as files in a folder, written crash-safely.
+
+Every put writes a temporary file, fsyncs it, renames it into place and fsyncs the
+directory, so after a crash an object is either complete or absent. ``put_if_absent``
+links the finished temporary file to its name (``link`` fails if the name exists), which
+is atomic on POSIX file systems.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+
+from ..errors import ObjectMissingError, StorageError
+from .base import ObjectStore, check_key, clip_range
+
+_TMP_PREFIX = ".tmp-"
+
+
+class LocalDirStore(ObjectStore):
+    """A folder on a local (or mounted) file system. ``fsync=False`` trades durability for speed."""
+
+    def __init__(self, root: str, *, fsync: bool = True) -> None:
+        self.root = os.path.abspath(os.path.expanduser(root))
+        self.location = self.root
+        self.fsync = fsync
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"cannot create state folder {self.root}: {e}") from e
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *check_key(key).split("/"))
+
+    def get(self, key, start=None, end=None):
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                if start is None and end is None:
+                    return f.read()
+                size = os.fstat(f.fileno()).st_size
+                lo, hi = clip_range(size, start, end)
+                return os.pread(f.fileno(), hi - lo, lo)
+        except FileNotFoundError:
+            raise ObjectMissingError(f"{path} does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot read {path}: {e}") from e
+
+    def _write_temp(self, path: str, data: bytes) -> str:
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink(tmp)
+            raise
+        os.close(fd)
+        return tmp
+
+    def _sync_dir(self, folder: str) -> None:
+        if not self.fsync:
+            return
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def put(self, key, data):
+        path = self._path(key)
+        try:
+            tmp = self._write_temp(path, data)
+            os.replace(tmp, path)
+            self._sync_dir(os.path.dirname(path))
+        except OSError as e:
+            raise StorageError(f"cannot write {path}: {e}") from e
+
+    def put_if_absent(self, key, data):
+        path = self._path(key)
+        try:
+            if os.path.exists(path):
+                return False
+            tmp = self._write_temp(path, data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            finally:
+                _unlink(tmp)
+            self._sync_dir(os.path.dirname(path))
+            return True
+        except OSError as e:
+            raise StorageError(f"cannot create {path}: {e}") from e
+
+    def list(self, prefix=""):
+        # Walk only the deepest folder that the prefix names completely.
+        head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        base = os.path.join(self.root, *head.split("/")) if head else self.root
+        out = []
+        for folder, dirs, files in os.walk(base):
+            rel = os.path.relpath(folder, self.root)
+            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            dirs[:] = [d for d in dirs if (rel + d + "/").startswith(prefix) or prefix.startswith(rel + d + "/")]
+            for name in files:
+                key = rel + name
+                if name.startswith(_TMP_PREFIX) or not key.startswith(prefix):
+                    continue
+                try:
+                    out.append((key, os.stat(os.path.join(folder, name)).st_size))
+                except FileNotFoundError:
+                    continue
+        out.sort()
+        return out
+
+    def delete(self, key):
+        try:
+            _unlink(self._path(key))
+        except OSError as e:
+            raise StorageError(f"cannot delete {key} in {self.root}: {e}") from e
+
+    def size(self, key):
+        try:
+            return os.stat(self._path(key)).st_size
+        except FileNotFoundError:
+            return None
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            raise

@@ -1,0 +1,75 @@
+"""MemoryStore: objects in a dict. Named stores (``memory://name``) live for the process."""
+from __future__ import annotations
+
+import threading
+
+from ..errors import ObjectMissingError
+from .base import ObjectStore, check_key, clip_range
+
+_NAMED: dict[str, "MemoryStore"] = {}
+_NAMED_LOCK = threading.Lock()
+
+
+class MemoryStore(ObjectStore):
+    """A dict of immutable objects; ``named(name)`` returns the same store for the same name.
+
+    Useful for tests and notebooks that do not need the data after the process ends.
+    """
+
+    def __init__(self, location: str = "memory://") -> None:
+        self.location = location
+        self._objects: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def named(cls, name: str) -> "MemoryStore":
+        with _NAMED_LOCK:
+            store = _NAMED.get(name)
+            if store is None:
+                store = _NAMED[name] = cls(f"memory://{name}")
+            return store
+
+    @staticmethod
+    def forget(name: str) -> None:
+        """Drop the named store ``memory://name`` and its objects."""
+        with _NAMED_LOCK:
+            _NAMED.pop(name, None)
+
+    def get(self, key, start=None, end=None):
+        try:
+            data = self._objects[key]
+        except KeyError:
+            raise ObjectMissingError(f"{self.location}/{key} does not exist") from None
+        if start is None and end is None:
+            return data
+        lo, hi = clip_range(len(data), start, end)
+        return data[lo:hi]
+
+    def put(self, key, data):
+        check_key(key)
+        self._objects[key] = bytes(data)
+
+    def put_if_absent(self, key, data):
+        check_key(key)
+        with self._lock:
+            if key in self._objects:
+                return False
+            self._objects[key] = bytes(data)
+            return True
+
+    def list(self, prefix=""):
+        with self._lock:
+            items = [(k, len(v)) for k, v in self._objects.items() if k.startswith(prefix)]
+        items.sort()
+        return items
+
+    def delete(self, key):
+        self._objects.pop(key, None)
+
+    def size(self, key):
+        data = self._objects.get(key)
+        return None if data is None else len(data)
+
+    def total_bytes(self) -> int:
+        """Sum of the sizes of all objects (used by benchmarks and tests)."""
+        return sum(len(v) for v in list(self._objects.values()))

@@ -1,0 +1,236 @@
+"""Store wrappers for tests and operations: a call log, fault injection, and a prefix view."""
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+
+from ..errors import StorageError
+from .base import ObjectStore
+
+WRITE_KINDS = ("put", "put_if_absent")
+
+
+class _Forwarding(ObjectStore):
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.location = inner.location
+
+    def get(self, key, start=None, end=None):
+        return self.inner.get(key, start, end)
+
+    def put(self, key, data):
+        self.inner.put(key, data)
+
+    def put_if_absent(self, key, data):
+        return self.inner.put_if_absent(key, data)
+
+    def list(self, prefix=""):
+        return self.inner.list(prefix)
+
+    def delete(self, key):
+        self.inner.delete(key)
+
+    def size(self, key):
+        return self.inner.size(key)
+
+    def close(self):
+        self.inner.close()
+
+
+class PrefixStore(_Forwarding):
+    """A view of ``inner`` where every key is under ``prefix/`` (one dkv instance of a root)."""
+
+    def __init__(self, inner: ObjectStore, prefix: str) -> None:
+        super().__init__(inner)
+        self.prefix = prefix.strip("/") + "/"
+        self.location = f"{inner.location.rstrip('/')}/{self.prefix.rstrip('/')}"
+
+    def get(self, key, start=None, end=None):
+        return self.inner.get(self.prefix + key, start, end)
+
+    def put(self, key, data):
+        self.inner.put(self.prefix + key, data)
+
+    def put_if_absent(self, key, data):
+        return self.inner.put_if_absent(self.prefix + key, data)
+
+    def list(self, prefix=""):
+        n = len(self.prefix)
+        return [(k[n:], s) for k, s in self.inner.list(self.prefix + prefix)]
+
+    def delete(self, key):
+        self.inner.delete(self.prefix + key)
+
+    def size(self, key):
+        return self.inner.size(self.prefix + key)
+
+
+@dataclass
+class Call:
+    """One storage call: kind, key, bytes moved and the byte range for ranged gets."""
+    kind: str
+    key: str
+    nbytes: int = 0
+    range: tuple | None = None
+    ok: bool = True
+
+    def __str__(self) -> str:
+        rng = "" if self.range is None else f" [{self.range[0]}:{self.range[1]}]"
+        return f"{self.kind} {self.key}{rng}" + ("" if self.ok else " !")
+
+
+class LoggingStore(_Forwarding):
+    """Records every call in ``calls`` (a list of Call), for golden logs and byte accounting."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.calls: list[Call] = []
+        self._lock = threading.Lock()
+
+    def _log(self, call: Call) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+    def get(self, key, start=None, end=None):
+        data = self.inner.get(key, start, end)
+        self._log(Call("get", key, len(data), None if start is None and end is None else (start, end)))
+        return data
+
+    def put(self, key, data):
+        self.inner.put(key, data)
+        self._log(Call("put", key, len(data)))
+
+    def put_if_absent(self, key, data):
+        ok = self.inner.put_if_absent(key, data)
+        self._log(Call("put_if_absent", key, len(data), ok=ok))
+        return ok
+
+    def list(self, prefix=""):
+        out = self.inner.list(prefix)
+        self._log(Call("list", prefix))
+        return out
+
+    def delete(self, key):
+        self.inner.delete(key)
+        self._log(Call("delete", key))
+
+    def size(self, key):
+        out = self.inner.size(key)
+        self._log(Call("size", key))
+        return out
+
+    def bytes_written(self) -> int:
+        return sum(c.nbytes for c in self.calls if c.kind in WRITE_KINDS and c.ok)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.calls.clear()
+
+
+class InjectedFault(StorageError):
+    """The error a FaultInjectingStore raises on purpose."""
+
+
+@dataclass
+class _Rule:
+    kind: str              # a method name, "write" (put or put_if_absent) or "any"
+    nth: int               # fire on the nth matching call (1-based) ...
+    mode: str              # error | torn | lost | corrupt
+    key_prefix: str = ""
+    repeat: bool = False   # ... and on every matching call after it
+    seen: int = field(default=0)
+
+
+class FaultInjectingStore(_Forwarding):
+    """Fails chosen calls: ``fail("put", nth=3, mode="torn")``.
+
+    Modes: ``error`` raises before anything is stored; ``torn`` stores a prefix of the
+    data, then raises (a write cut off mid-way on a store without atomic puts); ``lost``
+    returns success but stores nothing (an upload lost in a crash); ``corrupt`` stores the
+    data with one byte flipped and returns success. ``crash_after(n)`` loses every write
+    after the next n (a process dying with writes in flight). ``flip_byte`` damages an
+    object already stored.
+    """
+
+    def __init__(self, inner: ObjectStore, seed: int = 0) -> None:
+        super().__init__(inner)
+        self.rules: list[_Rule] = []
+        self.counts: dict[str, int] = {}
+        self.fired: list[str] = []
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def fail(self, kind: str, nth: int = 1, mode: str = "error", key_prefix: str = "", repeat: bool = False):
+        if mode not in ("error", "torn", "lost", "corrupt"):
+            raise ValueError(f"unknown fault mode {mode!r}")
+        self.rules.append(_Rule(kind, nth, mode, key_prefix, repeat))
+        return self
+
+    def crash_after(self, writes: int) -> "FaultInjectingStore":
+        """Every write after the next ``writes`` writes is silently lost."""
+        return self.fail("write", nth=writes + 1, mode="lost", repeat=True)
+
+    def clear(self) -> None:
+        self.rules.clear()
+
+    def _match(self, kind: str, key: str) -> str | None:
+        with self._lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            for rule in self.rules:
+                if rule.kind not in (kind, "any") and not (rule.kind == "write" and kind in WRITE_KINDS):
+                    continue
+                if not key.startswith(rule.key_prefix):
+                    continue
+                rule.seen += 1
+                if rule.seen == rule.nth or (rule.repeat and rule.seen > rule.nth):
+                    self.fired.append(f"{rule.mode} {kind} {key}")
+                    return rule.mode
+        return None
+
+    def _write(self, kind, key, data, fn):
+        mode = self._match(kind, key)
+        if mode is None:
+            return fn(key, data)
+        if mode == "error":
+            raise InjectedFault(f"injected error on {kind} {key}")
+        if mode == "torn":
+            self.inner.put(key, bytes(data[: max(0, len(data) // 2)]))
+            raise InjectedFault(f"injected torn write on {kind} {key}")
+        if mode == "lost":
+            return True
+        damaged = bytearray(data)
+        if damaged:
+            i = self._rng.randrange(len(damaged))
+            damaged[i] ^= 0xFF
+        return fn(key, bytes(damaged))
+
+    def put(self, key, data):
+        self._write("put", key, data, self.inner.put)
+
+    def put_if_absent(self, key, data):
+        return self._write("put_if_absent", key, data, self.inner.put_if_absent)
+
+    def get(self, key, start=None, end=None):
+        if self._match("get", key) is not None:
+            raise InjectedFault(f"injected error on get {key}")
+        return self.inner.get(key, start, end)
+
+    def list(self, prefix=""):
+        if self._match("list", prefix) is not None:
+            raise InjectedFault(f"injected error on list {prefix}")
+        return self.inner.list(prefix)
+
+    def delete(self, key):
+        if self._match("delete", key) is not None:
+            raise InjectedFault(f"injected error on delete {key}")
+        self.inner.delete(key)
+
+    def flip_byte(self, key: str, offset: int | None = None) -> int:
+        """Flip one byte of a stored object (at ``offset``, or a random one). Returns the offset."""
+        data = bytearray(self.inner.get(key))
+        i = self._rng.randrange(len(data)) if offset is None else offset % len(data)
+        data[i] ^= 0xFF
+        self.inner.delete(key)
+        self.inner.put(key, bytes(data))
+        return i
