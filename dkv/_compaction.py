@@ -62,7 +62,7 @@ def pick(version, opts) -> Compaction | None:
 
 def run(task: Compaction, write_table, opts) -> list:
     """Merge ``task.inputs`` into new tables; ``write_table(builder)`` stores one and returns it."""
-    sources = [t.scan(None, None, i) for i, t in enumerate(task.inputs)]
+    sources = [t.scan_blocks(None, None) for t in task.inputs]
     outputs = []
     builder = SstBuilder(opts.block_bytes, opts.sst_zstd_level)
     for key, seq, value in merge_records(sources, drop_tombstones=task.bottom):

@@ -226,9 +226,8 @@ class DB(CheckpointMixin, FlushMixin):
         while True:
             active = self._active
             sealed, version = self._view
-            sources = [active.scan(start, end, 0)]
-            sources += [m.scan(start, end, i + 1) for i, m in enumerate(sealed)]
-            sources += version.sources(start, end, len(sources))
+            sources = [m.scan_blocks(start, end) for m in (active,) + sealed if m.data]
+            sources += version.sources(start, end)
             try:
                 for item in merge_visible(sources):
                     yield item
@@ -315,13 +314,16 @@ class DB(CheckpointMixin, FlushMixin):
             self._seal()
         self.wait_idle()
 
-    def compact(self) -> None:
-        """Run compactions until no trigger fires (waits for them)."""
+    def compact(self, full: bool = False) -> None:
+        """Run compactions until no trigger fires, or with ``full=True`` merge every table
+        into one sorted run in the last level (drops all shadowed versions and tombstones).
+        Waits for the work to finish."""
         self._check_write()
+        work = self._compact_full if full else self._compact_loop
         if self.opts.background:
-            self._compactor.submit(self._run_bg, self._compact_loop).result()
+            self._compactor.submit(self._run_bg, work).result()
         else:
-            self._compact_loop()
+            work()
         self._raise_bg_error()
 
     def wait_idle(self) -> None:

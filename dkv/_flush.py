@@ -59,7 +59,7 @@ class FlushMixin:
         name = self._new_table_name()
         self.store.put(name, data)
         self._count_bytes("sst", len(data))
-        ref = TableRef(name, len(data), builder._keys[0], builder._keys[-1], builder.min_seq,
+        ref = TableRef(name, len(data), builder.first_key, builder.last_key, builder.min_seq,
                        builder.max_seq, builder.count, self.groups)
         table = Table(ref, self.store, self._cache)
         with self._lock:
@@ -106,6 +106,12 @@ class FlushMixin:
                 return
             self._compact(task)
 
+    def _compact_full(self) -> None:
+        version = self._view[1]
+        tables = list(version.tables())
+        if len(tables) > 1 or version.l0:
+            self._compact(_compaction.Compaction(tables, max(1, len(version.levels)), True, "full compaction"))
+
     def _compact(self, task) -> None:
         log.debug("compaction to L%d of %d tables: %s", task.level, len(task.inputs), task.reason)
         outputs = _compaction.run(task, self._write_table, self.opts)
@@ -119,5 +125,6 @@ class FlushMixin:
         self._collect_garbage_soon()
 
     def _forget_table(self, path: str) -> None:
-        self._tables.pop(path, None)
-        self._cache.drop(path)
+        table = self._tables.pop(path, None)
+        if table is not None:
+            table.release()

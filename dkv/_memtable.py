@@ -8,8 +8,6 @@ key does not grow the memtable.
 """
 from __future__ import annotations
 
-from bisect import bisect_left
-
 from sortedcontainers import SortedList
 
 ENTRY_OVERHEAD = 48  # bytes charged per key besides key and value, roughly dict + tuple cost
@@ -50,25 +48,25 @@ class Memtable:
         data = self.data
         return [(k, data[k]) for k in sorted(data)]
 
-    def scan(self, start: bytes | None, end: bytes | None, src: int):
-        """Yield ``(key, -seq, src, value)`` for keys in ``[start, end)``, ascending.
+    def scan_blocks(self, start: bytes | None, end: bytes | None, chunk: int = 4096):
+        """Yield ``(keys, values, seqs)`` chunks for keys in ``[start, end)``, ascending.
 
-        The key range is copied when the scan starts, so writes made while iterating
-        (e.g. deleting each key seen) are safe.
+        Each chunk is copied when it is reached, so writes made while iterating (e.g.
+        deleting each key seen) are safe and never break the iteration.
         """
         data = self.data
         if not data:
             return
         keys = self.sorted_keys()
         lo = 0 if start is None else keys.bisect_left(start)
-        hi = len(keys) if end is None else keys.bisect_left(end)
-        if lo >= hi:
-            return
-        for key in keys[lo:hi]:
-            rec = data.get(key)
-            if rec is not None:
-                yield key, -rec[0], src, rec[1]
-
-
-def first_at_or_after(keys: list, key: bytes) -> int:
-    return bisect_left(keys, key)
+        while True:
+            hi = len(keys) if end is None else keys.bisect_left(end)
+            if lo >= hi:
+                return
+            part = keys[lo:min(hi, lo + chunk)]
+            recs = [data[k] for k in part]
+            yield part, [r[1] for r in recs], [r[0] for r in recs]
+            if lo + chunk >= hi:
+                return
+            # Resume after the last key of this chunk (the list may have grown meanwhile).
+            lo = keys.bisect_right(part[-1])

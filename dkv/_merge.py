@@ -1,12 +1,20 @@
 """Merging sorted sources: newest version of each key wins, tombstones hide.
 
-Every source yields ``(key, -seq, src, value)`` ascending by key; within a key the
-smallest ``-seq`` (the newest record) comes first, so the merge keeps the first record it
-sees for a key. ``src`` only breaks ties so tuples never compare values.
+A source yields chunks ``(keys, values, seqs)`` — parallel lists in ascending key order
+(an SST block, a slice of a memtable). With one source the chunks are walked directly;
+with several, records ``(key, -seq, src, value)`` go through a heap merge so that within
+a key the newest record (smallest ``-seq``) comes first and is the one kept. ``src``
+only breaks ties so tuples never compare values.
 """
 from __future__ import annotations
 
 import heapq
+
+
+def _records(chunks, src: int):
+    for keys, values, seqs in chunks:
+        for x in range(len(keys)):
+            yield keys[x], -seqs[x], src, values[x]
 
 
 def merge_visible(sources: list):
@@ -14,12 +22,13 @@ def merge_visible(sources: list):
     if not sources:
         return
     if len(sources) == 1:
-        for key, _, _, value in sources[0]:
-            if value is not None:
-                yield key, value
+        for keys, values, _ in sources[0]:
+            for kv in zip(keys, values):
+                if kv[1] is not None:
+                    yield kv
         return
     last = None
-    for key, _, _, value in heapq.merge(*sources):
+    for key, _, _, value in heapq.merge(*[_records(s, i) for i, s in enumerate(sources)]):
         if key == last:
             continue
         last = key
@@ -30,7 +39,7 @@ def merge_visible(sources: list):
 def merge_records(sources: list, drop_tombstones: bool):
     """Yield (key, seq, value) — the newest record per key — for compaction."""
     last = None
-    for key, nseq, _, value in heapq.merge(*sources):
+    for key, nseq, _, value in heapq.merge(*[_records(s, i) for i, s in enumerate(sources)]):
         if key == last:
             continue
         last = key

@@ -2,15 +2,17 @@
 
 A Table fetches nothing until it is first read; then one ranged read of the file's tail
 gets the footer and (usually) the metadata segment — bloom filter and sparse index —
-which stay in memory. Data blocks are fetched by range on demand and kept decoded in the
-BlockCache, least recently used out first.
+which stay in memory. Data blocks are fetched by range on demand and kept decoded in a
+slot of their table, so a cache hit is one list index. The BlockCache only does the
+accounting and eviction (CLOCK: a block read since the last sweep gets a second chance).
 """
 from __future__ import annotations
 
 import threading
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
+from collections import deque
 
+from .errors import CorruptionError
 from .format import sst
 from .format.manifest import ALL_KEY_GROUPS, TableRef
 
@@ -19,40 +21,41 @@ _MISSING = object()
 
 
 class BlockCache:
-    """Decoded data blocks keyed by (path, block number); evicts LRU past ``budget`` bytes."""
+    """Byte budget over the decoded blocks of every table of a DB; evicts with CLOCK."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.used = 0
-        self._blocks: OrderedDict = OrderedDict()
+        self._ring: deque = deque()      # (table, block number, cost), oldest first
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, key):
-        block = self._blocks.get(key)
-        if block is not None:
-            self.hits += 1
-            try:
-                self._blocks.move_to_end(key)
-            except KeyError:
-                pass
-        return block
-
-    def put(self, key, block, cost: int) -> None:
+    def admit(self, table: "Table", i: int, cost: int) -> None:
         with self._lock:
             self.misses += 1
-            if key in self._blocks:
-                return
-            self._blocks[key] = block
+            self._ring.append((table, i, cost))
             self.used += cost
-            while self.used > self.budget and len(self._blocks) > 1:
-                _, old = self._blocks.popitem(last=False)
-                self.used -= old[3]
+            ring = self._ring
+            while self.used > self.budget and len(ring) > 1:
+                t, j, c = ring.popleft()
+                if t._blocks is None:        # table dropped: its blocks are gone already
+                    self.used -= c
+                elif t._ref[j]:
+                    t._ref[j] = 0
+                    ring.append((t, j, c))
+                else:
+                    t._blocks[j] = None
+                    self.used -= c
 
-    def drop(self, path: str) -> None:
+    def drop(self, table: "Table") -> None:
         with self._lock:
-            for key in [k for k in self._blocks if k[0] == path]:
-                self.used -= self._blocks.pop(key)[3]
+            kept = deque()
+            for entry in self._ring:
+                if entry[0] is table:
+                    self.used -= entry[2]
+                else:
+                    kept.append(entry)
+            self._ring = kept
 
 
 def group_bounds(groups: tuple) -> tuple[bytes | None, bytes | None]:
@@ -66,7 +69,8 @@ def group_bounds(groups: tuple) -> tuple[bytes | None, bytes | None]:
 class Table:
     """One SST as seen by one checkpoint (with its key-group clip). Thread-safe, lazy."""
 
-    __slots__ = ("ref", "path", "min_key", "max_key", "_store", "_cache", "_meta", "_lock", "clip_lo", "clip_hi")
+    __slots__ = ("ref", "path", "min_key", "max_key", "_store", "_cache", "_meta", "_lock",
+                 "clip_lo", "clip_hi", "_blocks", "_ref", "_first", "_bloom")
 
     def __init__(self, ref: TableRef, store, cache: BlockCache) -> None:
         self.ref = ref
@@ -74,80 +78,101 @@ class Table:
         self._store = store
         self._cache = cache
         self._meta = None
+        self._blocks = None
         self._lock = threading.Lock()
         self.clip_lo, self.clip_hi = group_bounds(ref.groups)
         # The effective key range: the file's range narrowed to the owned key groups.
         self.min_key = ref.min_key if self.clip_lo is None else max(ref.min_key, self.clip_lo)
-        self.max_key = ref.max_key
+        self.max_key = ref.max_key if self.clip_hi is None else min(ref.max_key, self.clip_hi)
 
     def owns(self, key: bytes) -> bool:
         return (self.clip_lo is None or key >= self.clip_lo) and (self.clip_hi is None or key < self.clip_hi)
 
     def meta(self) -> sst.SstMeta:
-        meta = self._meta
-        if meta is None:
+        if self._meta is None:
             with self._lock:
                 if self._meta is None:
-                    self._meta = self._load_meta()
-                meta = self._meta
-        return meta
+                    meta = self._load_meta()
+                    n = len(meta.first_keys)
+                    self._first = meta.first_keys
+                    self._bloom = meta.bloom.checker()
+                    self._ref = bytearray(n)
+                    self._blocks = [None] * n
+                    self._meta = meta
+        return self._meta
 
     def _load_meta(self) -> sst.SstMeta:
         size = self.ref.size
         start = max(0, size - TAIL_READ)
         tail = self._store.get(self.path, start, size)
+        what = f"SST {self.path}"
         if len(tail) != size - start:
-            from .errors import CorruptionError
-            raise CorruptionError(f"SST {self.path}: expected {size} bytes, found {start + len(tail)}")
-        off, length, crc = sst.parse_footer(tail, f"SST {self.path}")
+            raise CorruptionError(f"{what}: expected {size} bytes, found {start + len(tail)}")
+        off, length, crc = sst.parse_footer(tail, what)
         if off + length + sst.FOOTER_SIZE != size:
-            from .errors import CorruptionError
-            raise CorruptionError(f"SST {self.path}: footer points outside the file")
-        if off >= start:
-            raw = tail[off - start: off - start + length]
-        else:
-            raw = self._store.get(self.path, off, off + length)
-        return sst.parse_meta(raw, crc, f"SST {self.path}")
+            raise CorruptionError(f"{what}: footer points outside the file")
+        raw = tail[off - start: off - start + length] if off >= start else self._store.get(self.path, off, off + length)
+        return sst.parse_meta(raw, crc, what)
 
     def block(self, i: int):
-        """Decoded block i as (keys, values, seqs, cost)."""
-        key = (self.path, i)
-        blk = self._cache.get(key)
+        """Decoded block i as [keys, values, seqs, position dict or None]."""
+        blk = self._blocks[i]
         if blk is None:
-            meta = self.meta()
+            meta = self._meta
             off, ln = meta.offsets[i], meta.lengths[i]
             frame = self._store.get(self.path, off, off + ln)
-            keys, values, seqs = sst.decode_block(frame, meta.crcs[i], f"SST {self.path} block {i}")
-            blk = (keys, values, seqs, 200 + ln * 3 + 90 * len(keys))
-            self._cache.put(key, blk, blk[3])
+            blk = [*sst.decode_block(frame, meta.crcs[i], f"SST {self.path} block {i}"), None]
+            self._blocks[i] = blk
+            self._cache.admit(self, i, 200 + ln * 3 + 90 * len(blk[0]))
+        else:
+            self._ref[i] = 1
         return blk
 
     def get(self, key: bytes):
-        """(seq, value) for key (value None = tombstone), or _MISSING. O(k + log n)."""
+        """(seq, value) for key (value None = tombstone), or _MISSING.
+
+        O(log n). The bloom filter is consulted only when the candidate block is not
+        cached: it exists to save a fetch, and a bisect in a cached block is cheaper.
+        """
         if self.clip_lo is not None and not self.owns(key):
             return _MISSING
-        meta = self._meta or self.meta()
-        if not meta.bloom.may_contain(key):
-            return _MISSING
-        i = bisect_right(meta.first_keys, key) - 1
+        if self._meta is None:
+            self.meta()
+        i = bisect_right(self._first, key) - 1
         if i < 0:
             return _MISSING
-        keys, values, seqs, _ = self.block(i)
-        j = bisect_left(keys, key)
-        if j < len(keys) and keys[j] == key:
-            return seqs[j], values[j]
-        return _MISSING
+        blk = self._blocks[i]
+        if blk is None:
+            if not self._bloom(key):
+                return _MISSING
+            blk = self.block(i)
+        else:
+            self._ref[i] = 1
+        pos = blk[3]
+        if pos is None:   # built on the first point read: a dict probe beats a bisect
+            keys = blk[0]
+            pos = blk[3] = dict(zip(keys, range(len(keys))))
+        j = pos.get(key)
+        if j is None:
+            return _MISSING
+        return blk[2][j], blk[1][j]
 
-    def scan(self, start: bytes | None, end: bytes | None, src: int):
-        """Yield (key, -seq, src, value) for keys in [start, end) ∩ owned groups, ascending."""
+    def may_contain(self, key: bytes) -> bool:
+        if self._meta is None:
+            self.meta()
+        return self._bloom(key)
+
+    def scan_blocks(self, start: bytes | None, end: bytes | None):
+        """Yield (keys, values, seqs) slices covering [start, end) ∩ owned groups, ascending."""
         if self.clip_lo is not None and (start is None or start < self.clip_lo):
             start = self.clip_lo
         if self.clip_hi is not None and (end is None or end > self.clip_hi):
             end = self.clip_hi
         if start is not None and end is not None and start >= end:
             return
-        meta = self.meta()
-        first = meta.first_keys
+        if self._meta is None:
+            self.meta()
+        first = self._first
         i = 0 if start is None else max(0, bisect_right(first, start) - 1)
         n = len(first)
         while i < n:
@@ -156,8 +181,21 @@ class Table:
             keys, values, seqs, _ = self.block(i)
             j = 0 if start is None else bisect_left(keys, start)
             k = len(keys) if end is None else bisect_left(keys, end)
-            for x in range(j, k):
-                yield keys[x], -seqs[x], src, values[x]
+            if j == 0 and k == len(keys):
+                yield keys, values, seqs
+            elif j < k:
+                yield keys[j:k], values[j:k], seqs[j:k]
             if k < len(keys):
                 return
             i += 1
+
+    def scan(self, start: bytes | None, end: bytes | None, src: int):
+        """Yield (key, -seq, src, value) for keys in [start, end) ∩ owned groups, ascending."""
+        for keys, values, seqs in self.scan_blocks(start, end):
+            for x in range(len(keys)):
+                yield keys[x], -seqs[x], src, values[x]
+
+    def release(self) -> None:
+        """Forget cached blocks (the file was deleted)."""
+        self._cache.drop(self)
+        self._blocks = None if self._meta is None else [None] * len(self._first)

@@ -46,31 +46,35 @@ class Version:
                     return r
         for run, maxkeys in zip(self.levels, self._maxkeys):
             i = bisect_left(maxkeys, key)
-            if i < len(run):
+            while i < len(run):
                 t = run[i]
-                if t.min_key <= key:
-                    r = t.get(key)
-                    if r is not _MISSING:
-                        return r
+                if t.min_key > key:
+                    break
+                r = t.get(key)
+                if r is not _MISSING:
+                    return r
+                if t.clip_hi is None or key < t.clip_hi:
+                    break
+                i += 1      # key sits on a key-group boundary: the next table may own it
         return _MISSING
 
-    def sources(self, start: bytes | None, end: bytes | None, first_src: int) -> list:
-        """One iterator per L0 table and per level overlapping [start, end)."""
+    def sources(self, start: bytes | None, end: bytes | None) -> list:
+        """One chunk iterator per L0 table and per level overlapping [start, end); each yields
+        (keys, values, seqs) slices in key order."""
         out = []
-        src = first_src
         for t in self.l0:
             if _overlaps(t, start, end):
-                out.append(t.scan(start, end, src))
-                src += 1
+                out.append(t.scan_blocks(start, end))
         for run, maxkeys in zip(self.levels, self._maxkeys):
             i = 0 if start is None else bisect_left(maxkeys, start)
             picked = []
             while i < len(run) and (end is None or run[i].min_key < end):
                 picked.append(run[i])
                 i += 1
-            if picked:
-                out.append(chain.from_iterable(t.scan(start, end, src) for t in picked))
-                src += 1
+            if len(picked) == 1:
+                out.append(picked[0].scan_blocks(start, end))
+            elif picked:
+                out.append(chain.from_iterable(t.scan_blocks(start, end) for t in picked))
         return out
 
     def replace(self, removed: set, added: list, level: int) -> "Version":

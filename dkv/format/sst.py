@@ -90,6 +90,14 @@ class SstBuilder:
             self._flush_block()
 
     @property
+    def first_key(self) -> bytes:
+        return self._keys[0]
+
+    @property
+    def last_key(self) -> bytes:
+        return self._keys[-1]
+
+    @property
     def estimated_size(self) -> int:
         return self._offset + self._bbytes // 3
 

@@ -42,12 +42,18 @@ class CachedStore(_Forwarding):
     def get(self, key, start=None, end=None):
         if not self.cacheable(key):
             return self.inner.get(key, start, end)
-        path = self._ensure(key)
-        with open(path, "rb") as f:
-            if start is None and end is None:
-                return f.read()
-            lo, hi = clip_range(os.fstat(f.fileno()).st_size, start, end)
-            return os.pread(f.fileno(), hi - lo, lo)
+        for attempt in range(3):
+            path = self._ensure(key)
+            try:
+                with open(path, "rb") as f:
+                    if start is None and end is None:
+                        return f.read()
+                    lo, hi = clip_range(os.fstat(f.fileno()).st_size, start, end)
+                    return os.pread(f.fileno(), hi - lo, lo)
+            except FileNotFoundError:   # evicted by another thread between ensure and open
+                with self._lock:
+                    self._files.pop(path, None)
+        return self.inner.get(key, start, end)
 
     def _ensure(self, key: str) -> str:
         path = self._local(key)
@@ -64,19 +70,27 @@ class CachedStore(_Forwarding):
             pending.wait()
         try:
             self.misses += 1
-            data = self.inner.get(key)
-            tmp = f"{path}.{threading.get_ident()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-            with self._lock:
-                self._files[path] = len(data)
-                self._bytes += len(data)
-                self._evict()
+            self._store_local(path, self.inner.get(key))
             return path
         finally:
             with self._lock:
                 self._fetching.pop(path).set()
+
+    def put(self, key, data):
+        self.inner.put(key, data)
+        if self.cacheable(key):   # write-through: our own new SSTs are read back soon
+            self._store_local(self._local(key), data)
+
+    def _store_local(self, path: str, data: bytes) -> None:
+        tmp = f"{path}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        with self._lock:
+            old = self._files.pop(path, None)
+            self._bytes += len(data) - (old or 0)
+            self._files[path] = len(data)
+            self._evict()
 
     def _evict(self) -> None:
         while self._bytes > self.budget and len(self._files) > 1:
