@@ -9,6 +9,7 @@ b'v'
 """
 from __future__ import annotations
 
+from ._admin import collect_garbage, instances, retire, verify
 from ._checkpoint import Checkpoint
 from ._db import DB, prefix_end
 from ._options import Options
@@ -23,6 +24,7 @@ __all__ = [
     "open", "DB", "WriteBatch", "Checkpoint", "CheckpointInfo", "Options", "ObjectStore", "open_store",
     "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
     "CheckpointNotFoundError", "ObjectMissingError",
+    "instances", "retire", "collect_garbage", "verify",
     "SCHEMA_STATE", "SCHEMA_TIMER", "SCHEMA_META", "key_prefix", "key_group_of", "prefix_end",
 ]
 

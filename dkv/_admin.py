@@ -1,0 +1,119 @@
+"""Operations over a whole location: instances, retirement after a rescale, verification
+and garbage collection of retired instances' files."""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from . import _paths
+from ._timeline import Timeline
+from .errors import CheckpointNotFoundError, CorruptionError, DkvError
+from .format import manifest as mf
+from .format import sst, wal
+from .storage import open_store
+
+log = logging.getLogger(__name__)
+Progress = Callable[[int, int, str], None]
+
+
+def instances(location, **store_options) -> list[str]:
+    """Names of the instances under ``location`` ("" is the root instance), sorted."""
+    store = open_store(location, **store_options)
+    found = set()
+    for name, _ in store.list(""):
+        for d in (_paths.MANIFEST_DIR, _paths.WRITER_DIR):
+            i = name.find(d)
+            if i == 0 or (i > 0 and name[i - 1] == "/"):
+                found.add(name[: max(0, i - 1)])
+    return sorted(found)
+
+
+def retire(location, instance: str, **store_options) -> None:
+    """Mark ``instance`` retired after a rescale: it can no longer be opened for writing,
+    and ``collect_garbage`` may delete its files once no other instance references them.
+    Call only after every successor has completed a checkpoint."""
+    store = open_store(location, **store_options)
+    store.put_if_absent(_paths.retired_name(instance), b"retired\n")
+
+
+def referenced_files(store, instance: str) -> set:
+    """Every object the valid checkpoints of ``instance`` reference."""
+    out = set()
+    for info in Timeline(store, instance).valid():
+        m = mf.decode(store.get(info.name), info.name)
+        out.update(t.path for t in m.tables())
+        for r in m.wal:
+            out.update(_paths.wal_name(r.ns, r.writer, i) for i in range(r.first, r.last + 1))
+    return out
+
+
+def collect_garbage(location, dry_run: bool = False, progress: Progress | None = None, **store_options) -> dict:
+    """Delete files of retired instances that no live instance's checkpoints reference.
+
+    Live instances collect their own garbage after each checkpoint; files shared after a
+    rescale belong to retired instances and are only deleted here, once unreferenced.
+    """
+    store = open_store(location, **store_options)
+    names = instances(store)
+    retired = [n for n in names if store.exists(_paths.retired_name(n))]
+    live = [n for n in names if n not in retired]
+    refs: set = set()
+    for i, ns in enumerate(live):
+        refs |= referenced_files(store, ns)
+        if progress:
+            progress(i + 1, len(live), ns)
+    deleted, kept, nbytes = [], 0, 0
+    for ns in retired:
+        prefix = _paths.ns_prefix(ns)
+        files = [(n, s) for d in (_paths.SST_DIR, _paths.WAL_DIR) for n, s in store.list(prefix + d)]
+        doomed = [(n, s) for n, s in files if n not in refs]
+        kept += len(files) - len(doomed)
+        if len(doomed) == len(files):   # nothing referenced: the instance can go entirely
+            doomed = [(n, s) for n, s in store.list(prefix) if n != _paths.retired_name(ns)] + doomed
+            doomed = list(dict(doomed).items())
+        for n, s in doomed:
+            if not dry_run:
+                store.delete(n)
+            deleted.append(n)
+            nbytes += s
+    return {"live_instances": live, "retired_instances": retired, "deleted": deleted,
+            "deleted_bytes": nbytes, "kept_shared_files": kept, "dry_run": dry_run}
+
+
+def verify(location, instance: str = "", checkpoint: int | None = None, progress: Progress | None = None,
+           **store_options) -> dict:
+    """Read every file a checkpoint references and check every checksum (manifest, WAL
+    segments, SST footers, metadata and each data block). Raises CorruptionError on the
+    first damaged file, naming it; returns counts when all is well."""
+    store = open_store(location, **store_options)
+    info = Timeline(store, instance).find(checkpoint)
+    if info is None:
+        raise CheckpointNotFoundError(f"no checkpoint {'at all' if checkpoint is None else checkpoint} "
+                                      f"in {store.location!r} instance {instance!r}")
+    m = mf.decode(store.get(info.name), info.name)
+    files = [("sst", t.path, t.size) for t in m.tables()]
+    files += [("wal", _paths.wal_name(r.ns, r.writer, i), None) for r in m.wal for i in range(r.first, r.last + 1)]
+    report = {"epoch": m.epoch, "manifest": info.name, "sst_files": 0, "wal_segments": 0,
+              "blocks": 0, "records": 0, "bytes": 0}
+    for n, (kind, path, size) in enumerate(files):
+        data = store.get(path)
+        report["bytes"] += len(data)
+        if kind == "wal":
+            report["records"] += len(wal.decode(data, f"WAL segment {path}").keys)
+            report["wal_segments"] += 1
+        else:
+            if len(data) != size:
+                raise CorruptionError(f"SST {path}: {len(data)} bytes, the manifest says {size}")
+            off, length, crc = sst.parse_footer(data, f"SST {path}")
+            meta = sst.parse_meta(data[off:off + length], crc, f"SST {path}")
+            for i, (o, ln, c) in enumerate(zip(meta.offsets, meta.lengths, meta.crcs)):
+                keys, _, _ = sst.decode_block(data[o:o + ln], c, f"SST {path} block {i}")
+                report["records"] += len(keys)
+                report["blocks"] += 1
+            report["sst_files"] += 1
+        if progress:
+            progress(n + 1, len(files), path)
+    return report
+
+
+__all__ = ["instances", "retire", "collect_garbage", "verify", "referenced_files", "DkvError"]

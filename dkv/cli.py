@@ -1,0 +1,157 @@
+"""``python -m dkv``: look inside a dkv location. Read-only except ``gc``.
+
+Commands: instances, info, checkpoints, get, scan, verify, gc. Every command takes
+``--json``. Keys are given and shown with Python byte escapes (``\\x00\\x01user``) or as
+hex with ``--hex``.
+"""
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import sys
+
+from . import _admin, _paths
+from ._db import DB, prefix_end
+from ._options import Options
+from ._timeline import Timeline
+from .errors import DkvError
+from .format import manifest as mf
+from .storage import open_store
+
+
+def _parse_key(text: str, hex_: bool) -> bytes:
+    return bytes.fromhex(text) if hex_ else codecs.escape_decode(text.encode("utf-8"))[0]
+
+
+def _show(b: bytes | None, hex_: bool) -> str | None:
+    if b is None:
+        return None
+    return b.hex() if hex_ else repr(b)[2:-1]
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return None
+
+    def report(done: int, total: int, what: str) -> None:
+        sys.stderr.write(f"\r{done}/{total} {what[-60:]:<60}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+    return report
+
+
+def _open(args) -> DB:
+    return DB(open_store(args.location), ns=args.instance, checkpoint=args.checkpoint, read_only=True,
+              options=Options(background=False))
+
+
+def cmd_instances(args):
+    names = _admin.instances(args.location)
+    return names, "\n".join(n or "(root)" for n in names)
+
+
+def cmd_checkpoints(args):
+    tl = Timeline(open_store(args.location), args.instance)
+    rows = [{"epoch": c.epoch, "writer": c.writer, "manifest": c.name} for c in tl.valid()]
+    text = "\n".join(f"{r['epoch']:>12}  writer {r['writer']:<6} {r['manifest']}" for r in rows)
+    return rows, text or "(no checkpoints)"
+
+
+def cmd_info(args):
+    store = open_store(args.location)
+    info = Timeline(store, args.instance).find(args.checkpoint)
+    if info is None:
+        raise DkvError(f"no checkpoint {args.checkpoint if args.checkpoint is not None else ''} in {args.location}")
+    m = mf.decode(store.get(info.name), info.name)
+    levels = [{"level": i, "tables": len(lv), "bytes": sum(t.size for t in lv), "records": sum(t.count for t in lv)}
+              for i, lv in enumerate(m.levels)]
+    segs = sum(r.last - r.first + 1 for r in m.wal)
+    out = {"epoch": m.epoch, "writer": m.writer, "last_seq": m.last_seq, "manifest": info.name,
+           "levels": levels, "wal_segments": segs, "retained": m.retained, "key_groups": list(m.groups),
+           "created_ms": m.created_ms}
+    lines = [f"checkpoint {m.epoch} (writer {m.writer}, last seq {m.last_seq}) {info.name}",
+             f"key groups [{m.groups[0]}, {m.groups[1]})  WAL segments to replay: {segs}  retained: {m.retained}"]
+    lines += [f"  L{lv['level']}: {lv['tables']} tables, {lv['bytes']} bytes, {lv['records']} records" for lv in levels]
+    return out, "\n".join(lines)
+
+
+def cmd_get(args):
+    with _open(args) as db:
+        value = db.get(_parse_key(args.key, args.hex))
+    shown = _show(value, args.hex)
+    return {"key": args.key, "value": shown, "found": value is not None}, ("(not found)" if value is None else shown)
+
+
+def cmd_scan(args):
+    start = _parse_key(args.start, args.hex) if args.start else None
+    end = _parse_key(args.end, args.hex) if args.end else None
+    if args.prefix:
+        start = _parse_key(args.prefix, args.hex)
+        end = prefix_end(start)
+    rows = []
+    with _open(args) as db:
+        for key, value in db.scan(start, end):
+            if args.limit and len(rows) >= args.limit:
+                break
+            rows.append({"key": _show(key, args.hex), "value": _show(value, args.hex)})
+    return rows, "\n".join(f"{r['key']}\t{r['value']}" for r in rows) or "(no keys)"
+
+
+def cmd_verify(args):
+    report = _admin.verify(args.location, args.instance, args.checkpoint, progress=_progress(not args.json))
+    text = (f"checkpoint {report['epoch']}: OK — {report['sst_files']} SSTs ({report['blocks']} blocks), "
+            f"{report['wal_segments']} WAL segments, {report['records']} records, {report['bytes']} bytes checked")
+    return report, text
+
+
+def cmd_gc(args):
+    report = _admin.collect_garbage(args.location, dry_run=args.dry_run, progress=_progress(not args.json))
+    verb = "would delete" if args.dry_run else "deleted"
+    return report, (f"{verb} {len(report['deleted'])} objects ({report['deleted_bytes']} bytes) of retired "
+                    f"instances {report['retired_instances']}; {report['kept_shared_files']} shared files still in use")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dkv", description="Inspect a dkv store (read-only except gc).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def add(name, fn, help_, checkpoint=True):
+        sp = sub.add_parser(name, help=help_)
+        sp.add_argument("location", help="folder, file://, s3://bucket/prefix or memory://name")
+        sp.add_argument("--instance", default="", help="instance name within the location")
+        if checkpoint:
+            sp.add_argument("--checkpoint", type=int, default=None, help="epoch (default: latest)")
+        sp.add_argument("--json", action="store_true", help="machine-readable output")
+        sp.add_argument("--hex", action="store_true", help="keys and values as hex")
+        sp.set_defaults(fn=fn)
+        return sp
+
+    add("instances", cmd_instances, "list instances", checkpoint=False)
+    add("checkpoints", cmd_checkpoints, "list retained checkpoints", checkpoint=False)
+    add("info", cmd_info, "summary of a checkpoint's manifest")
+    add("get", cmd_get, "read one key").add_argument("key")
+    sc = add("scan", cmd_scan, "list keys in order")
+    sc.add_argument("--prefix")
+    sc.add_argument("--start")
+    sc.add_argument("--end")
+    sc.add_argument("--limit", type=int, default=0)
+    add("verify", cmd_verify, "check the checksums of every file a checkpoint references")
+    add("gc", cmd_gc, "delete unreferenced files of retired instances", checkpoint=False).add_argument(
+        "--dry-run", action="store_true")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        data, text = args.fn(args)
+    except (DkvError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(data, indent=2, default=str) if args.json else text)
+    return 0
+
+
+__all__ = ["main", "build_parser", "_paths"]
