@@ -11,6 +11,7 @@ sends them by value (the test module is not importable in the workers).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,9 @@ def write_batches(src: Path, keys_per_batch: list[list[str]], start: int = 0) ->
             "ts": [pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=10 * b + i) for i in range(len(keys))],
             "v": [b] * len(keys),
         })
-        pdf.to_json(src / f"batch-{b:04d}.json", orient="records", lines=True, date_format="iso")
+        path = src / f"batch-{b:04d}.json"
+        pdf.to_json(path, orient="records", lines=True, date_format="iso")
+        os.utime(path, (1_700_000_000 + b, 1_700_000_000 + b))  # the source admits files by mtime
 
 
 def make_probe(wm_dir: str | None = None, delay_ms: int = 0):
