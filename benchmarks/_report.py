@@ -1,0 +1,45 @@
+"""Shared output helpers for the benchmarks: aligned tables, ratios, JSON."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        if v >= 100:
+            return f"{v:,.0f}"
+        if v >= 1:
+            return f"{v:.2f}"
+        return f"{v:.3g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def table(rows: list[dict], columns: list[str], title: str = "", out=sys.stdout) -> None:
+    """Print rows as an aligned text table with the given column order."""
+    cells = [[fmt(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    if title:
+        print(f"\n{title}", file=out)
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)), file=out)
+    print("  ".join("-" * w for w in widths), file=out)
+    for row in cells:
+        print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths))), file=out)
+
+
+def ratio(ours, theirs, higher_is_better: bool = True):
+    """ours/theirs for throughputs, theirs/ours for times; None when either is missing."""
+    if not ours or not theirs:
+        return None
+    return ours / theirs if higher_is_better else theirs / ours
+
+
+def write_json(path: str, data) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2, default=str)
