@@ -9,7 +9,7 @@ b'v'
 """
 from __future__ import annotations
 
-from ._admin import collect_garbage, instances, retire, verify
+from ._admin import collect_garbage, instances, list_checkpoints, retire, verify
 from ._checkpoint import Checkpoint
 from ._db import DB, prefix_end
 from ._options import Options
@@ -24,7 +24,7 @@ __all__ = [
     "open", "DB", "WriteBatch", "Checkpoint", "CheckpointInfo", "Options", "ObjectStore", "open_store",
     "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
     "CheckpointNotFoundError", "ObjectMissingError",
-    "instances", "retire", "collect_garbage", "verify",
+    "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
     "SCHEMA_STATE", "SCHEMA_TIMER", "SCHEMA_META", "key_prefix", "key_group_of", "prefix_end",
 ]
 

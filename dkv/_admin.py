@@ -28,6 +28,12 @@ def instances(location, **store_options) -> list[str]:
     return sorted(found)
 
 
+def list_checkpoints(location, instance: str = "", **store_options) -> list:
+    """Valid checkpoints of ``instance`` (CheckpointInfo, oldest first) without opening it.
+    Costs two listings; reads no manifest."""
+    return Timeline(open_store(location, **store_options), instance).valid()
+
+
 def retire(location, instance: str, **store_options) -> None:
     """Mark ``instance`` retired after a rescale: it can no longer be opened for writing,
     and ``collect_garbage`` may delete its files once no other instance references them.
@@ -116,4 +122,4 @@ def verify(location, instance: str = "", checkpoint: int | None = None, progress
     return report
 
 
-__all__ = ["instances", "retire", "collect_garbage", "verify", "referenced_files", "DkvError"]
+__all__ = ["list_checkpoints", "instances", "retire", "collect_garbage", "verify", "referenced_files", "DkvError"]

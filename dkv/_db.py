@@ -55,6 +55,7 @@ class DB(CheckpointMixin, FlushMixin):
         self._orphans_listed = False
         self._bg_error: BaseException | None = None
         self._compaction_queued = False
+        self._deferred_pins = 0
         self.stats_counters: Counter = Counter()
         self._open(checkpoint, sources)
 
@@ -245,12 +246,16 @@ class DB(CheckpointMixin, FlushMixin):
 
     # -- checkpoints ----------------------------------------------------------------------
 
-    def checkpoint(self, epoch: int) -> Checkpoint:
+    def checkpoint(self, epoch: int, flush: bool | None = None) -> Checkpoint:
         """Start checkpoint ``epoch`` (an int greater than the previous one) and return at once.
 
         Synchronous phase: seal the WAL buffer, pin the current levels. The upload (WAL
         segment, then the manifest by conditional create) runs in the background;
         ``cp.wait()`` returns the manifest name when it is durable.
+
+        ``flush=True`` (or, by default, memtables holding more than ``max_replay_bytes``)
+        makes a checkpoint that needs no WAL replay: the memtables are flushed to SSTs
+        first and the manifest references those instead of WAL segments.
         """
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError(f"checkpoint epoch must be a non-negative int, got {epoch!r}")
@@ -259,23 +264,69 @@ class DB(CheckpointMixin, FlushMixin):
             if epoch <= self._last_epoch:
                 raise ValueError(f"checkpoint epoch {epoch} must be greater than the previous one "
                                  f"({self._last_epoch})")
+            if flush is None:
+                flush = 0 < self.opts.max_replay_bytes < self._replay_bytes()
             with self._lock:
                 items = self._take_wal()
                 seg = None
-                if items:
+                if flush:
+                    items = {}      # every record is in a memtable about to be flushed, or in an SST
+                elif items:
                     self._next_segment += 1
                     seg = Segment(self.ns, self._writer, self._next_segment, self._seq, 0, self.groups,
                                   state="pending", records=items)
                     self._segments.append(seg)
-                pin = Pinned(self._view[1], list(self._segments), self._flushed_seq, self._seq, seg, items)
-                self._pending.append(pin)
                 self._last_epoch = epoch
+                last_seq = self._seq
+                # A checkpoint after a flushing one must pin after that flush too, or it would
+                # miss the records the flushing checkpoint did not put in a WAL segment.
+                deferred = flush or self._deferred_pins > 0
+                if deferred:
+                    self._deferred_pins += 1
+                    segs = list(self._segments)   # later checkpoints' segments are not ours
+                else:
+                    pin = self._pin(seg, items, last_seq)
             cp = Checkpoint(epoch)
+            mem = self._active if flush and self._active.data else None
+            if flush:
+                self._seal()
+        if not deferred:
+            self._submit_upload(cp, pin)
+        elif self.opts.background:
+            self._flusher.submit(self._pin_after_flushes, cp, seg, items, last_seq, mem, segs)
+        else:
+            self._pin_after_flushes(cp, seg, items, last_seq, mem, segs)
+        return cp
+
+    def _pin(self, seg, items, last_seq, segs=None) -> Pinned:
+        """Caller holds the state lock. ``segs``: the segments that existed at the
+        checkpoint's synchronous phase (those a flush has not truncated since are kept)."""
+        live = list(self._segments)
+        if segs is not None:
+            mine = {id(x) for x in segs}
+            live = [x for x in live if id(x) in mine]
+        pin = Pinned(self._view[1], live, self._flushed_seq, last_seq, seg, items)
+        self._pending.append(pin)
+        return pin
+
+    def _pin_after_flushes(self, cp, seg, items, last_seq, mem, segs) -> None:
+        """Runs on the flush thread after every flush queued before it."""
+        with self._lock:
+            self._deferred_pins -= 1
+            if mem is not None and (mem in self._view[0] or self._bg_error is not None):
+                cp._finish(DkvError(f"checkpoint {cp.epoch}: the memtable flush it needs failed: {self._bg_error}"))
+                return
+            pin = self._pin(seg, items, last_seq, segs)
+        self._submit_upload(cp, pin)
+
+    def _submit_upload(self, cp, pin) -> None:
         if self.opts.background:
             self._uploader.submit(self._upload_and_log, cp, pin)
         else:
             self._upload(cp, pin)
-        return cp
+
+    def _replay_bytes(self) -> int:
+        return self._active.nbytes + sum(m.nbytes for m in self._view[0])
 
     def _take_wal(self) -> dict:
         """The WAL buffer, plus records of segments whose upload failed (they go again)."""
@@ -380,7 +431,10 @@ class DB(CheckpointMixin, FlushMixin):
             return
         if not self.read_only and self.opts.background:
             # Flushes and compactions only matter for speed: cancel them. Checkpoint
-            # uploads in progress are finished, so a returned Checkpoint is never orphaned.
+            # uploads in progress are finished, so a returned Checkpoint is never orphaned;
+            # checkpoints waiting for a flush get it first.
+            if self._deferred_pins:
+                self._flusher.submit(lambda: None).result()
             self._closing = True
             with self._cond:
                 self._cond.notify_all()

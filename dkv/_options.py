@@ -18,6 +18,7 @@ class Options:
     level_ratio: int = 10
     max_levels: int = 4                   # deepest sorted-run level
     max_size_amp: float = 2.0             # merge everything into the last level past this ratio
+    max_replay_bytes: int = 0             # >0: a checkpoint flushes memtables past this size first
     retain: int = 5                       # checkpoints kept; older ones and their files are deleted
     wal_zstd_level: int = 3
     sst_zstd_level: int = 1
