@@ -1,1 +1,38 @@
-"""placeholder"""
+"""objectspace: persisted Python collections over dkv that save only what changed.
+
+>>> import dkv
+>>> from objectspace import ObjectSpace
+>>> with ObjectSpace.open("memory://objectspace-doc") as space:
+...     q = space.get_or_create_queue("events")
+...     q.append({"user": 42})
+...     _ = space.checkpoint(1)
+...     len(space.get_queue("events"))
+1
+
+See docs/objectspace.md (guide) and docs/format/objectspace.md (storage layout).
+"""
+from __future__ import annotations
+
+from ._codec import register_type, unregister_type
+from ._dict import PersistedDict, PersistedSortedDict
+from ._groups import PendingEntry
+from ._keycodec import decode_key, encode_key
+from ._linked import LinkedListNode, PersistedLinkedList
+from ._list import PersistedList
+from ._queue import PersistedQueue, PersistedStack
+from ._set import PersistedSet, PersistedSortedSet
+from ._stream import PersistedStream
+from ._value import PersistedArray, PersistedValue
+from .errors import (AlreadyExistsError, CorruptionError, EncodingError, KindMismatchError,
+                     ObjectDeletedError, ObjectNotFoundError, ObjectSpaceError, StreamIdError)
+from .space import DEFAULT_PREFIX, ObjectSpace
+
+__all__ = [
+    "ObjectSpace", "DEFAULT_PREFIX",
+    "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
+    "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
+    "PersistedDict", "PersistedSortedDict", "PersistedStream", "PendingEntry",
+    "register_type", "unregister_type", "encode_key", "decode_key",
+    "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
+    "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
+]

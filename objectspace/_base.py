@@ -1,0 +1,162 @@
+"""PersistedObject: what every kind shares — identity, dirty/pending flags, the save hooks.
+
+The save protocol keeps three states per slot (after the reference design): *dirty*
+(changed since the last save), *pending* (carried by a save whose commit is not yet
+confirmed) and clean. ``save`` collects dirty and pending records, then moves dirty into
+pending (``_promote``); ``on_saved`` clears pending (``_confirm``). A failed commit is
+never confirmed, so the next save carries its records again.
+"""
+from __future__ import annotations
+
+import logging
+
+from . import _layout as L
+from .errors import EncodingError, ObjectDeletedError
+
+log = logging.getLogger(__name__)
+
+
+class _Sentinel:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+MISSING = _Sentinel("MISSING")   # not known in memory
+ABSENT = _Sentinel("ABSENT")     # known not to exist (a deletion, or a cached miss)
+
+F_INDEX = 1      # the index entry must be written
+F_META = 2       # the metadata record must be written
+F_REPLACE = 4    # a previous object of this name may have left keys: delete the stale ones
+F_VALUE = 8      # value kind: the value slot must be written
+
+
+class PersistedObject:
+    """Base of every persisted kind. Get instances from an ObjectSpace, never construct them."""
+
+    kind = "object"
+    has_meta = True
+    __slots__ = ("_space", "_name", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags",
+                 "_listed", "_dead", "__weakref__")
+
+    def _init_base(self, space, name, nkey: bytes, codec, fresh: bool) -> None:
+        self._space = space
+        self._name = name
+        self._nkey = nkey
+        self._ns = space._obj_prefix + nkey
+        self._items = self._ns + L.ITEMS
+        self._codec = codec
+        self._flags = (F_INDEX | F_META) if fresh else 0
+        self._pflags = 0
+        self._listed = False
+        self._dead = False
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def name(self):
+        """The object's name in its space."""
+        return self._name
+
+    @property
+    def space(self):
+        """The ObjectSpace holding this object."""
+        return self._space
+
+    @property
+    def codec(self) -> str:
+        """Name of the element codec ("msgpack" or "raw")."""
+        return self._codec.name
+
+    def __repr__(self) -> str:
+        state = " deleted" if self._dead else ""
+        try:
+            n = self._repr_len()
+        except Exception:  # noqa: BLE001 - repr must not fail
+            n = "?"
+        return (f"<{type(self).__name__} {self._name!r} kind={self.kind} len={n} "
+                f"dirty={self._dirty_count()}{state}>")
+
+    def _repr_len(self):
+        return len(self)
+
+    def __reduce__(self):
+        raise TypeError(f"{type(self).__name__} is a handle on stored state; copy it with "
+                        "list()/dict()/set() before pickling")
+
+    # -- dirtiness --------------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        """Put this object on the space's list of objects to save. O(1)."""
+        if self._dead:
+            self._raise_dead()
+        if not self._listed:
+            self._space._touched[self._nkey] = self
+            self._listed = True
+
+    def _raise_dead(self):
+        raise ObjectDeletedError(f"{self.kind} {self._name!r} was deleted from its space "
+                                 "(or the space was closed); get it again")
+
+    def _check(self) -> None:
+        if self._dead:
+            self._raise_dead()
+
+    def _encode(self, value, slot) -> bytes:
+        """Encode one value; failures name the object and slot. O(size of value)."""
+        try:
+            return self._codec.encode(value)
+        except EncodingError:
+            raise
+        except (TypeError, ValueError, OverflowError) as e:
+            raise EncodingError(f"cannot save {self.kind} {self._name!r} slot {slot!r}: {e}") from e
+
+    def _dirty_count(self) -> int:
+        """Number of records the next differential save would write for this object."""
+        return bin(self._flags | self._pflags).count("1")
+
+    # -- save hooks (overridden per kind) ---------------------------------------------------
+
+    def _collect(self, out: list, full: bool) -> None:
+        """Append (key, bytes-or-None) records to ``out``. Pure: changes no state."""
+        flags = self._flags | self._pflags
+        replace_at = len(out)
+        if full or flags & F_INDEX:
+            out.append((self._space._index_prefix + self._nkey, L.encode_index(self.kind, self._codec.code)))
+        if self.has_meta and (full or flags & F_META):
+            out.append((self._ns + L.META, L.pack_meta(self._meta())))
+        self._collect_items(out, full)
+        if flags & F_REPLACE:
+            self._collect_stale(out, replace_at)
+
+    def _collect_stale(self, out: list, at: int) -> None:
+        """Deletes for keys of a previous object of this name that this one does not write.
+        O(stored keys of the namespace); inserted before this object's puts."""
+        seen = {k for k, _ in out[at:]}
+        stale = [(k, None) for k, _ in self._space._db.scan_prefix(self._ns) if k not in seen]
+        out[at:at] = stale
+
+    def _collect_items(self, out: list, full: bool) -> None:
+        raise NotImplementedError
+
+    def _meta(self) -> list:
+        raise NotImplementedError
+
+    def _promote(self) -> None:
+        """After the save's records are in the batch: dirty becomes pending."""
+        self._pflags |= self._flags
+        self._flags = 0
+
+    def _confirm(self) -> bool:
+        """After the host's commit: pending becomes clean. Returns True when fully clean."""
+        self._pflags = 0
+        return not self._flags
+
+    def _kill(self) -> None:
+        """The object was deleted from the space: the handle stops working."""
+        self._dead = True
+        self._listed = False

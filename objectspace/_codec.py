@@ -1,0 +1,189 @@
+"""Value codecs: msgpack with an ext-type registry (never pickle), and raw bytes.
+
+The msgpack codec stores None, bool, int, float, str, bytes, list and dict natively and
+these through ext codes (docs/format/objectspace.md lists the payloads)::
+
+    1 tuple  2 set  3 frozenset  4 datetime  5 date  6 Decimal  7 UUID  8 int beyond 64 bits
+    9 time  10 timedelta
+
+User types get codes 16..127 with ``register_type``. Types are matched exactly (a
+subclass of dict or int is not silently stored as its base: register it), so nothing is
+stored in a form that reads back as something else.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import logging
+import uuid
+
+import msgpack
+
+log = logging.getLogger(__name__)
+
+EXT_TUPLE, EXT_SET, EXT_FROZENSET, EXT_DATETIME, EXT_DATE = 1, 2, 3, 4, 5
+EXT_DECIMAL, EXT_UUID, EXT_BIGINT, EXT_TIME, EXT_TIMEDELTA = 6, 7, 8, 9, 10
+FIRST_USER_CODE, LAST_USER_CODE = 16, 127
+
+_user_by_type: dict[type, tuple[int, object]] = {}
+_user_by_code: dict[int, tuple[type, object]] = {}
+
+
+def register_type(cls: type, code: int, encode, decode) -> None:
+    """Store instances of ``cls`` (exact type) under msgpack ext ``code`` (16..127).
+
+    ``encode(obj)`` returns any storable value (it may nest other registered types);
+    ``decode(value)`` rebuilds the object. Register the same codes in every process that
+    reads the state. Raises ValueError for a code out of range or already taken.
+
+    >>> class P:
+    ...     def __init__(self, x): self.x = x
+    >>> register_type(P, 42, lambda p: p.x, P)
+    >>> decode(encode(P(3))).x
+    3
+    >>> unregister_type(P)
+    """
+    if not isinstance(cls, type):
+        raise TypeError(f"register_type needs a class, got {cls!r}")
+    if not isinstance(code, int) or not FIRST_USER_CODE <= code <= LAST_USER_CODE:
+        raise ValueError(f"user ext codes are {FIRST_USER_CODE}..{LAST_USER_CODE}, got {code!r}")
+    if code in _user_by_code and _user_by_code[code][0] is not cls:
+        raise ValueError(f"ext code {code} is taken by {_user_by_code[code][0].__qualname__}")
+    if cls in _BUILTIN_ENCODERS:
+        raise ValueError(f"{cls.__qualname__} is stored natively; it cannot be registered")
+    old = _user_by_type.pop(cls, None)
+    if old is not None:
+        _user_by_code.pop(old[0], None)
+    _user_by_type[cls] = (code, encode)
+    _user_by_code[code] = (cls, decode)
+
+
+def unregister_type(cls: type) -> None:
+    """Forget a registration (values already stored under its code become unreadable)."""
+    entry = _user_by_type.pop(cls, None)
+    if entry is not None:
+        _user_by_code.pop(entry[0], None)
+
+
+def _pack_nested(obj) -> bytes:
+    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+
+
+def _tz_seconds(t) -> object:
+    off = t.utcoffset()
+    return None if off is None else off // _dt.timedelta(microseconds=1)
+
+
+_BUILTIN_ENCODERS = {
+    tuple: lambda o: (EXT_TUPLE, _pack_nested(list(o))),
+    set: lambda o: (EXT_SET, _pack_nested(list(o))),
+    frozenset: lambda o: (EXT_FROZENSET, _pack_nested(list(o))),
+    _dt.datetime: lambda o: (EXT_DATETIME, _pack_nested(
+        [o.year, o.month, o.day, o.hour, o.minute, o.second, o.microsecond, _tz_seconds(o), o.fold])),
+    _dt.date: lambda o: (EXT_DATE, _pack_nested(o.toordinal())),
+    _dt.time: lambda o: (EXT_TIME, _pack_nested(
+        [o.hour, o.minute, o.second, o.microsecond, _tz_seconds(o), o.fold])),
+    _dt.timedelta: lambda o: (EXT_TIMEDELTA, _pack_nested([o.days, o.seconds, o.microseconds])),
+    decimal.Decimal: lambda o: (EXT_DECIMAL, str(o).encode()),
+    uuid.UUID: lambda o: (EXT_UUID, o.bytes),
+    int: lambda o: (EXT_BIGINT, str(o).encode()),
+}
+
+
+def _default(obj):
+    t = type(obj)
+    enc = _BUILTIN_ENCODERS.get(t)
+    if enc is not None:
+        return msgpack.ExtType(*enc(obj))
+    user = _user_by_type.get(t)
+    if user is not None:
+        return msgpack.ExtType(user[0], _pack_nested(user[1](obj)))
+    raise TypeError(f"cannot store a value of type {t.__module__}.{t.__qualname__} "
+                    "(register it with objectspace.register_type)")
+
+
+def _tz(seconds):
+    if seconds is None:
+        return None
+    return _dt.timezone(_dt.timedelta(microseconds=seconds))
+
+
+def _ext_hook(code: int, data: bytes):
+    if code == EXT_TUPLE:
+        return tuple(_unpack(data))
+    if code == EXT_SET:
+        return set(_unpack(data))
+    if code == EXT_FROZENSET:
+        return frozenset(_unpack(data))
+    if code == EXT_DATETIME:
+        y, mo, d, h, mi, s, us, tz, fold = _unpack(data)
+        return _dt.datetime(y, mo, d, h, mi, s, us, _tz(tz), fold=fold)
+    if code == EXT_DATE:
+        return _dt.date.fromordinal(_unpack(data))
+    if code == EXT_TIME:
+        h, mi, s, us, tz, fold = _unpack(data)
+        return _dt.time(h, mi, s, us, _tz(tz), fold=fold)
+    if code == EXT_TIMEDELTA:
+        return _dt.timedelta(*_unpack(data))
+    if code == EXT_DECIMAL:
+        return decimal.Decimal(data.decode())
+    if code == EXT_UUID:
+        return uuid.UUID(bytes=data)
+    if code == EXT_BIGINT:
+        return int(data.decode())
+    user = _user_by_code.get(code)
+    if user is None:
+        raise ValueError(f"unknown msgpack ext code {code}: register its type with objectspace.register_type")
+    return user[1](_unpack(data))
+
+
+def _unpack(raw: bytes):
+    return msgpack.unpackb(raw, ext_hook=_ext_hook, strict_map_key=False, raw=False)
+
+
+_packer = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True)
+
+
+def encode(value) -> bytes:
+    """msgpack bytes of a value. O(size). Raises TypeError (unsupported type) or
+    OverflowError/ValueError from msgpack; callers wrap them with the object and slot."""
+    return _packer.pack(value)
+
+
+decode = _unpack
+
+
+class Codec:
+    """A named element codec: ``encode(value) -> bytes`` and ``decode(bytes) -> value``."""
+
+    __slots__ = ("name", "code", "encode", "decode")
+
+    def __init__(self, name: str, code: int, encode, decode) -> None:
+        self.name, self.code, self.encode, self.decode = name, code, encode, decode
+
+    def __repr__(self) -> str:
+        return f"<Codec {self.name}>"
+
+
+def _raw_encode(value) -> bytes:
+    if type(value) is not bytes:
+        raise TypeError(f"the raw codec stores bytes only, got {type(value).__name__}")
+    return value
+
+
+def _raw_decode(raw: bytes) -> bytes:
+    return raw
+
+
+MSGPACK = Codec("msgpack", 1, encode, decode)
+RAW = Codec("raw", 2, _raw_encode, _raw_decode)
+CODECS_BY_NAME = {c.name: c for c in (MSGPACK, RAW)}
+CODECS_BY_CODE = {c.code: c for c in (MSGPACK, RAW)}
+
+
+def codec_named(name: str) -> Codec:
+    """The codec called ``name`` ("msgpack" or "raw"). Raises ValueError for others."""
+    try:
+        return CODECS_BY_NAME[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown codec {name!r}; known: {', '.join(CODECS_BY_NAME)}") from None

@@ -1,0 +1,222 @@
+"""Order-preserving, prefix-free encoding of keys and object names (see docs/format/objectspace.md).
+
+``encode_key(a) < encode_key(b)`` (bytewise) exactly when ``a < b`` for two values of the
+same type; across types the order is by type::
+
+    None < False < True < int < float < bytes < str < tuple
+
+Every encoding is self-delimiting, so no encoded key is a prefix of another; that is what
+lets a tuple's elements be concatenated and what keeps one object's keys out of another's
+namespace. Types are kept apart: ``1``, ``1.0`` and ``True`` are three different keys
+(Python treats them as one); ``-0.0`` is stored as ``0.0`` (Python treats them as one);
+NaN is rejected because it has no place in any order.
+
+Layout (tag byte first)::
+
+    0x10 None            0x18 False   0x19 True
+    0x20 int   one length byte: 0x80 zero, 0x80+L for L payload bytes (L < 127), 0xFF + 8-byte L;
+               negatives 0x7F-L (L < 127) or 0x00 + 8-byte (2**64-1-L), payload (256**L-1-|n|)
+    0x30 float 8 bytes: IEEE 754 bits, sign bit flipped (positive) or all bits inverted (negative)
+    0x40 bytes 0x50 str (UTF-8): bytes with 0x00 escaped as 0x00 0xFF, then 0x00
+    0x60 tuple elements, then 0x00
+"""
+from __future__ import annotations
+
+import struct
+
+from .errors import EncodingError
+
+T_END = 0x00
+T_NONE, T_FALSE, T_TRUE = 0x10, 0x18, 0x19
+T_INT, T_FLOAT, T_BYTES, T_STR, T_TUPLE = 0x20, 0x30, 0x40, 0x50, 0x60
+
+_NONE, _FALSE, _TRUE = bytes((T_NONE,)), bytes((T_FALSE,)), bytes((T_TRUE,))
+_ZERO = bytes((T_INT, 0x80))
+_STR, _BYTES, _FLOAT, _TUPLE = bytes((T_STR,)), bytes((T_BYTES,)), bytes((T_FLOAT,)), bytes((T_TUPLE,))
+_END = b"\x00"
+_D = struct.Struct(">d")
+_Q = struct.Struct(">Q")
+_MASK64 = (1 << 64) - 1
+_SIGN = 1 << 63
+
+
+def _escape(b: bytes) -> bytes:
+    return (b.replace(b"\x00", b"\x00\xff") if b"\x00" in b else b) + _END
+
+
+def _enc_int(n: int) -> bytes:
+    if n > 0:
+        length = (n.bit_length() + 7) >> 3
+        if length < 127:
+            return bytes((T_INT, 0x80 + length)) + n.to_bytes(length, "big")
+        return bytes((T_INT, 0xFF)) + length.to_bytes(8, "big") + n.to_bytes(length, "big")
+    if n == 0:
+        return _ZERO
+    m = -n
+    length = (m.bit_length() + 7) >> 3
+    payload = ((1 << (8 * length)) - 1 - m).to_bytes(length, "big")
+    if length < 127:
+        return bytes((T_INT, 0x7F - length)) + payload
+    return bytes((T_INT, 0x00)) + (_MASK64 - length).to_bytes(8, "big") + payload
+
+
+def _enc_float(x: float) -> bytes:
+    if x != x:
+        raise ValueError("NaN cannot be used as a key: it has no place in any order")
+    if x == 0.0:
+        x = 0.0   # -0.0 == 0.0 in Python, so they are one key
+    bits = _Q.unpack(_D.pack(x))[0]
+    bits = bits ^ _MASK64 if bits & _SIGN else bits | _SIGN
+    return _FLOAT + _Q.pack(bits)
+
+
+def _enc(k, out: list) -> None:
+    t = type(k)
+    if t is str:
+        out.append(_STR + _escape(k.encode("utf-8", "surrogatepass")))
+    elif t is int:
+        out.append(_enc_int(k))
+    elif t is tuple:
+        out.append(_TUPLE)
+        for e in k:
+            _enc(e, out)
+        out.append(_END)
+    elif t is bytes:
+        out.append(_BYTES + _escape(k))
+    elif t is float:
+        out.append(_enc_float(k))
+    elif k is None:
+        out.append(_NONE)
+    elif t is bool:
+        out.append(_TRUE if k else _FALSE)
+    else:
+        raise EncodingError(f"{t.__name__} cannot be a key: keys are None, bool, int, float, "
+                            "bytes, str or tuples of them")
+
+
+def encode_key(k) -> bytes:
+    """The order-preserving encoding of ``k``. O(size of k).
+
+    Raises EncodingError (a TypeError) for an unsupported type and ValueError for NaN.
+
+    >>> encode_key(1) < encode_key(2) < encode_key(1.5) < encode_key("a")
+    True
+    """
+    t = type(k)
+    if t is str:   # fast path: the common key
+        try:
+            return _STR + _escape(k.encode())
+        except UnicodeEncodeError:
+            pass
+    elif t is int:
+        return _enc_int(k)
+    out: list = []
+    _enc(k, out)
+    return b"".join(out)
+
+
+def _unescape(b: bytes, i: int) -> tuple[bytes, int]:
+    parts = []
+    while True:
+        j = b.index(b"\x00", i)
+        if j + 1 < len(b) and b[j + 1] == 0xFF:
+            parts.append(b[i:j + 1])
+            i = j + 2
+            continue
+        parts.append(b[i:j])
+        return b"".join(parts), j + 1
+
+
+def _dec(b: bytes, i: int):
+    t = b[i]
+    i += 1
+    if t == T_STR:
+        raw, i = _unescape(b, i)
+        return raw.decode("utf-8", "surrogatepass"), i
+    if t == T_INT:
+        lb = b[i]
+        i += 1
+        if lb == 0x80:
+            return 0, i
+        if lb == 0xFF or lb == 0x00:
+            length = int.from_bytes(b[i:i + 8], "big")
+            i += 8
+            if lb == 0x00:
+                length = _MASK64 - length
+        else:
+            length = lb - 0x80 if lb > 0x80 else 0x7F - lb
+        payload = int.from_bytes(b[i:i + length], "big")
+        i += length
+        if lb > 0x80:
+            return payload, i
+        return -((1 << (8 * length)) - 1 - payload), i
+    if t == T_TUPLE:
+        items = []
+        while b[i] != T_END:
+            v, i = _dec(b, i)
+            items.append(v)
+        return tuple(items), i + 1
+    if t == T_BYTES:
+        return _unescape(b, i)
+    if t == T_FLOAT:
+        bits = _Q.unpack_from(b, i)[0]
+        bits = bits ^ _SIGN if bits & _SIGN else bits ^ _MASK64
+        return _D.unpack(_Q.pack(bits))[0], i + 8
+    if t == T_NONE:
+        return None, i
+    if t == T_FALSE or t == T_TRUE:
+        return t == T_TRUE, i
+    raise ValueError(f"unknown key tag 0x{t:02x} at offset {i - 1}")
+
+
+def decode_key(b: bytes, offset: int = 0):
+    """Inverse of encode_key. O(len(b)). Raises ValueError on bytes that are not a key."""
+    try:
+        v, end = _dec(b, offset)
+    except (IndexError, struct.error) as e:
+        raise ValueError(f"truncated key {b!r:.60}") from e
+    if end != len(b):
+        raise ValueError(f"trailing bytes after key in {b!r:.60}")
+    return v
+
+
+# -- object names ------------------------------------------------------------------------
+
+def check_name(name):
+    """Validate an object name: a non-empty str, or a non-empty tuple of str/int/bytes."""
+    t = type(name)
+    if t is str:
+        if name:
+            return name
+    elif t is tuple and name:
+        for part in name:
+            if type(part) not in (str, int, bytes):
+                raise TypeError(f"object name parts must be str, int or bytes, got "
+                                f"{type(part).__name__} in {name!r}")
+        return name
+    raise TypeError(f"object names are non-empty str or tuples of str/int/bytes, got {name!r}")
+
+
+def encode_name(name) -> bytes:
+    """Prefix-free, order-preserving bytes of an object name. O(len(name))."""
+    if type(name) is str and name:
+        try:
+            return _STR + _escape(name.encode())
+        except UnicodeEncodeError:
+            pass
+    return encode_key(check_name(name))
+
+
+def encode_name_scope(prefix) -> bytes:
+    """Bytes every encoded name in a scope starts with (for ``names(prefix=...)``).
+
+    A tuple scope ``("user-42",)`` covers tuple names whose first parts are those; a str
+    scope ``"tmp-"`` covers str names starting with it.
+    """
+    if type(prefix) is str:
+        return _STR + prefix.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff")
+    if type(prefix) is tuple:
+        if prefix:
+            check_name(prefix)
+        return encode_key(prefix)[:-1]
+    raise TypeError(f"a names() prefix is a str or a tuple, got {prefix!r}")

@@ -1,0 +1,174 @@
+"""create_<kind>, get_<kind> and get_or_create_<kind> for every kind (mixed into ObjectSpace).
+
+create_<kind> raises AlreadyExistsError (a ValueError) when the name exists; get_<kind>
+raises ObjectNotFoundError (a KeyError) when it does not and KindMismatchError (a
+TypeError) when it is another kind or codec. get costs two point reads (index entry and
+metadata) unless the object is in memory; items load on demand.
+"""
+from __future__ import annotations
+
+from ._dict import PersistedDict, PersistedSortedDict
+from ._linked import PersistedLinkedList
+from ._list import PersistedList
+from ._queue import PersistedQueue, PersistedStack
+from ._set import PersistedSet, PersistedSortedSet
+from ._stream import PersistedStream
+from ._value import PersistedArray, PersistedValue
+
+KIND_CLASSES = {cls.kind: cls for cls in (
+    PersistedValue, PersistedArray, PersistedList, PersistedQueue, PersistedStack,
+    PersistedLinkedList, PersistedSet, PersistedSortedSet, PersistedDict, PersistedSortedDict,
+    PersistedStream)}
+
+
+def _extend(items):
+    items = list(items)
+    return (lambda obj: obj.extend(items)) if items else None
+
+
+def _update(items):
+    items = list(items.items() if hasattr(items, "items") else items)
+
+    def fill(obj):
+        for k, v in items:
+            obj[k] = v
+    return fill if items else None
+
+
+def _add_all(items):
+    items = list(items)
+    return (lambda obj: obj.update(items)) if items else None
+
+
+class KindMethods:
+    """The per-kind factory methods of ObjectSpace."""
+
+    __slots__ = ()
+
+    # value
+    def create_value(self, name, value=None, *, codec: str = "msgpack") -> PersistedValue:
+        """A new value holding ``value``; one record."""
+        def fill(obj):
+            obj.value = value
+        return self._create(name, "value", codec, fill)
+
+    def get_value(self, name, *, codec: str | None = None) -> PersistedValue:
+        return self._lookup(name, "value", codec)
+
+    def get_or_create_value(self, name, value=None, *, codec: str = "msgpack") -> PersistedValue:
+        """The value called name, created holding ``value`` if absent."""
+        return self._get_or_create(name, "value", codec, lambda: self.create_value(name, value, codec=codec))
+
+    # array
+    def create_array(self, name, length: int, fill=None, *, codec: str = "msgpack") -> PersistedArray:
+        """A new fixed-length array of ``length`` slots set to ``fill`` (all n slots dirty)."""
+        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+            raise ValueError(f"array length must be an int >= 0, got {length!r}")
+        return self._create(name, "array", codec, None, length=length, fill_value=fill)
+
+    def get_array(self, name, *, codec: str | None = None) -> PersistedArray:
+        return self._lookup(name, "array", codec)
+
+    def get_or_create_array(self, name, length: int, fill=None, *, codec: str = "msgpack") -> PersistedArray:
+        return self._get_or_create(name, "array", codec, lambda: self.create_array(name, length, fill, codec=codec))
+
+    # list
+    def create_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedList:
+        return self._create(name, "list", codec, _extend(items))
+
+    def get_list(self, name, *, codec: str | None = None) -> PersistedList:
+        return self._lookup(name, "list", codec)
+
+    def get_or_create_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedList:
+        return self._get_or_create(name, "list", codec, lambda: self.create_list(name, items, codec=codec))
+
+    # queue
+    def create_queue(self, name, items=(), *, codec: str = "msgpack") -> PersistedQueue:
+        return self._create(name, "queue", codec, _extend(items))
+
+    def get_queue(self, name, *, codec: str | None = None) -> PersistedQueue:
+        return self._lookup(name, "queue", codec)
+
+    def get_or_create_queue(self, name, items=(), *, codec: str = "msgpack") -> PersistedQueue:
+        return self._get_or_create(name, "queue", codec, lambda: self.create_queue(name, items, codec=codec))
+
+    # stack
+    def create_stack(self, name, items=(), *, codec: str = "msgpack") -> PersistedStack:
+        """A new stack; ``items`` are pushed in order (the last ends on top)."""
+        return self._create(name, "stack", codec, _extend(items))
+
+    def get_stack(self, name, *, codec: str | None = None) -> PersistedStack:
+        return self._lookup(name, "stack", codec)
+
+    def get_or_create_stack(self, name, items=(), *, codec: str = "msgpack") -> PersistedStack:
+        return self._get_or_create(name, "stack", codec, lambda: self.create_stack(name, items, codec=codec))
+
+    # linked list
+    def create_linked_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedLinkedList:
+        items = list(items)
+
+        def fill(obj):
+            for v in items:
+                obj.add_last(v)
+        return self._create(name, "linked_list", codec, fill if items else None)
+
+    def get_linked_list(self, name, *, codec: str | None = None) -> PersistedLinkedList:
+        return self._lookup(name, "linked_list", codec)
+
+    def get_or_create_linked_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedLinkedList:
+        return self._get_or_create(name, "linked_list", codec,
+                                   lambda: self.create_linked_list(name, items, codec=codec))
+
+    # set
+    def create_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSet:
+        return self._create(name, "set", codec, _add_all(items))
+
+    def get_set(self, name, *, codec: str | None = None) -> PersistedSet:
+        return self._lookup(name, "set", codec)
+
+    def get_or_create_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSet:
+        return self._get_or_create(name, "set", codec, lambda: self.create_set(name, items, codec=codec))
+
+    # sorted set
+    def create_sorted_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedSet:
+        return self._create(name, "sorted_set", codec, _add_all(items))
+
+    def get_sorted_set(self, name, *, codec: str | None = None) -> PersistedSortedSet:
+        return self._lookup(name, "sorted_set", codec)
+
+    def get_or_create_sorted_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedSet:
+        return self._get_or_create(name, "sorted_set", codec,
+                                   lambda: self.create_sorted_set(name, items, codec=codec))
+
+    # dict
+    def create_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedDict:
+        """A new dict filled from a mapping or (key, value) pairs."""
+        return self._create(name, "dict", codec, _update(items))
+
+    def get_dict(self, name, *, codec: str | None = None) -> PersistedDict:
+        return self._lookup(name, "dict", codec)
+
+    def get_or_create_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedDict:
+        return self._get_or_create(name, "dict", codec, lambda: self.create_dict(name, items, codec=codec))
+
+    # sorted dict
+    def create_sorted_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedDict:
+        return self._create(name, "sorted_dict", codec, _update(items))
+
+    def get_sorted_dict(self, name, *, codec: str | None = None) -> PersistedSortedDict:
+        return self._lookup(name, "sorted_dict", codec)
+
+    def get_or_create_sorted_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedDict:
+        return self._get_or_create(name, "sorted_dict", codec,
+                                   lambda: self.create_sorted_dict(name, items, codec=codec))
+
+    # stream
+    def create_stream(self, name, *, codec: str = "msgpack") -> PersistedStream:
+        """A new empty stream (Redis Streams semantics)."""
+        return self._create(name, "stream", codec, None)
+
+    def get_stream(self, name, *, codec: str | None = None) -> PersistedStream:
+        return self._lookup(name, "stream", codec)
+
+    def get_or_create_stream(self, name, *, codec: str = "msgpack") -> PersistedStream:
+        return self._get_or_create(name, "stream", codec, lambda: self.create_stream(name, codec=codec))

@@ -1,0 +1,87 @@
+"""Every key objectspace writes is built here (docs/format/objectspace.md has the diagram).
+
+Under a space prefix ``P``::
+
+    P 0x00 <name>                      index entry: msgpack [kind, codec, format version]
+    P 0x01 <name> 0x00                 metadata of the object (per kind, msgpack)
+    P 0x01 <name> 0x01 <slot|key>      items: 8-byte big-endian slot, or an encoded key
+    P 0x01 <name> 0x02 <node>          linked list: next-node links (8-byte node ids)
+    P 0x01 <name> 0x03 <group>         stream: consumer group records
+    P 0x01 <name> 0x04 <group> <id>    stream: pending entries of a group
+
+``<name>`` is the prefix-free encoding of the object name (``_keycodec.encode_name``), so
+one object's namespace never contains another's keys.
+"""
+from __future__ import annotations
+
+import msgpack
+
+from .errors import CorruptionError
+
+FORMAT_VERSION = 1
+
+INDEX = b"\x00"
+OBJECTS = b"\x01"
+META = b"\x00"
+ITEMS = b"\x01"
+LINKS = b"\x02"
+GROUPS = b"\x03"
+PEL = b"\x04"
+
+SLOT_BYTES = 8
+
+KIND_CODES = {
+    "value": 1, "array": 2, "list": 3, "queue": 4, "stack": 5, "linked_list": 6,
+    "set": 7, "sorted_set": 8, "dict": 9, "sorted_dict": 10, "stream": 11,
+}
+KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
+
+
+def slot_key(items_prefix: bytes, slot: int) -> bytes:
+    """Key of an integer slot: fixed-width big-endian, so slots sort numerically."""
+    return items_prefix + slot.to_bytes(SLOT_BYTES, "big")
+
+
+def slot_of(key: bytes) -> int:
+    return int.from_bytes(key[-SLOT_BYTES:], "big")
+
+
+def encode_index(kind: str, codec_code: int) -> bytes:
+    return msgpack.packb([KIND_CODES[kind], codec_code, FORMAT_VERSION])
+
+
+def decode_index(raw: bytes, name) -> tuple[str, int]:
+    """(kind, codec code) from an index entry. Raises CorruptionError for unknown kinds or
+    a newer format version."""
+    try:
+        kind_code, codec_code, version = msgpack.unpackb(raw)[:3]
+    except Exception as e:  # noqa: BLE001 - any decoding failure is corruption
+        raise CorruptionError(f"index entry of {name!r} is unreadable: {raw!r:.40}") from e
+    if version > FORMAT_VERSION:
+        raise CorruptionError(f"object {name!r} has format version {version}; this objectspace "
+                              f"reads up to {FORMAT_VERSION} (upgrade objectspace)")
+    kind = KIND_NAMES.get(kind_code)
+    if kind is None:
+        raise CorruptionError(f"object {name!r} has unknown kind code {kind_code}")
+    return kind, codec_code
+
+
+def pack_meta(fields) -> bytes:
+    return msgpack.packb(fields)
+
+
+def unpack_meta(raw: bytes | None, name, kind: str):
+    if raw is None:
+        raise CorruptionError(f"{kind} {name!r} has an index entry but no metadata record")
+    try:
+        return msgpack.unpackb(raw)
+    except Exception as e:  # noqa: BLE001
+        raise CorruptionError(f"metadata of {kind} {name!r} is unreadable: {raw!r:.40}") from e
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key above every key starting with prefix (None if there is none)."""
+    p = prefix.rstrip(b"\xff")
+    if not p:
+        return None
+    return p[:-1] + bytes((p[-1] + 1,))

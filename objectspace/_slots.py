@@ -1,0 +1,203 @@
+"""SlotSequence: the storage engine of array, list, stack and queue.
+
+Items live in integer slots ``head .. tail-1`` (keys: 8-byte big-endian, so a range scan
+returns them in order). In memory, ``_vals`` maps slot -> value for the slots that are
+loaded, dirty or pending; clean slots may be evicted past the space's ``cache_items``.
+Objects no larger than ``cache_items`` are loaded whole by one range scan on first read.
+
+Deletions need no per-slot bookkeeping: the store may hold slots ``[_lo, _hi)``; a save
+deletes the part of that range outside ``[head, tail)``. An item appended and popped
+between two saves is never written and never deleted; a list that shrinks deletes its
+old tail slots.
+"""
+from __future__ import annotations
+
+from . import _layout as L
+from ._base import F_META, F_REPLACE, MISSING, PersistedObject
+from .errors import CorruptionError
+
+_slot_key = L.slot_key
+
+
+class SlotSequence(PersistedObject):
+    __slots__ = ("_vals", "_dirty", "_pending", "_head", "_tail", "_lo", "_hi", "_snap",
+                 "_complete", "_version")
+
+    def _init_slots(self, head: int, tail: int, fresh: bool) -> None:
+        self._vals: dict = {}
+        self._dirty: set = set()
+        self._pending: set = set()
+        self._head = head
+        self._tail = tail
+        self._lo = head                    # the store may hold slots [_lo, _hi)
+        self._hi = head if fresh else tail
+        self._snap = (self._lo, self._hi)
+        self._complete = fresh or head == tail
+        self._version = 0
+
+    def __len__(self) -> int:
+        return self._tail - self._head
+
+    def _dirty_count(self) -> int:
+        return len(self._dirty | self._pending) + super()._dirty_count()
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def _get_slot(self, s: int):
+        """Value of slot s (head <= s < tail). O(1) in memory, else one point read or, for
+        an object of at most cache_items, one range scan that loads it whole."""
+        v = self._vals.get(s, MISSING)
+        if v is MISSING:
+            v = self._fetch(s)
+        return v
+
+    def _fetch(self, s: int):
+        if self._tail - self._head <= self._space._cache_items:
+            self._load_range(self._head, self._tail)
+            self._complete = True
+            return self._vals[s]
+        raw = self._space._db.get(_slot_key(self._items, s))
+        if raw is None:
+            raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
+        v = self._codec.decode(raw)
+        self._vals[s] = v
+        if len(self._vals) > self._space._cache_items:
+            self._evict()
+        return v
+
+    def _load_range(self, a: int, b: int) -> None:
+        """Load slots [a, b) that are not in memory. O(b - a) with one range scan."""
+        vals = self._vals
+        if self._complete or all(s in vals for s in range(a, b)):
+            return
+        ip, decode = self._items, self._codec.decode
+        for key, raw in self._space._db.scan(_slot_key(ip, a), _slot_key(ip, b)):
+            s = L.slot_of(key)
+            if s not in vals:
+                vals[s] = decode(raw)
+        missing = [s for s in range(a, b) if s not in vals]
+        if missing:
+            raise CorruptionError(f"{self.kind} {self._name!r} is missing slots {missing[:5]}")
+
+    def _iter_slots(self, a: int, b: int):
+        """Values of slots a..b-1 in order, streaming from the store for slots not in memory
+        (they are not cached). Raises RuntimeError if the sequence changes meanwhile."""
+        vals, version = self._vals, self._version
+        if self._complete:
+            for s in range(a, b):
+                if self._version != version:
+                    raise RuntimeError(f"{self.kind} mutated during iteration")
+                yield vals[s]
+            return
+        ip, decode = self._items, self._codec.decode
+        scan = None
+        s = a
+        while s < b:
+            if self._version != version:
+                raise RuntimeError(f"{self.kind} mutated during iteration")
+            v = vals.get(s, MISSING)
+            if v is MISSING:
+                if scan is None:
+                    scan = self._space._db.scan(_slot_key(ip, s), _slot_key(ip, b))
+                for key, raw in scan:
+                    got = L.slot_of(key)
+                    if got == s:
+                        v = decode(raw)
+                        break
+                    if got > s:
+                        raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
+                else:
+                    raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
+            yield v
+            s += 1
+
+    def _evict(self) -> None:
+        """Drop clean cached slots down to half of cache_items. O(len(_vals))."""
+        if (self._flags | self._pflags) & F_REPLACE:
+            return
+        limit = self._space._cache_items // 2
+        pinned = self._dirty | self._pending
+        vals = self._vals
+        for s in [s for s in vals if s not in pinned][: max(0, len(vals) - limit)]:
+            del vals[s]
+        self._complete = False
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _set_slot(self, s: int, value) -> None:
+        """Assign slot s. O(1); marks one slot dirty."""
+        self._vals[s] = value
+        self._dirty.add(s)
+        if not self._listed:
+            self._touch()
+
+    def _drop_slot(self, s: int) -> None:
+        """Forget slot s in memory (it left [head, tail)); the save deletes it if stored."""
+        self._vals.pop(s, None)
+        self._dirty.discard(s)
+        self._pending.discard(s)
+
+    def _replace_all(self, new: list) -> None:
+        """Make the sequence ``new`` (head 0). Marks dirty only slots whose object changed;
+        O(n)."""
+        vals, dirty = self._vals, self._dirty
+        old_n = self._tail
+        for s, v in enumerate(new):
+            if vals.get(s, MISSING) is not v:
+                vals[s] = v
+                dirty.add(s)
+        for s in range(len(new), old_n):
+            self._drop_slot(s)
+        if len(new) != old_n:
+            self._tail = len(new)
+            self._flags |= F_META
+            self._version += 1
+        self._touch()
+
+    def _all_values(self) -> list:
+        """Every value in order, loading what is missing. O(n)."""
+        self._load_range(self._head, self._tail)
+        self._complete = True
+        vals = self._vals
+        return [vals[s] for s in range(self._head, self._tail)]
+
+    # -- save -------------------------------------------------------------------------------
+
+    def _collect_items(self, out: list, full: bool) -> None:
+        ip, head, tail, lo, hi = self._items, self._head, self._tail, self._lo, self._hi
+        for s in range(lo, min(head, hi)):
+            out.append((_slot_key(ip, s), None))
+        for s in range(max(tail, lo), hi):
+            out.append((_slot_key(ip, s), None))
+        enc = self._encode
+        if full:
+            for s, v in zip(range(head, tail), self._iter_slots(head, tail)):
+                out.append((_slot_key(ip, s), enc(v, s - head)))
+            return
+        dirty = self._dirty
+        if self._pending:
+            dirty = dirty | self._pending
+        vals = self._vals
+        for s in (sorted(dirty) if len(dirty) > 1 else dirty):
+            if head <= s < tail:
+                out.append((_slot_key(ip, s), enc(vals[s], s - head)))
+
+    def _promote(self) -> None:
+        self._pflags |= self._flags
+        self._flags = 0
+        if self._pending:
+            self._pending |= self._dirty
+            self._dirty.clear()
+        else:
+            self._pending, self._dirty = self._dirty, self._pending
+        self._snap = (self._head, self._tail)
+        if self._tail > self._hi:
+            self._hi = self._tail
+
+    def _confirm(self) -> bool:
+        self._pflags = 0
+        self._pending.clear()
+        self._lo, self._hi = self._snap
+        if len(self._vals) > self._space._cache_items:
+            self._evict()
+        return not self._flags and not self._dirty

@@ -1,0 +1,144 @@
+"""PersistedValue (one slot) and PersistedArray (fixed length, Sequence with assignment)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._base import F_VALUE, MISSING, PersistedObject
+from ._slots import SlotSequence
+from .errors import CorruptionError
+
+
+class PersistedValue(PersistedObject):
+    """A single persisted slot, like a box: ``v.value`` reads, ``v.value = x`` writes.
+
+    Storage: no metadata; the value is one record. Reading is O(1) after the first read
+    (one point read); assigning is O(1) and marks the one slot dirty.
+    """
+
+    kind = "value"
+    has_meta = False
+    __slots__ = ("_value",)
+
+    @classmethod
+    def _fresh(cls, space, name, nkey, codec):
+        self = cls()
+        self._init_base(space, name, nkey, codec, fresh=True)
+        self._flags |= F_VALUE
+        self._value = None
+        return self
+
+    @classmethod
+    def _load(cls, space, name, nkey, codec, meta):
+        self = cls()
+        self._init_base(space, name, nkey, codec, fresh=False)
+        self._value = MISSING
+        return self
+
+    @property
+    def value(self):
+        """The stored value. O(1); the first read of a loaded value is one point read."""
+        if self._dead:
+            self._raise_dead()
+        v = self._value
+        if v is MISSING:
+            raw = self._space._db.get(self._items)
+            if raw is None:
+                raise CorruptionError(f"value {self._name!r} has an index entry but no value record")
+            v = self._value = self._codec.decode(raw)
+        return v
+
+    @value.setter
+    def value(self, v) -> None:
+        if not self._listed:
+            self._touch()
+        self._value = v
+        self._flags |= F_VALUE
+
+    def get(self):
+        """Same as ``.value``."""
+        return self.value
+
+    def set(self, v) -> None:
+        """Same as ``.value = v``. O(1); marks the slot dirty."""
+        self.value = v
+
+    def _repr_len(self):
+        return 1
+
+    def _collect_items(self, out: list, full: bool) -> None:
+        if full or (self._flags | self._pflags) & F_VALUE:
+            out.append((self._items, self._encode(self.value, "value")))
+
+    def _meta(self) -> list:
+        return []
+
+
+class PersistedArray(SlotSequence, Sequence):
+    """A fixed-length sequence with item assignment (like a list that cannot grow).
+
+    ``a[i]`` is O(1) (one point read when not cached); ``a[i] = x`` is O(1) and marks one
+    slot dirty. Creating an array of length n marks n slots dirty (every slot is stored).
+    Raises IndexError out of range; slice assignment must keep the length (ValueError).
+    """
+
+    kind = "array"
+    __slots__ = ()
+
+    @classmethod
+    def _fresh(cls, space, name, nkey, codec, length: int = 0, fill_value=None):
+        self = cls()
+        self._init_base(space, name, nkey, codec, fresh=True)
+        self._init_slots(0, length, fresh=True)
+        self._vals = dict.fromkeys(range(length), fill_value)
+        self._dirty = set(range(length))
+        return self
+
+    @classmethod
+    def _load(cls, space, name, nkey, codec, meta):
+        self = cls()
+        self._init_base(space, name, nkey, codec, fresh=False)
+        self._init_slots(0, meta[0], fresh=False)
+        return self
+
+    def _meta(self) -> list:
+        return [self._tail]
+
+    def _index(self, i: int) -> int:
+        n = self._tail
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"{self.kind} index out of range")
+        return i
+
+    def __getitem__(self, i):
+        """O(1) per item; a slice of k items is O(k)."""
+        if self._dead:
+            self._raise_dead()
+        if isinstance(i, slice):
+            return [self._get_slot(s) for s in range(*i.indices(self._tail))]
+        return self._get_slot(self._index(i.__index__()))
+
+    def __setitem__(self, i, value) -> None:
+        """O(1) per item; marks each assigned slot dirty."""
+        if isinstance(i, slice):
+            slots = range(*i.indices(self._tail))
+            values = list(value)
+            if len(values) != len(slots):
+                raise ValueError(f"cannot resize an array: slice of {len(slots)} "
+                                 f"assigned {len(values)} values")
+            for s, v in zip(slots, values):
+                self._set_slot(s, v)
+            return
+        self._set_slot(self._index(i.__index__()), value)
+
+    def __iter__(self):
+        """O(n); streams slots not in memory from the store."""
+        if self._dead:
+            self._raise_dead()
+        return self._iter_slots(0, self._tail)
+
+    def fill(self, value) -> None:
+        """Assign value to every slot. O(n); marks n slots dirty."""
+        for s in range(self._tail):
+            self._set_slot(s, value)

@@ -1,0 +1,366 @@
+"""ObjectSpace: named persisted objects over a dkv store, saved as differential write batches.
+
+>>> import dkv
+>>> from objectspace import ObjectSpace
+>>> space = ObjectSpace(dkv.open("memory://space-doc"), prefix=b"app/")
+>>> a = space.create_array("foo", 8, fill=0); a[3] = 42
+>>> batch = space.save()        # the host commits the batch, then confirms:
+>>> space._db.write(batch); space.on_saved()
+>>> space.get_array("foo")[3]
+42
+"""
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections import OrderedDict
+
+import dkv
+from dkv.batch import WriteBatch
+from dkv.keys import SCHEMA_STATE, key_prefix
+
+from . import _layout as L
+from ._base import F_INDEX, F_REPLACE
+from ._codec import CODECS_BY_CODE, codec_named
+from ._keycodec import decode_key, encode_name, encode_name_scope
+from ._kinds import KIND_CLASSES, KindMethods
+from .errors import AlreadyExistsError, CorruptionError, KindMismatchError, ObjectNotFoundError, ObjectSpaceError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = key_prefix(0, SCHEMA_STATE)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Grave:
+    """A deleted object whose stored keys the next save must delete."""
+
+    __slots__ = ("nkey",)
+
+    def __init__(self, nkey: bytes) -> None:
+        self.nkey = nkey
+
+
+class ObjectSpace(KindMethods):
+    """Named persisted objects under one key prefix of a dkv store.
+
+    ``ObjectSpace(db, prefix=...)`` is O(1) and does no I/O; many spaces may share one db
+    when no prefix is a prefix of another. ``cache_items`` bounds the clean items an
+    object keeps in memory (and is the size up to which an object loads whole on first
+    read); ``cache_objects`` is how many clean, unreferenced objects stay in memory;
+    ``clock`` returns milliseconds (stream ids and idle times).
+
+    Save protocol: ``batch = save()``; commit the batch to the same db; ``on_saved()``. A
+    space is not thread-safe.
+    """
+
+    def __init__(self, db, prefix: bytes = DEFAULT_PREFIX, *, cache_items: int = 4096,
+                 cache_objects: int = 4096, clock=None) -> None:
+        if not isinstance(prefix, (bytes, bytearray)):
+            raise TypeError(f"prefix must be bytes, got {type(prefix).__name__}")
+        if cache_items < 1 or cache_objects < 0:
+            raise ValueError("cache_items must be >= 1 and cache_objects >= 0")
+        prefix = bytes(prefix)
+        self._db = db
+        self._prefix = prefix
+        self._index_prefix = prefix + L.INDEX
+        self._obj_prefix = prefix + L.OBJECTS
+        self._cache_items = cache_items
+        self._cache_objects = cache_objects
+        self._clock = clock or _now_ms
+        self._live: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._recent: OrderedDict = OrderedDict()
+        self._touched: dict = {}        # nkey -> object with dirty or pending changes
+        self._graves: dict = {}         # nkey -> _Grave
+        self._last_saved: tuple = ((), ())
+        self._known_absent = None
+        self._owns_db = False
+        self._closed = False
+
+    @classmethod
+    def open(cls, location, *, prefix: bytes = DEFAULT_PREFIX, checkpoint: int | None = None,
+             cache_items: int = 4096, cache_objects: int = 4096, clock=None, **dkv_options) -> "ObjectSpace":
+        """Open a dkv store at ``location`` (owned and closed by the space) and a space on it.
+        ``checkpoint=epoch`` opens the state as of that checkpoint."""
+        db = dkv.open(location, checkpoint=checkpoint, **dkv_options)
+        space = cls(db, prefix, cache_items=cache_items, cache_objects=cache_objects, clock=clock)
+        space._owns_db = True
+        return space
+
+    @property
+    def db(self):
+        """The dkv store underneath."""
+        return self._db
+
+    @property
+    def prefix(self) -> bytes:
+        return self._prefix
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return f"<ObjectSpace prefix={self._prefix!r} touched={len(self._touched)}{state}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ObjectSpaceError("the object space is closed")
+
+    # -- lookup -------------------------------------------------------------------------------
+
+    def _remember(self, obj) -> None:
+        if self._cache_objects:
+            recent = self._recent
+            recent[obj._nkey] = obj
+            recent.move_to_end(obj._nkey)
+            if len(recent) > self._cache_objects:
+                recent.popitem(last=False)
+
+    def _lookup(self, name, kind: str | None, codec: str | None = None):
+        """The object called name, checking kind and codec. O(1) when in memory, else two
+        point reads (index entry and metadata)."""
+        if self._closed:
+            self._check_open()
+        nkey = encode_name(name)
+        obj = self._live.get(nkey)
+        if obj is None:
+            if nkey in self._graves:
+                raise ObjectNotFoundError(f"no object named {name!r} in the space")
+            raw = self._db.get(self._index_prefix + nkey)
+            if raw is None:
+                raise ObjectNotFoundError(f"no object named {name!r} in the space")
+            obj = self._load(name, nkey, raw, kind, codec)
+            self._live[nkey] = obj
+        elif (kind is not None and obj.kind != kind) or (codec is not None and obj._codec.name != codec):
+            self._mismatch(name, kind, obj.kind, codec, obj._codec.name)
+        self._remember(obj)
+        return obj
+
+    def _load(self, name, nkey: bytes, raw: bytes, kind: str | None, codec: str | None):
+        found, codec_code = L.decode_index(raw, name)
+        codec_obj = CODECS_BY_CODE.get(codec_code)
+        if codec_obj is None:
+            raise CorruptionError(f"object {name!r} uses unknown codec code {codec_code}")
+        if (kind is not None and found != kind) or (codec is not None and codec_obj.name != codec):
+            self._mismatch(name, kind, found, codec, codec_obj.name)
+        cls = KIND_CLASSES[found]
+        meta = None
+        if cls.has_meta:
+            meta = L.unpack_meta(self._db.get(self._obj_prefix + nkey + L.META), name, found)
+        return cls._load(self, name, nkey, codec_obj, meta)
+
+    @staticmethod
+    def _mismatch(name, want_kind, kind, want_codec, codec):
+        if want_kind is not None and want_kind != kind:
+            raise KindMismatchError(f"{name!r} is a {kind}, not a {want_kind}")
+        raise KindMismatchError(f"{name!r} uses codec {codec!r}, not {want_codec!r}")
+
+    def _exists(self, nkey: bytes) -> bool:
+        if self._live.get(nkey) is not None:
+            return True
+        if nkey in self._graves or nkey == self._known_absent:
+            return False
+        return self._db.get(self._index_prefix + nkey) is not None
+
+    def _get_or_create(self, name, kind: str, codec: str, create):
+        try:
+            return self._lookup(name, kind, codec)
+        except ObjectNotFoundError:
+            self._known_absent = encode_name(name)   # spares create() a second point read
+            try:
+                return create()
+            finally:
+                self._known_absent = None
+
+    def _create(self, name, kind: str, codec: str, fill, **params) -> object:
+        """A new object of kind, filled by ``fill(obj)``. Raises AlreadyExistsError."""
+        self._check_open()
+        nkey = encode_name(name)
+        codec_obj = codec_named(codec)
+        if self._exists(nkey):
+            raise AlreadyExistsError(f"an object named {name!r} already exists")
+        obj = KIND_CLASSES[kind]._fresh(self, name, nkey, codec_obj, **params)
+        grave = self._graves.pop(nkey, None)
+        if grave is not None:
+            obj._flags |= F_REPLACE
+        try:
+            if fill is not None:
+                fill(obj)
+        except BaseException:
+            self._touched.pop(nkey, None)
+            if grave is not None:
+                self._graves[nkey] = grave
+            raise
+        obj._touch()
+        self._live[nkey] = obj
+        self._remember(obj)
+        return obj
+
+    def get(self, name):
+        """The object called name, whatever its kind. Raises ObjectNotFoundError (a KeyError)."""
+        return self._lookup(name, None)
+
+    def __contains__(self, name) -> bool:
+        """O(1) in memory, else one point read."""
+        self._check_open()
+        return self._exists(encode_name(name))
+
+    def delete(self, name) -> None:
+        """Delete an object. O(1) now; the next save deletes its stored keys (one range scan).
+        The old handle stops working. Raises ObjectNotFoundError."""
+        self._check_open()
+        nkey = encode_name(name)
+        obj = self._live.get(nkey)
+        if obj is None:
+            if not self._exists(nkey):
+                raise ObjectNotFoundError(f"no object named {name!r} in the space")
+            self._graves[nkey] = _Grave(nkey)
+            return
+        flags = obj._flags | obj._pflags
+        unsaved = obj._flags & F_INDEX and not obj._pflags & F_INDEX and not flags & F_REPLACE
+        obj._kill()
+        del self._live[nkey]
+        self._touched.pop(nkey, None)
+        self._recent.pop(nkey, None)
+        if not unsaved:
+            self._graves[nkey] = _Grave(nkey)
+
+    # -- listing --------------------------------------------------------------------------------
+
+    def __iter__(self):
+        """Names in encoded order (str names before tuple names): a merged range scan of the
+        index and the objects not yet committed. O(n)."""
+        return self._iter_names(None)
+
+    def names(self, prefix=None) -> list:
+        """Names in the space, or in a scope: ``prefix=("user-42",)`` lists tuple names that
+        start with that part, ``prefix="tmp-"`` str names that start with it. A range scan."""
+        return list(self._iter_names(prefix))
+
+    def __len__(self) -> int:
+        """Number of objects. O(n): counts with a scan of the index."""
+        return sum(1 for _ in self._iter_names(None))
+
+    def _iter_names(self, prefix):
+        self._check_open()
+        scope = encode_name_scope(prefix) if prefix is not None else b""
+        ip = self._index_prefix
+        new = sorted(nkey for nkey, obj in self._touched.items()
+                     if (obj._flags | obj._pflags) & F_INDEX and nkey.startswith(scope))
+        n, i, graves = len(ip), 0, self._graves
+        for key, _ in self._db.scan_prefix(ip + scope):
+            nkey = key[n:]
+            while i < len(new) and new[i] < nkey:
+                yield decode_key(new[i])
+                i += 1
+            if i < len(new) and new[i] == nkey:
+                i += 1
+            if nkey not in graves:
+                yield decode_key(nkey)
+        for nkey in new[i:]:
+            yield decode_key(nkey)
+
+    # -- save protocol ----------------------------------------------------------------------------
+
+    def save(self, full: bool = False, batch: WriteBatch | None = None) -> WriteBatch:
+        """Turn every dirty object's changes into puts and deletes appended to ``batch`` (a new
+        WriteBatch when None) and mark them pending. O(dirty slots); ``full=True`` writes
+        every object of the space, clean ones included (O(everything)).
+
+        Every record is encoded before any is added, so an EncodingError (a TypeError naming
+        object and slot) leaves the batch and the objects as they were.
+        """
+        self._check_open()
+        out: list = []
+        objs = list(self._touched.values())
+        for obj in objs:
+            obj._collect(out, full)
+        graves = list(self._graves.values())
+        if graves:
+            ip, op = self._index_prefix, self._obj_prefix
+            for g in graves:
+                out.append((ip + g.nkey, None))
+                out.extend((k, None) for k, _ in self._db.scan_prefix(op + g.nkey))
+        if full:
+            self._collect_clean(out)
+        if batch is None:
+            batch = WriteBatch()
+        put, delete = batch.put, batch.delete
+        for k, v in out:
+            if v is None:
+                delete(k)
+            else:
+                put(k, v)
+        for obj in objs:
+            obj._promote()
+        self._last_saved = (objs, graves)
+        return batch
+
+    def _collect_clean(self, out: list) -> None:
+        """Full save: records of every stored object that has no changes in memory."""
+        ip, touched, graves, live = self._index_prefix, self._touched, self._graves, self._live
+        n = len(ip)
+        for key, raw in self._db.scan_prefix(ip):
+            nkey = key[n:]
+            if nkey in touched or nkey in graves:
+                continue
+            obj = live.get(nkey)
+            if obj is None:
+                obj = self._load(decode_key(nkey), nkey, raw, None, None)
+            obj._collect(out, True)
+
+    def on_saved(self) -> None:
+        """Confirm that the batch of the last save() was committed: its records become clean.
+        Objects that are clean and unreferenced may then be dropped from memory. O(saved)."""
+        objs, graves = self._last_saved
+        self._last_saved = ((), ())
+        touched = self._touched
+        for obj in objs:
+            if not obj._dead and obj._confirm():
+                if touched.get(obj._nkey) is obj:
+                    del touched[obj._nkey]
+                obj._listed = False
+        for g in graves:
+            if self._graves.get(g.nkey) is g:
+                del self._graves[g.nkey]
+
+    def checkpoint(self, epoch: int, full: bool = False) -> str:
+        """save + db.write + db.checkpoint(epoch).wait() + on_saved; returns the manifest name.
+        If any step fails, nothing is confirmed and the next save carries the changes."""
+        batch = self.save(full)
+        if len(batch):
+            self._db.write(batch)
+        name = self._db.checkpoint(epoch).wait()
+        self.on_saved()
+        return name
+
+    @property
+    def dirty(self) -> bool:
+        """True when some object or deletion has not been confirmed by on_saved()."""
+        return bool(self._touched or self._graves)
+
+    def close(self) -> None:
+        """Forget the objects (their handles stop working) and close the db if the space
+        opened it. Unsaved changes are lost (logged as a warning)."""
+        if self._closed:
+            return
+        if self._touched or self._graves:
+            log.warning("closing object space %r with unsaved changes to %d object(s)",
+                        self._prefix, len(self._touched) + len(self._graves))
+        for obj in list(self._live.values()):
+            obj._kill()
+        self._live = weakref.WeakValueDictionary()
+        self._recent.clear()
+        self._touched.clear()
+        self._graves.clear()
+        self._closed = True
+        if self._owns_db:
+            self._db.close()
+
+    def __enter__(self) -> "ObjectSpace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
