@@ -1,1 +1,20 @@
-"""placeholder"""
+"""spark_ops: custom stateful PySpark operators whose state lives in object spaces on dkv.
+
+    from spark_ops import buffer
+    out = buffer(events, key="user", count=100, state="./state")
+
+Each shard keeps its key groups' state in a dkv instance, saves only the slots that
+changed, and checkpoints with epoch = Spark batch id, so a re-run batch starts again from
+the previous batch's state (exactly-once state with a replayable source). See
+docs/spark_ops.md and docs/rfcs/0001-spark-runtime.md.
+"""
+from __future__ import annotations
+
+from ._api import buffer, combine_latest, delay, session_window, timeout
+from ._metrics import read_metrics
+from ._spark import apply_operator
+from ._timers import Timer
+from .operator import Context, Operator
+
+__all__ = ["buffer", "combine_latest", "delay", "timeout", "session_window", "apply_operator",
+           "Operator", "Context", "Timer", "read_metrics"]

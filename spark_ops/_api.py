@@ -1,0 +1,112 @@
+"""The DataFrame functions users call: each builds an operator and applies it."""
+from __future__ import annotations
+
+from ._spark import apply_operator, duration_ms
+from .operators import Buffer, CombineLatest, Delay, SessionWindow, Timeout
+from .operators._combine import SOURCE
+
+
+def _keys(key) -> list:
+    return [key] if isinstance(key, str) else list(key)
+
+
+def _key_fields(df, keys):
+    return [df.schema[k] for k in keys]
+
+
+def buffer(df, key, count: int | None = None, skip: int | None = None, duration=None, *, event_time=None,
+           watermark=None, order_by=None, state: str = "./state", name: str | None = None,
+           partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None):
+    """Group each key's rows into buffers: by ``count`` (with ``skip`` for overlapping or
+    gapped buffers), by event-time ``duration`` windows, or both (a window's buffer is
+    also emitted when it reaches ``count``). Output: the key column(s) and ``items``
+    (array of the input rows, in event order); with ``duration`` also ``window_start``
+    and ``window_end``."""
+    from pyspark.sql.types import ArrayType, StructField, StructType, TimestampType
+    keys = _keys(key)
+    dur = duration_ms(duration, "duration") if duration is not None else None
+    if dur is not None and event_time is None:
+        raise ValueError("buffer(duration=...) needs event_time= (the event-time column)")
+    fields = _key_fields(df, keys) + [StructField("items", ArrayType(df.schema))]
+    if dur is not None:
+        fields += [StructField("window_start", TimestampType()), StructField("window_end", TimestampType())]
+    op = Buffer(count=count, skip=skip, duration_ms=dur, key_columns=tuple(keys))
+    return apply_operator(df, op, keys, output_schema=StructType(fields), event_time=event_time,
+                          watermark=watermark, order_by=order_by, state=state, name=name or "buffer",
+                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options)
+
+
+def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermark=None, state: str = "./state",
+                   name: str | None = None, partitions: int | None = None, key_groups: int = 256,
+                   dkv_options: dict | None = None):
+    """For each key, every time any input has a new row (once all inputs have one), emit
+    the key and one struct column per input holding that input's latest row.
+
+    inputs: ``{"name": DataFrame, ...}`` (two or more), each with the key column(s)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+    if not isinstance(inputs, dict) or len(inputs) < 2:
+        raise ValueError("combine_latest takes a dict of two or more named DataFrames")
+    keys = _keys(key)
+    names = list(inputs)
+    for n, df in inputs.items():
+        missing = [k for k in keys + ([event_time] if event_time else []) if k not in df.columns]
+        if missing:
+            raise ValueError(f"input {n!r} has no column(s) {missing}")
+    first = inputs[names[0]]
+    et = "__spark_ops_event_time" if event_time else None
+    parts = []
+    for n, df in inputs.items():
+        cols = [F.col(k) for k in keys] + [F.lit(n).alias(SOURCE)]
+        for m, other in inputs.items():
+            cols.append(F.struct(*[F.col(c) for c in df.columns]).alias(m) if m == n
+                        else F.lit(None).cast(other.schema).alias(m))
+        if et:
+            cols.append(F.col(event_time).alias(et))
+        parts.append(df.select(*cols))
+    union = parts[0]
+    for p in parts[1:]:
+        union = union.unionByName(p)
+    schema = StructType(_key_fields(first, keys) + [union.schema[n] for n in names])
+    return apply_operator(union, CombineLatest(names, tuple(keys)), keys, output_schema=schema, event_time=et,
+                          watermark=watermark, order_by=[et, SOURCE] if et else [SOURCE], state=state,
+                          name=name or "combine_latest", partitions=partitions, key_groups=key_groups,
+                          dkv_options=dkv_options)
+
+
+def delay(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
+          partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None):
+    """Emit each row once the watermark passes its event time + ``duration``. Output: the input rows."""
+    return apply_operator(df, Delay(duration_ms(duration)), _keys(key), output_schema=df.schema,
+                          event_time=event_time, watermark=watermark, state=state, name=name or "delay",
+                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options)
+
+
+def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
+            partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None):
+    """Emit ``key, last_event, timeout_at`` when a key has no row for ``duration`` of event time."""
+    from pyspark.sql.types import StructField, StructType, TimestampType
+    keys = _keys(key)
+    schema = StructType(_key_fields(df, keys) + [StructField("last_event", TimestampType()),
+                                                 StructField("timeout_at", TimestampType())])
+    return apply_operator(df, Timeout(duration_ms(duration), tuple(keys)), keys, output_schema=schema,
+                          event_time=event_time, watermark=watermark, state=state, name=name or "timeout",
+                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options)
+
+
+def session_window(df, key, gap, *, event_time: str, max_duration=None, items: bool = True, watermark=None,
+                   state: str = "./state", name: str | None = None, partitions: int | None = None,
+                   key_groups: int = 256, dkv_options: dict | None = None):
+    """Gap-based sessions per key (closed after ``gap`` without rows, or at ``max_duration``).
+    Output: key, session_start, session_end, count and (with ``items=True``) the rows."""
+    from pyspark.sql.types import ArrayType, LongType, StructField, StructType, TimestampType
+    keys = _keys(key)
+    fields = _key_fields(df, keys) + [StructField("session_start", TimestampType()),
+                                      StructField("session_end", TimestampType()), StructField("count", LongType())]
+    if items:
+        fields.append(StructField("items", ArrayType(df.schema)))
+    op = SessionWindow(duration_ms(gap, "gap"), duration_ms(max_duration, "max_duration") if max_duration else None,
+                       tuple(keys), items)
+    return apply_operator(df, op, keys, output_schema=StructType(fields), event_time=event_time,
+                          watermark=watermark, state=state, name=name or "session_window", partitions=partitions,
+                          key_groups=key_groups, dkv_options=dkv_options)

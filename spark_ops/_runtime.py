@@ -1,0 +1,210 @@
+"""The shard runtime: open a shard's state for a batch, run an operator, checkpoint.
+
+Pure Python (no Spark): the Spark glue (``_spark.py``) and the test harness
+(``testing.py``) both call ``run_shard_batch``. A shard's open state is cached per
+process and reused by the next batch when it is still at epoch ``batch - 1``; otherwise
+it is reopened (shards move between Python workers from batch to batch).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import dkv
+from dkv.keys import SCHEMA_STATE, key_prefix
+from objectspace import ObjectSpace
+
+from . import _layout, _watermark
+from ._keys import user_key
+from ._shards import shard_range
+from ._timers import EVENT_TIME, PROCESSING_TIME, Timer, TimerService
+from .operator import Context
+
+log = logging.getLogger(__name__)
+
+DKV_OPTIONS = dict(memtable_bytes=16 << 20, block_cache_bytes=32 << 20, retain=3)
+
+
+@dataclass
+class ShardSpec:
+    """Everything a shard needs, picklable (it travels to the Python workers)."""
+    state: str                     # location of the operator's state root
+    operator: object               # the Operator instance
+    key_arity: int = 1
+    event_time: str | None = None  # event-time column (ms since epoch after conversion)
+    delay_ms: int = 0              # watermark delay
+    groups: int = 256
+    shards: int = 2
+    dkv_options: dict = field(default_factory=dict)
+
+
+class ShardState:
+    """One shard's open dkv instance, its object spaces (one per key group) and timers."""
+
+    def __init__(self, store, spec: ShardSpec, groups: int, batch: int, shard: int) -> None:
+        self.store = store
+        self.shard = shard
+        self.groups = groups
+        lo, hi = shard_range(shard, spec.shards, groups)
+        self.key_groups = range(lo, hi)
+        plan = _layout.plan_open(store, batch, shard, spec.shards, groups)
+        opts = {**DKV_OPTIONS, **spec.dkv_options}
+        kw = dict(instance=plan.instance, key_groups=(lo, hi), **opts)
+        if plan.checkpoint is not None:
+            self.db = dkv.open(store, checkpoint=plan.checkpoint, **kw)
+        else:
+            self.db = dkv.open(store, sources=plan.sources or [], **kw)
+        self.layout = plan.layout
+        self.epoch = plan.checkpoint if plan.checkpoint is not None else -1
+        self.spaces: dict[int, ObjectSpace] = {}
+        self.timers = TimerService(self.db, self.key_groups)
+        self.emitted: list = []
+        log.debug("shard %d opened %s at epoch %s", shard, plan.instance, self.epoch)
+
+    def space(self, kg: int) -> ObjectSpace:
+        sp = self.spaces.get(kg)
+        if sp is None:
+            sp = self.spaces[kg] = ObjectSpace(self.db, key_prefix(kg, SCHEMA_STATE))
+        return sp
+
+    def commit(self, batch: int) -> dict:
+        """Save dirty slots of every space into one write batch, checkpoint epoch ``batch``."""
+        wb = dkv.WriteBatch()
+        for sp in self.spaces.values():
+            sp.save(batch=wb)
+        before = dict(self.db.stats_counters)
+        self.db.write(wb)
+        cp = self.db.checkpoint(batch)
+        cp.wait()
+        for sp in self.spaces.values():
+            sp.on_saved()
+        self.epoch = batch
+        after = self.db.stats_counters
+        sst = after.get("sst_bytes", 0) - before.get("sst_bytes", 0)
+        return {"dirty_slots": len(wb), "checkpoint_bytes": cp.bytes_written, "wal_bytes": cp.wal_bytes,
+                "manifest_bytes": cp.manifest_bytes, "sst_bytes": sst}
+
+    def close(self) -> None:
+        try:
+            self.db.close()
+        except Exception as e:  # noqa: BLE001 - a fenced or broken instance is dropped anyway
+            log.debug("closing shard state: %s", e)
+
+
+_STORES: dict = {}
+_SHARDS: dict = {}
+_CONFIG: dict = {}
+_LOCK = threading.Lock()
+
+
+def _store(location: str):
+    with _LOCK:
+        s = _STORES.get(location)
+        if s is None:
+            s = _STORES[location] = dkv.open_store(location)
+        return s
+
+
+def _shard_state(spec: ShardSpec, store, groups: int, batch: int, shard: int, fresh: bool) -> ShardState:
+    key = (spec.state, shard, spec.shards)
+    with _LOCK:
+        st = _SHARDS.pop(key, None)
+    if st is not None and not fresh and st.epoch == batch - 1 and st.layout.shards == spec.shards:
+        return st
+    if st is not None:
+        st.close()
+    return ShardState(store, spec, groups, batch, shard)
+
+
+def drop_cached(state_location: str | None = None) -> None:
+    """Close cached shard states (all, or those of one state root)."""
+    with _LOCK:
+        keys = [k for k in _SHARDS if state_location is None or k[0] == state_location]
+        items = [_SHARDS.pop(k) for k in keys]
+    for st in items:
+        st.close()
+
+
+def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, batch_time: int | None = None,
+                    watermark: int | None = None, processing_time: int | None = None) -> tuple[list, dict]:
+    """Run one shard of one batch. ``events``: (key group, key parts, event ms or None, row)
+    sorted in processing order. Returns (emitted rows, metrics).
+
+    The watermark and processing time come from the previous batch's records unless given
+    (the test harness gives them)."""
+    t0 = time.perf_counter()
+    store = _store(spec.state)
+    groups = _CONFIG.get(spec.state)
+    if groups is None:
+        groups = _CONFIG[spec.state] = _layout.read_config(store, spec.groups, type(spec.operator).__name__)
+    basis, prev_time, _ = _watermark.read(store, batch - 1) if batch > 0 else (_watermark.NONE, _watermark.NONE, True)
+    if watermark is None and basis != _watermark.NONE:
+        watermark = basis - spec.delay_ms
+    if processing_time is None and prev_time != _watermark.NONE:
+        processing_time = prev_time
+    for attempt in range(3):
+        st = _shard_state(spec, store, groups, batch, shard, fresh=attempt > 0)
+        try:
+            emitted, metrics = _process(st, spec, batch, shard, events, watermark, processing_time)
+            break
+        except dkv.FencedError as e:
+            # Another worker ran this shard meanwhile: reopen at batch - 1 and run again.
+            log.warning("shard %d batch %d fenced (%s); running the batch again", shard, batch, e)
+            st.close()
+            if attempt == 2:
+                raise
+    with _LOCK:
+        _SHARDS[(spec.state, shard, spec.shards)] = st
+    times = [ev[2] for ev in events if ev[2] is not None]
+    new_basis = max([basis] + times)
+    _watermark.write(store, batch, spec.shards, shard, new_basis,
+                     batch_time if batch_time is not None else max(prev_time, 0))
+    _watermark.collect(store, batch, shard)
+    metrics.update(batch=batch, shard=shard, shards=spec.shards, rows=len(events), emitted=len(emitted),
+                   watermark=watermark, processing_time=processing_time,
+                   duration_ms=round((time.perf_counter() - t0) * 1000, 1))
+    store.put(f"metrics/{batch:012d}/p{shard:05d}-n{spec.shards:05d}", json.dumps(metrics).encode())
+    log.info("spark_ops shard %d batch %d: %s", shard, batch, metrics)
+    return emitted, metrics
+
+
+def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: list, watermark, ptime):
+    op = spec.operator
+    ctx = Context(st)
+    ctx.batch_id, ctx.watermark, ctx.processing_time, ctx.shard = batch, watermark, ptime, shard
+    st.emitted = []
+    late = 0
+    op.open(ctx)
+    arity = spec.key_arity
+    for kg, parts, ts, row in events:
+        if watermark is not None and ts is not None and ts < watermark:
+            late += 1       # as in Spark: rows behind the watermark are dropped
+            continue
+        ctx.key_group, ctx._parts, ctx.key, ctx.event_time = kg, parts, user_key(parts, arity), ts
+        op.on_event(ctx.key, row, ctx)
+    ctx.event_time = None
+    fired = 0
+    for kind, limit in ((EVENT_TIME, watermark), (PROCESSING_TIME, ptime)):
+        if limit is None:
+            continue
+        for _ in range(1000):       # firing may register timers that are due already
+            due = st.timers.due(kind, limit)
+            if not due:
+                break
+            for t, kg, parts, name in due:
+                st.timers.delete(kg, kind, t, parts, name)
+                ctx.key_group, ctx._parts, ctx.key = kg, parts, user_key(parts, arity)
+                op.on_timer(ctx.key, Timer(t, name, "event" if kind == EVENT_TIME else "processing"), ctx)
+                fired += 1
+    op.close(ctx)
+    metrics = st.commit(batch)
+    metrics.update(late_rows=late, timers_fired=fired, state_bytes=_state_bytes(st.db))
+    return st.emitted, metrics
+
+
+def _state_bytes(db) -> int:
+    s = db.stats()
+    return s["memtable_bytes"] + sum(lv["bytes"] for lv in s["levels"])

@@ -1,0 +1,193 @@
+"""Spark glue: turn an Operator into a DataFrame transformation.
+
+``apply_operator`` adds three columns on the driver's plan — the key group
+``pmod(hash(key), G)``, a routing token that sends each key-group range to its shard's
+partition, and the batch timestamp — then ``repartition(n, token).mapInPandas(...)``. In
+each task the rows are sorted by key and event time and handed to ``run_shard_batch``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import re
+import uuid
+
+from ._runtime import ShardSpec, run_shard_batch
+from ._shards import tokens
+
+log = logging.getLogger(__name__)
+
+KG, TOKEN, BATCH_TS = "__spark_ops_kg", "__spark_ops_token", "__spark_ops_ts"
+_HELPERS = (KG, TOKEN, BATCH_TS)
+_NAT = -(1 << 63)       # NaT as int64
+_UNITS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000, "second": 1000,
+          "seconds": 1000, "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
+          "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000, "day": 86_400_000, "days": 86_400_000}
+
+
+def duration_ms(value, what: str = "duration") -> int:
+    """Milliseconds from an int (ms), a timedelta or a string like "10 seconds"."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be ms, a timedelta or a string like '10 seconds', got {value!r}")
+    if isinstance(value, int):
+        ms = value
+    elif isinstance(value, _dt.timedelta):
+        ms = int(value.total_seconds() * 1000)
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*", value)
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"{what} {value!r} is not like '10 seconds', '5 minutes' or '250 ms'")
+        ms = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    else:
+        raise TypeError(f"{what} must be ms, a timedelta or a string like '10 seconds', got {value!r}")
+    if ms < 0:
+        raise ValueError(f"{what} must not be negative, got {value!r}")
+    return ms
+
+
+def _resolve_state(state: str) -> str:
+    if "://" in state:
+        return state.rstrip("/")
+    return os.path.abspath(os.path.expanduser(state))
+
+
+def _as_schema(schema):
+    from pyspark.sql.types import StructType, _parse_datatype_string
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, str):
+        return _parse_datatype_string(schema)
+    raise TypeError(f"output_schema must be a StructType or a DDL string, got {type(schema).__name__}")
+
+
+def apply_operator(df, operator, key, *, output_schema, event_time: str | None = None, watermark=None,
+                   order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
+                   key_groups: int = 256, dkv_options: dict | None = None):
+    """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
+
+    state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
+    under ``<state>/<query id>/<name>``. partitions: the shard count (default the session's
+    ``spark.sql.shuffle.partitions``); change it between restarts to rescale. key_groups:
+    fixed when the state is created. watermark: the allowed event-time delay, e.g.
+    "10 seconds" (needs ``event_time``). order_by: column(s) ordering a key's rows within
+    a batch (default the event-time column). Returns a DataFrame with ``output_schema``.
+    """
+    from pyspark.sql import functions as F
+
+    keys = [key] if isinstance(key, str) else list(key)
+    if not keys:
+        raise ValueError("key must name at least one column")
+    missing = [c for c in keys + [event_time] if c is not None and c not in df.columns]
+    if missing:
+        raise ValueError(f"column(s) {missing} not in the input; it has {df.columns}")
+    if watermark is not None and event_time is None:
+        raise ValueError("watermark= needs event_time= (the event-time column)")
+    schema = _as_schema(output_schema)
+    n = int(partitions or df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    if n < 1 or key_groups < n or key_groups > 1 << 16:
+        raise ValueError(f"need 1 <= partitions <= key_groups <= 65536, got partitions={n}, key_groups={key_groups}")
+    order = [order_by] if isinstance(order_by, str) else list(order_by or ([event_time] if event_time else []))
+    name = name or type(operator).__name__.lower()
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"operator name {name!r} may use letters, digits, '_', '.' and '-' only")
+    spec = ShardSpec(state=_resolve_state(state), operator=operator, key_arity=len(keys), event_time=event_time,
+                     delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
+                     groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}))
+    toks = tokens(n)
+    shard = F.expr(f"((`{KG}` + 1) * {n} - 1) div {key_groups}")
+    routed = (df.withColumn(KG, F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(key_groups)))
+                .withColumn(TOKEN, F.element_at(F.array(*[F.lit(t).cast("long") for t in toks]), (shard + 1).cast("int")))
+                .withColumn(BATCH_TS, F.current_timestamp()))
+    columns = df.columns
+    fn = _partition_function(spec, name, keys, columns, order, schema.names)
+    return routed.repartition(n, F.col(TOKEN)).mapInPandas(fn, schema)
+
+
+def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_names: list):
+    def run(iterator):
+        import pandas as pd
+        from pyspark import TaskContext
+
+        from ._keys import to_parts
+
+        ctx = TaskContext.get()
+        batch = ctx.getLocalProperty("streaming.sql.batchId")
+        query = ctx.getLocalProperty("sql.streaming.queryId")
+        shard = ctx.partitionId()
+        if batch is None:   # a batch (non-streaming) DataFrame: state lives for this task only
+            local = ShardSpec(**{**spec.__dict__, "state": f"memory://spark-ops-batch-{uuid.uuid4().hex}"})
+            batch_id = 0
+        else:
+            local = ShardSpec(**{**spec.__dict__, "state": f"{spec.state}/{query}/{name}"})
+            batch_id = int(batch)
+        frames = [f for f in iterator if len(f)]
+        pdf = pd.concat(frames, ignore_index=True) if frames else None
+        events, batch_time = _events(pdf, keys, columns, order, spec.event_time, to_parts)
+        emitted, _ = run_shard_batch(local, batch_id, shard, events, batch_time=batch_time)
+        yield pd.DataFrame.from_records(emitted, columns=out_names) if emitted else \
+            pd.DataFrame({c: pd.Series([], dtype=object) for c in out_names})
+    return run
+
+
+def _events(pdf, keys, columns, order, event_time, to_parts):
+    """Rows as (key group, key parts, event ms, row dict), in processing order."""
+    if pdf is None:
+        return [], None
+    batch_time = int(_to_ms(pdf[BATCH_TS]).max())
+    pdf = pdf[pdf[keys].notna().all(axis=1)]          # null keys (e.g. heartbeat rows) are dropped
+    sortable = [c for c in columns if c not in keys and c not in order and _sortable(pdf[c])]
+    pdf = pdf.sort_values([KG] + keys + order + sortable, kind="mergesort", na_position="first")
+    ts = [None if t == _NAT else t for t in _to_ms(pdf[event_time]).tolist()] if event_time else [None] * len(pdf)
+    kgs = pdf[KG].tolist()
+    values = {c: _python_values(pdf[c]) for c in columns}
+    keyvals = list(zip(*[values[k] for k in keys]))
+    rows = [dict(zip(columns, vals)) for vals in zip(*[values[c] for c in columns])]
+    return [(kg, to_parts(kv), t, row) for kg, kv, t, row in zip(kgs, keyvals, ts, rows)], batch_time
+
+
+def _python_values(series) -> list:
+    """A column as plain Python values (datetimes, lists, dicts), which state can store."""
+    kind = series.dtype.kind
+    if kind == "M":
+        return [None if v is None or v != v else v.to_pydatetime() for v in series.tolist()]
+    if kind == "m":
+        return [None if v is None or v != v else v.to_pytimedelta() for v in series.tolist()]
+    values = series.tolist()
+    if kind == "O":
+        return [_plain(v) for v in values]
+    return values
+
+
+def _plain(v):
+    import numpy as np
+    import pandas as pd
+    if isinstance(v, np.ndarray):
+        return [_plain(x) for x in v.tolist()]
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, pd.Timestamp):
+        return None if v is pd.NaT else v.to_pydatetime()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _sortable(series) -> bool:
+    kind = series.dtype.kind
+    return kind in "biufMm" or (kind == "O" and series.map(lambda v: isinstance(v, str) or v is None).all())
+
+
+def _to_ms(series):
+    """Event times as int ms since the Unix epoch (timestamp columns, or numbers taken as ms)."""
+    import pandas as pd
+    if series.dtype.kind == "M":
+        s = series
+        if getattr(s.dt, "tz", None) is not None:
+            s = s.dt.tz_convert("UTC").dt.tz_localize(None)
+        return s.astype("datetime64[ms]").astype("int64")
+    if series.dtype.kind in "iu":
+        return series.astype("int64")
+    return pd.to_datetime(series).astype("datetime64[ms]").astype("int64")

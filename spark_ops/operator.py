@@ -1,0 +1,153 @@
+"""The operator API: write a stateful operator as a class; the runtime does the rest.
+
+    class CountPerKey(Operator):
+        def on_event(self, key, row, ctx):
+            n = ctx.value("count", default=0)
+            n.value += 1
+            ctx.emit({"user": key, "count": n.value})
+
+The runtime calls, for every shard of every batch: ``open(ctx)``, then ``on_event`` for
+each input row (grouped by key, in event order), then ``on_timer`` for each timer that is
+due, then ``close(ctx)``. ``ctx`` gives the current key's persisted objects (created on
+first use, scoped to the key), the timer service, the watermark, the batch id and
+``emit``. State changes are checkpointed at the end of the batch with epoch = batch id;
+only the slots that changed are written.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from ._timers import EVENT_TIME, PROCESSING_TIME, Timer
+
+__all__ = ["Operator", "Context", "Timer"]
+_EPOCH = _dt.datetime(1970, 1, 1)
+
+
+class Operator:
+    """Base class of stateful operators. Override the hooks you need.
+
+    Operators must be deterministic in their input rows, state, timers and watermark:
+    a batch that Spark runs again (after a failure) must produce the same output and state.
+    """
+
+    #: Names of the output columns; set by the operator or by ``output_schema=``.
+    output_schema: Any = None
+
+    def open(self, ctx: "Context") -> None:
+        """Called once per shard per batch before any event."""
+
+    def on_event(self, key, row: dict, ctx: "Context") -> None:
+        """Called for each input row; ``key`` is the key column's value (a tuple for
+        several key columns), ``row`` the input row as a dict."""
+        raise NotImplementedError(f"{type(self).__name__} must implement on_event")
+
+    def on_timer(self, key, timer: Timer, ctx: "Context") -> None:
+        """Called when a timer of ``key`` is due (event time: the watermark passed it;
+        processing time: the batch's processing time passed it)."""
+
+    def close(self, ctx: "Context") -> None:
+        """Called once per shard per batch after events and timers."""
+
+
+class Context:
+    """What an operator sees: the current key's state, timers, time and output."""
+
+    def __init__(self, shard) -> None:
+        self._shard = shard
+        self.key = None
+        self.key_group = -1
+        self._parts: tuple = ()
+        self.batch_id = -1
+        self.watermark: int | None = None
+        self.processing_time: int | None = None
+        self.shard = -1
+        #: Event time (ms) of the row being processed; None in on_timer or without event_time.
+        self.event_time: int | None = None
+
+    @staticmethod
+    def to_datetime(ms: int):
+        """A naive datetime for ``ms`` (how Spark's timestamps reach Python and go back)."""
+        return _EPOCH + _dt.timedelta(milliseconds=ms)
+
+    # -- state of the current key -------------------------------------------------------
+
+    def _space(self):
+        return self._shard.space(self.key_group)
+
+    def _name(self, name: str) -> tuple:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"state object names are non-empty str, got {name!r}")
+        return self._parts + (name,)
+
+    def value(self, name: str, default=None):
+        """The key's persisted value ``name`` (``.value`` reads and writes it)."""
+        return self._space().get_or_create_value(self._name(name), default)
+
+    def _get_or_create(self, kind: str, name: str, *args, **kwargs):
+        return getattr(self._space(), f"get_or_create_{kind}")(self._name(name), *args, **kwargs)
+
+    def queue(self, name: str):
+        """The key's persisted queue (deque-like), created empty on first use."""
+        return self._get_or_create("queue", name)
+
+    def list(self, name: str):
+        """The key's persisted list, created empty on first use."""
+        return self._get_or_create("list", name)
+
+    def dict(self, name: str):
+        """The key's persisted dict, created empty on first use."""
+        return self._get_or_create("dict", name)
+
+    def sorted_dict(self, name: str):
+        return self._get_or_create("sorted_dict", name)
+
+    def set(self, name: str):
+        return self._get_or_create("set", name)
+
+    def sorted_set(self, name: str):
+        return self._get_or_create("sorted_set", name)
+
+    def stack(self, name: str):
+        return self._get_or_create("stack", name)
+
+    def linked_list(self, name: str):
+        return self._get_or_create("linked_list", name)
+
+    def stream(self, name: str):
+        return self._get_or_create("stream", name)
+
+    def array(self, name: str, length: int, fill=None):
+        return self._get_or_create("array", name, length, fill=fill)
+
+    def has_state(self, name: str) -> bool:
+        return self._name(name) in self._space()
+
+    def delete_state(self, name: str) -> None:
+        """Delete the key's object ``name`` (no error if it does not exist)."""
+        space = self._space()
+        full = self._name(name)
+        if full in space:
+            space.delete(full)
+
+    # -- timers ---------------------------------------------------------------------------
+
+    def register_event_timer(self, time: int, name: str = "") -> None:
+        """Fire ``on_timer`` once the watermark passes ``time`` (ms since the Unix epoch)."""
+        self._shard.timers.register(self.key_group, EVENT_TIME, time, self._parts, name)
+
+    def register_processing_timer(self, time: int, name: str = "") -> None:
+        """Fire ``on_timer`` once a batch's processing time passes ``time`` (ms)."""
+        self._shard.timers.register(self.key_group, PROCESSING_TIME, time, self._parts, name)
+
+    def delete_event_timer(self, time: int, name: str = "") -> None:
+        self._shard.timers.delete(self.key_group, EVENT_TIME, time, self._parts, name)
+
+    def delete_processing_timer(self, time: int, name: str = "") -> None:
+        self._shard.timers.delete(self.key_group, PROCESSING_TIME, time, self._parts, name)
+
+    # -- output ---------------------------------------------------------------------------
+
+    def emit(self, row: dict) -> None:
+        """Add one output row (a dict of output columns)."""
+        self._shard.emitted.append(row)
