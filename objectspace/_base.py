@@ -41,7 +41,7 @@ class PersistedObject:
     kind = "object"
     has_meta = True
     __slots__ = ("_space", "_name", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags",
-                 "_listed", "_dead", "__weakref__")
+                 "_listed", "_dead", "_msaved", "_mlast", "__weakref__")
 
     def _init_base(self, space, name, nkey: bytes, codec, fresh: bool) -> None:
         self._space = space
@@ -54,6 +54,8 @@ class PersistedObject:
         self._pflags = 0
         self._listed = False
         self._dead = False
+        self._msaved = None     # packed metadata known to be committed (None: unknown)
+        self._mlast = None      # packed metadata of the last collect
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -128,7 +130,11 @@ class PersistedObject:
         if full or flags & F_INDEX:
             out.append((self._space._index_prefix + self._nkey, L.encode_index(self.kind, self._codec.code)))
         if self.has_meta and (full or flags & F_META):
-            out.append((self._ns + L.META, L.pack_meta(self._meta())))
+            # Metadata that returned to its committed value is not written again (a set
+            # whose element was removed and re-added), unless a save is unconfirmed.
+            packed = self._mlast = L.pack_meta(self._meta())
+            if full or packed != self._msaved or self._pflags & F_META:
+                out.append((self._ns + L.META, packed))
         self._collect_items(out, full)
         if flags & F_REPLACE:
             self._collect_stale(out, replace_at)
@@ -153,6 +159,8 @@ class PersistedObject:
 
     def _confirm(self) -> bool:
         """After the host's commit: pending becomes clean. Returns True when fully clean."""
+        if self._pflags & F_META:
+            self._msaved = self._mlast
         self._pflags = 0
         return not self._flags
 

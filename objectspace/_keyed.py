@@ -77,12 +77,11 @@ class KeyedObject(PersistedObject):
         self._t.collect(out, full)
 
     def _promote(self) -> None:
-        self._pflags |= self._flags
-        self._flags = 0
+        super()._promote()
         self._t.promote()
 
     def _confirm(self) -> bool:
-        self._pflags = 0
+        super()._confirm()
         return self._t.confirm() and not self._flags
 
 

@@ -195,6 +195,8 @@ class SlotSequence(PersistedObject):
             self._hi = self._tail
 
     def _confirm(self) -> bool:
+        if self._pflags & F_META:
+            self._msaved = self._mlast
         self._pflags = 0
         self._pending.clear()
         self._lo, self._hi = self._snap

@@ -237,6 +237,10 @@ class Table:
         """Append this table's records (pure). O(dirty), or O(n) when full."""
         ip, enc, at = self.prefix, self.encode_entry, len(out)
         if full:
+            vals = self.vals
+            for ek in sorted(self.dirty | self.pending):
+                if vals[ek] is ABSENT:
+                    out.append((ip + ek, None))
             for ek, e in self.iterate():
                 out.append((ip + ek, enc(ek, e)))
         else:

@@ -1,0 +1,155 @@
+"""Helpers for the objectspace tests: opening a db (real dkv or the stand-in), a recording
+db proxy, and a renderer that turns the records reaching the store into readable lines."""
+from __future__ import annotations
+
+import uuid
+
+import msgpack
+
+import dkv
+from objectspace import _layout as L
+from objectspace._keycodec import _dec, decode_key
+
+HAVE_DKV = hasattr(dkv, "open")
+
+
+def new_location(kind: str = "memory", tmp_path=None) -> str:
+    if kind == "memory" or not HAVE_DKV:
+        return f"memory://objectspace-{uuid.uuid4().hex}"
+    return str(tmp_path / f"db-{uuid.uuid4().hex[:8]}")
+
+
+def open_db(location: str, checkpoint: int | None = None):
+    """The real dkv when it is importable, else the in-memory stand-in."""
+    if HAVE_DKV:
+        opts = {} if location.startswith("memory://") else {"fsync": False}
+        return dkv.open(location, checkpoint=checkpoint, **opts)
+    from _standin import StandinDB
+    return StandinDB.open(location, checkpoint=checkpoint)
+
+
+def commit(space, full: bool = False) -> None:
+    """The three-step protocol: save, write the batch to the space's db, on_saved."""
+    batch = space.save(full=full)
+    space.db.write(batch)
+    space.on_saved()
+
+
+class RecordingDB:
+    """Passes everything to ``db``; records writes in ``log`` and reads in ``reads``."""
+
+    def __init__(self, db) -> None:
+        self.db = db
+        self.log: list = []
+        self.reads: list = []
+
+    def write(self, batch) -> None:
+        for k, v in batch:
+            self.log.append(("put", k, v) if v is not None else ("delete", k))
+        self.db.write(batch)
+
+    def put(self, key, value) -> None:
+        self.log.append(("put", key, value))
+        self.db.put(key, value)
+
+    def delete(self, key) -> None:
+        self.log.append(("delete", key))
+        self.db.delete(key)
+
+    def get(self, key):
+        self.reads.append(("get", key))
+        return self.db.get(key)
+
+    def scan(self, start=None, end=None):
+        self.reads.append(("scan", start, end))
+        return self.db.scan(start, end)
+
+    def scan_prefix(self, prefix):
+        self.reads.append(("scan_prefix", prefix))
+        return self.db.scan_prefix(prefix)
+
+    def checkpoint(self, epoch):
+        self.log.append(("checkpoint", epoch))
+        return self.db.checkpoint(epoch)
+
+    def take(self) -> list:
+        out, self.log = self.log, []
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+class NoIO:
+    """A db that fails on any use: proves a constructor does no I/O."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"unexpected db.{name} call")
+
+
+def _val(raw: bytes) -> str:
+    from objectspace._codec import decode
+    try:
+        return repr(decode(raw))
+    except Exception:  # noqa: BLE001
+        return repr(raw)
+
+
+def render_key(key: bytes, prefix: bytes, kinds: dict) -> str:
+    """``index foo``, ``foo meta``, ``foo item 3``, ``foo item 'k'``, ``ll link 2``..."""
+    rest = key[len(prefix):]
+    assert key.startswith(prefix), key
+    space_part, rest = rest[:1], rest[1:]
+    name, end = _dec(rest, 0)
+    sub = rest[end:]
+    if space_part == L.INDEX:
+        assert not sub
+        return f"index {name}"
+    kind = kinds.get(name, "?")
+    if sub == L.META:
+        return f"{name} meta"
+    tag, body = sub[:1], sub[1:]
+    if tag == L.ITEMS:
+        if kind == "value":
+            return f"{name} value"
+        if kind in ("array", "list", "queue", "stack", "linked_list") and len(body) == L.SLOT_BYTES:
+            return f"{name} item {int.from_bytes(body, 'big')}"
+        if kind == "stream" and len(body) == 16:
+            return f"{name} entry {int.from_bytes(body[:8], 'big')}-{int.from_bytes(body[8:], 'big')}"
+        try:
+            return f"{name} item {decode_key(body)!r}"
+        except ValueError:
+            return f"{name} item {int.from_bytes(body, 'big')}"
+    if tag == L.LINKS:
+        return f"{name} link {int.from_bytes(body, 'big')}"
+    if tag == L.GROUPS:
+        return f"{name} group {decode_key(body)!r}"
+    if tag == L.PEL:
+        g, end = _dec(body, 0)
+        i = body[end:]
+        return f"{name} pel {g!r} {int.from_bytes(i[:8], 'big')}-{int.from_bytes(i[8:], 'big')}"
+    return f"{name} ?{sub!r}"
+
+
+def render(log: list, prefix: bytes, kinds: dict) -> list[str]:
+    """Readable lines of a write log: ``put foo item 3 = 42``, ``delete foo item 5``."""
+    out = []
+    for rec in log:
+        if rec[0] == "checkpoint":
+            out.append(f"checkpoint {rec[1]}")
+            continue
+        key = render_key(rec[1], prefix, kinds)
+        if rec[0] == "delete":
+            out.append(f"delete {key}")
+        elif key.startswith("index "):
+            kind, codec, version = msgpack.unpackb(rec[2])
+            out.append(f"put {key} = {L.KIND_NAMES[kind]} codec={codec} v{version}")
+        elif " meta" in key or " group " in key or " pel " in key:
+            out.append(f"put {key} = {msgpack.unpackb(rec[2], strict_map_key=False)!r}")
+        elif " link " in key:
+            out.append(f"put {key} = {int.from_bytes(rec[2], 'big')}")
+        elif rec[2] == b"" and kinds.get(key.split()[0]) in ("set", "sorted_set"):
+            out.append(f"put {key}")
+        else:
+            out.append(f"put {key} = {_val(rec[2])}")
+    return out
