@@ -17,8 +17,12 @@ Layout (tag byte first)::
     0x20 int   one length byte: 0x80 zero, 0x80+L for L payload bytes (L < 127), 0xFF + 8-byte L;
                negatives 0x7F-L (L < 127) or 0x00 + 8-byte (2**64-1-L), payload (256**L-1-|n|)
     0x30 float 8 bytes: IEEE 754 bits, sign bit flipped (positive) or all bits inverted (negative)
-    0x40 bytes 0x50 str (UTF-8): bytes with 0x00 escaped as 0x00 0xFF, then 0x00
+    0x40 bytes 0x50 str (UTF-8): bytes with 0x00 escaped as 0x00 0xFF, then 0x00 0x01
     0x60 tuple elements, then 0x00
+
+The two-byte terminator is what makes strings prefix-free: inside the payload every 0x00
+is followed by 0xFF, so the first 0x00 0x01 ends it (with a one-byte 0x00 terminator,
+``"a"`` would encode as a prefix of ``"a\x00"``).
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ _NONE, _FALSE, _TRUE = bytes((T_NONE,)), bytes((T_FALSE,)), bytes((T_TRUE,))
 _ZERO = bytes((T_INT, 0x80))
 _STR, _BYTES, _FLOAT, _TUPLE = bytes((T_STR,)), bytes((T_BYTES,)), bytes((T_FLOAT,)), bytes((T_TUPLE,))
 _END = b"\x00"
+_STR_END = b"\x00\x01"
 _D = struct.Struct(">d")
 _Q = struct.Struct(">Q")
 _MASK64 = (1 << 64) - 1
@@ -41,7 +46,7 @@ _SIGN = 1 << 63
 
 
 def _escape(b: bytes) -> bytes:
-    return (b.replace(b"\x00", b"\x00\xff") if b"\x00" in b else b) + _END
+    return (b.replace(b"\x00", b"\x00\xff") if b"\x00" in b else b) + _STR_END
 
 
 def _enc_int(n: int) -> bytes:
@@ -119,12 +124,15 @@ def _unescape(b: bytes, i: int) -> tuple[bytes, int]:
     parts = []
     while True:
         j = b.index(b"\x00", i)
-        if j + 1 < len(b) and b[j + 1] == 0xFF:
+        nxt = b[j + 1]
+        if nxt == 0xFF:
             parts.append(b[i:j + 1])
             i = j + 2
             continue
+        if nxt != 0x01:
+            raise ValueError(f"bad escape 0x00 0x{nxt:02x} at offset {j}")
         parts.append(b[i:j])
-        return b"".join(parts), j + 1
+        return b"".join(parts), j + 2
 
 
 def _dec(b: bytes, i: int):

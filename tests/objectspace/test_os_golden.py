@@ -39,7 +39,7 @@ def test_reference_array_example_full_then_differential(env):
     ]
     a[1] = 7
     commit(space)
-    assert rec.take() == [("put", b"app/\x01Pfoo\x00\x01" + (1).to_bytes(8, "big"), b"\x07")]
+    assert rec.take() == [("put", b"app/\x01Pfoo\x00\x01\x01" + (1).to_bytes(8, "big"), b"\x07")]
 
 
 def test_reference_array_example_bytes(env):
@@ -48,9 +48,10 @@ def test_reference_array_example_bytes(env):
     a[3] = 42
     commit(space, full=True)
     raw = rec.take()
-    assert raw[0] == ("put", b"app/\x00Pfoo\x00", b"\x93\x02\x01\x01")     # [kind 2, codec 1, v1]
-    assert raw[1] == ("put", b"app/\x01Pfoo\x00\x00", b"\x91\x08")         # meta [8]
-    assert raw[5] == ("put", b"app/\x01Pfoo\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03", b"\x2a")
+    # name "foo" = 0x50 "foo" 0x00 0x01; index 0x00, object namespace 0x01, meta 0x00, items 0x01
+    assert raw[0] == ("put", b"app/\x00Pfoo\x00\x01", b"\x93\x02\x01\x01")     # [kind 2, codec 1, v1]
+    assert raw[1] == ("put", b"app/\x01Pfoo\x00\x01\x00", b"\x91\x08")     # meta [8]
+    assert raw[5] == ("put", b"app/\x01Pfoo\x00\x01\x01\x00\x00\x00\x00\x00\x00\x00\x03", b"\x2a")
 
 
 def test_list_insert_and_remove_in_the_middle(env):
@@ -104,7 +105,7 @@ def test_queue_item_enqueued_and_dequeued_between_two_saves_is_never_written(env
     commit(space)
     assert log(rec, q="queue") == ["put q meta = [4, 4]", "delete q item 2"]
     assert list(ObjectSpace(rec.db, prefix=P).get_queue("q")) == []
-    assert [k for k, _ in rec.db.scan_prefix(P + b"\x01")] == [P + b"\x01Pq\x00\x00"]
+    assert [k for k, _ in rec.db.scan_prefix(P + b"\x01")] == [P + b"\x01Pq\x00\x01\x00"]   # meta only
 
 
 def test_stack_pop_then_push(env):
@@ -131,7 +132,7 @@ def test_shrinking_leaves_no_stale_tail_slots(env, kind):
     getattr(obj, "push" if kind == "stack" else "append")(7)
     commit(space)
     assert log(rec, s=kind) == ["put s meta = [2]", "delete s item 2", "delete s item 3", "put s item 1 = 7"]
-    keys = [k for k, _ in rec.db.scan_prefix(P + b"\x01Ps\x00\x01")]
+    keys = [k for k, _ in rec.db.scan_prefix(P + b"\x01Ps\x00\x01\x01")]
     assert [int.from_bytes(k[-8:], "big") for k in keys] == [0, 1]
 
 

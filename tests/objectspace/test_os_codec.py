@@ -1,0 +1,126 @@
+"""The value codec: msgpack with ext types, user registration, no pickle, and errors that
+name the object and slot while leaving the batch and the objects untouched."""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import uuid
+
+import pytest
+
+from objectspace import EncodingError, KindMismatchError, ObjectSpace, register_type, unregister_type
+from objectspace._codec import decode, encode
+from os_helpers import commit
+
+VALUES = [
+    None, True, 0, -1, 1 << 63, -(1 << 63) - 1, 1 << 300, 1.5, float("inf"), "é", b"\x00", [1, [2]],
+    {"a": {"b": 1}}, (1, "a", (None,)), {1, 2}, frozenset({"x"}), {(1, 2): "tuple key"},
+    dt.datetime(2024, 1, 2, 3, 4, 5, 6), dt.datetime(2024, 1, 2, tzinfo=dt.timezone(dt.timedelta(hours=-3))),
+    dt.date(1999, 12, 31), dt.time(23, 59, 1, 5), dt.timedelta(days=-1, seconds=5),
+    decimal.Decimal("1.10"), decimal.Decimal("-Infinity"), uuid.UUID(int=12345),
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
+def test_round_trip_keeps_value_and_type(value):
+    got = decode(encode(value))
+    assert got == value
+    assert type(got) is type(value)
+
+
+def test_round_trip_through_the_store(space, db):
+    space.create_list("l", VALUES)
+    commit(space)
+    assert list(ObjectSpace(db, prefix=space.prefix).get_list("l")) == VALUES
+
+
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __eq__(self, other):
+        return isinstance(other, Point) and (self.x, self.y) == (other.x, other.y)
+
+
+@pytest.fixture
+def point_type():
+    register_type(Point, 40, lambda p: [p.x, p.y], lambda v: Point(*v))
+    yield Point
+    unregister_type(Point)
+
+
+def test_user_types_by_registration(point_type, space, db):
+    space.create_dict("d", {"p": Point(1, (2, 3))})
+    commit(space)
+    assert ObjectSpace(db, prefix=space.prefix).get_dict("d")["p"] == Point(1, (2, 3))
+
+
+def test_registration_rules(point_type):
+    class Other:
+        pass
+    with pytest.raises(ValueError, match="taken"):
+        register_type(Other, 40, str, str)
+    with pytest.raises(ValueError):
+        register_type(Other, 5, str, str)        # builtin range
+    with pytest.raises(ValueError):
+        register_type(tuple, 50, str, str)       # stored natively
+
+
+def test_subclasses_are_not_silently_stored_as_their_base():
+    import collections
+    import enum
+
+    class Color(enum.IntEnum):
+        RED = 1
+    for bad in [Color.RED, collections.OrderedDict(a=1), object()]:
+        with pytest.raises(TypeError):
+            encode(bad)
+
+
+def test_no_pickle_in_the_codec():
+    import objectspace._codec as codec
+    source = open(codec.__file__).read()
+    assert "pickle" not in source.replace("never pickle", "")
+
+
+def test_unencodable_value_names_object_and_slot_and_writes_nothing(space, db):
+    good = space.create_queue("good", [1])
+    q = space.create_queue("q", [1, 2])
+    q.append(object())
+    from dkv.batch import WriteBatch
+    batch = WriteBatch()
+    batch.put(b"host", b"1")
+    with pytest.raises(EncodingError) as e:
+        space.save(batch=batch)
+    assert isinstance(e.value, TypeError)
+    assert "queue 'q'" in str(e.value) and "slot 2" in str(e.value)
+    assert list(batch) == [(b"host", b"1")]                  # the batch is not half-filled
+    q.pop()                                                  # fix the value: everything is still dirty
+    good.append(2)
+    commit(space)
+    again = ObjectSpace(db, prefix=space.prefix)
+    assert list(again.get_queue("q")) == [1, 2] and list(again.get_queue("good")) == [1, 2]
+
+
+def test_unencodable_dict_value_names_the_key(space):
+    d = space.create_dict("d")
+    d["k"] = {1, object()}
+    with pytest.raises(EncodingError, match=r"dict 'd' slot 'k'"):
+        space.save()
+
+
+def test_raw_codec_stores_bytes_as_is(space, db):
+    q = space.create_queue("raw", [b"\x01\x02"], codec="raw")
+    q.append(b"")
+    commit(space)
+    again = ObjectSpace(db, prefix=space.prefix)
+    assert list(again.get_queue("raw")) == [b"\x01\x02", b""]
+    assert again.get_queue("raw", codec="raw").codec == "raw"
+    with pytest.raises(KindMismatchError, match="codec 'raw', not 'msgpack'"):
+        again.get_queue("raw", codec="msgpack")
+    q2 = again.get_queue("raw")
+    q2.append("text")
+    with pytest.raises(EncodingError):
+        again.save()
+    with pytest.raises(ValueError, match="unknown codec"):
+        space.create_queue("x", codec="pickle")

@@ -1,0 +1,234 @@
+"""ObjectSpace: naming, lookup, errors, listing, prefixes, lifecycle."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+import dkv
+import objectspace
+from objectspace import (AlreadyExistsError, KindMismatchError, ObjectDeletedError, ObjectNotFoundError,
+                         ObjectSpace, ObjectSpaceError)
+from os_helpers import HAVE_DKV, NoIO, commit
+
+KINDS = ["value", "array", "list", "queue", "stack", "linked_list", "set", "sorted_set", "dict",
+         "sorted_dict", "stream"]
+
+
+def create(space, kind, name):
+    if kind == "array":
+        return space.create_array(name, 3)
+    return getattr(space, f"create_{kind}")(name)
+
+
+def test_public_names_are_pinned():
+    assert sorted(objectspace.__all__) == sorted([
+        "ObjectSpace", "DEFAULT_PREFIX",
+        "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
+        "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
+        "PersistedDict", "PersistedSortedDict", "PersistedStream", "PendingEntry",
+        "register_type", "unregister_type", "encode_key", "decode_key",
+        "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
+        "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
+    ])
+    for name in objectspace.__all__:
+        assert getattr(objectspace, name) is not None
+
+
+def test_error_hierarchy():
+    assert issubclass(AlreadyExistsError, (ObjectSpaceError, ValueError))
+    assert issubclass(ObjectNotFoundError, ObjectSpaceError) and issubclass(ObjectNotFoundError, KeyError)
+    assert issubclass(KindMismatchError, ObjectSpaceError) and issubclass(KindMismatchError, TypeError)
+    assert issubclass(objectspace.EncodingError, TypeError)
+
+
+def test_constructor_is_o1_and_does_no_io():
+    spaces = [ObjectSpace(NoIO(), prefix=dkv.keys.key_prefix(kg, dkv.keys.SCHEMA_STATE) + b"op-7")
+              for kg in range(256)]
+    assert len(spaces) == 256
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_create_get_and_errors(space, db, kind):
+    obj = create(space, kind, "x")
+    assert obj.kind == kind and obj.name == "x"
+    assert getattr(space, f"get_{kind}")("x") is obj
+    with pytest.raises(AlreadyExistsError):
+        create(space, kind, "x")
+    other = "queue" if kind != "queue" else "dict"
+    with pytest.raises(KindMismatchError, match=f"'x' is a {kind}, not a {other}"):
+        getattr(space, f"get_{other}")("x")
+    with pytest.raises(ObjectNotFoundError):
+        getattr(space, f"get_{kind}")("nope")
+    with pytest.raises(KeyError):
+        getattr(space, f"get_{kind}")("nope")
+    commit(space)
+    again = ObjectSpace(db, prefix=space.prefix)
+    assert getattr(again, f"get_{kind}")("x").kind == kind
+    with pytest.raises(KindMismatchError, match=f"is a {kind}"):
+        getattr(again, f"get_{other}")("x")
+    assert repr(obj).startswith(f"<Persisted") and "'x'" in repr(obj) and f"kind={kind}" in repr(obj)
+
+
+def test_repr_shows_length_and_dirty_slots(space):
+    q = space.create_queue("q", [1, 2, 3])
+    assert repr(q) == "<PersistedQueue 'q' kind=queue len=3 dirty=5>"   # 3 slots + index + meta
+    commit(space)
+    q.append(4)
+    assert repr(q) == "<PersistedQueue 'q' kind=queue len=4 dirty=2>"
+
+
+def test_get_or_create(space):
+    q = space.get_or_create_queue("q", [1])
+    assert space.get_or_create_queue("q", [2]) is q
+    assert list(q) == [1]
+    with pytest.raises(KindMismatchError):
+        space.get_or_create_dict("q")
+    assert space.get_or_create_array("a", 2, fill=7)[1] == 7
+
+
+def test_get_or_create_reads_the_index_once_for_a_new_name(rspace, rec):
+    rspace.get_or_create_queue(("user", 1))
+    assert [r[0] for r in rec.reads] == ["get"]
+
+
+def test_tuple_names_and_scopes(space, db):
+    for user in ["u1", "u2", "u10"]:
+        space.create_queue((user, "items"))
+        space.create_dict((user, "state"))
+    space.create_value("plain")
+    space.create_value("tmp-1")
+    assert space.names(prefix=("u1",)) == [("u1", "items"), ("u1", "state")]
+    commit(space)
+    space.create_list(("u1", "extra"))      # not yet committed: listed too
+    space.delete(("u1", "state"))           # deleted, not yet committed: not listed
+    assert space.names(prefix=("u1",)) == [("u1", "extra"), ("u1", "items")]
+    assert space.names(prefix="tmp-") == ["tmp-1"]
+    assert space.names()[:2] == ["plain", "tmp-1"]      # str names sort before tuple names
+    assert len(space) == 8
+    assert ("u2", "items") in space and ("u1", "state") not in space
+    commit(space)
+    assert ObjectSpace(db, prefix=space.prefix).names(prefix=("u1",)) == [("u1", "extra"), ("u1", "items")]
+
+
+def test_names_with_awkward_bytes_stay_apart(space, db):
+    names = ["a", "a\x00", "a\x00b", "a\xff", ("a",), ("a", b"\x00"), ("a", 1), ("a", -1), "\x00"]
+    for i, n in enumerate(names):
+        space.create_value(n, i)
+    commit(space)
+    again = ObjectSpace(db, prefix=space.prefix)
+    for i, n in enumerate(names):
+        assert again.get_value(n).value == i
+    space.delete("a")
+    commit(space)
+    again = ObjectSpace(db, prefix=space.prefix)
+    assert "a" not in again and again.get_value("a\x00").value == 1
+
+
+def test_two_spaces_share_one_db(db):
+    s1 = ObjectSpace(db, prefix=b"\x00\x01\x00op1")
+    s2 = ObjectSpace(db, prefix=b"\x00\x02\x00op1")
+    s1.create_queue("q", [1])
+    s2.create_queue("q", [2])
+    commit(s1)
+    commit(s2)
+    assert list(ObjectSpace(db, prefix=b"\x00\x01\x00op1").get_queue("q")) == [1]
+    assert list(ObjectSpace(db, prefix=b"\x00\x02\x00op1").get_queue("q")) == [2]
+    s1.delete("q")
+    commit(s1)
+    assert list(ObjectSpace(db, prefix=b"\x00\x02\x00op1").get_queue("q")) == [2]
+
+
+def test_delete(space, db):
+    q = space.create_queue("q", [1])
+    commit(space)
+    space.delete("q")
+    assert "q" not in space
+    with pytest.raises(ObjectDeletedError):
+        q.append(2)
+    with pytest.raises(ObjectDeletedError):
+        list(q)
+    with pytest.raises(ObjectNotFoundError):
+        space.delete("q")
+    commit(space)
+    assert list(db.scan_prefix(space.prefix)) == []
+
+
+def test_delete_of_an_unsaved_object_writes_nothing(rspace, rec):
+    rspace.create_queue("q", [1])
+    rspace.delete("q")
+    commit(rspace)
+    assert rec.log == []
+
+
+def test_delete_without_loading(space, db):
+    space.create_list("l", range(50))
+    commit(space)
+    again = ObjectSpace(db, prefix=space.prefix)
+    again.delete("l")
+    commit(again)
+    assert list(db.scan_prefix(space.prefix)) == []
+
+
+def test_same_handle_while_referenced_and_dropped_when_clean(db):
+    space = ObjectSpace(db, prefix=b"p/", cache_objects=0)
+    q = space.create_queue("q", [1])
+    assert space.get_queue("q") is q
+    commit(space)
+    del q
+    gc.collect()
+    assert len(space._live) == 0                # clean and unreferenced: dropped
+    q = space.get_queue("q")
+    q.append(2)
+    del q
+    gc.collect()
+    assert len(space._live) == 1                # dirty objects are kept until saved
+    commit(space)
+    gc.collect()
+    assert len(space._live) == 0
+    assert list(space.get_queue("q")) == [1, 2]
+
+
+def test_recent_objects_stay_cached(db):
+    space = ObjectSpace(db, prefix=b"p/", cache_objects=2)
+    for n in "abc":
+        space.create_value(n, n)
+    commit(space)
+    gc.collect()
+    assert set(space._live.keys()) == {space.get_value("b")._nkey, space.get_value("c")._nkey}
+
+
+@pytest.mark.skipif(not HAVE_DKV, reason="needs dkv.open")
+def test_open_checkpoint_close(location):
+    with ObjectSpace.open(location) as space:
+        assert space.prefix == dkv.keys.key_prefix(0, dkv.keys.SCHEMA_STATE)
+        space.create_dict("d", {"a": 1})
+        space.checkpoint(1)
+        space.get_dict("d")["b"] = 2
+        space.checkpoint(2)
+        space.get_dict("d")["c"] = 3            # never checkpointed: lost
+        assert space.dirty
+    with ObjectSpace.open(location) as space:
+        assert dict(space.get_dict("d").items()) == {"a": 1, "b": 2}
+    with ObjectSpace.open(location, checkpoint=1) as space:
+        assert dict(space.get_dict("d").items()) == {"a": 1}
+
+
+def test_close_kills_handles(space):
+    q = space.create_queue("q")
+    space.close()
+    with pytest.raises(ObjectDeletedError):
+        q.append(1)
+    with pytest.raises(ObjectSpaceError, match="closed"):
+        space.get_queue("q")
+
+
+def test_bad_arguments(space):
+    with pytest.raises(TypeError):
+        ObjectSpace(NoIO(), prefix="str")
+    with pytest.raises(ValueError):
+        space.create_array("a", -1)
+    with pytest.raises(TypeError):
+        space.create_queue(["list", "name"])
+    with pytest.raises(TypeError):
+        space.create_queue(("a", 1.5))
