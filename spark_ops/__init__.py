@@ -11,10 +11,10 @@ docs/spark_ops.md and docs/rfcs/0001-spark-runtime.md.
 from __future__ import annotations
 
 from ._api import buffer, combine_latest, delay, session_window, timeout
-from ._metrics import read_metrics
+from ._metrics import read_metrics, snapshot_bytes
 from ._spark import apply_operator
 from ._timers import Timer
 from .operator import Context, Operator
 
 __all__ = ["buffer", "combine_latest", "delay", "timeout", "session_window", "apply_operator",
-           "Operator", "Context", "Timer", "read_metrics"]
+           "Operator", "Context", "Timer", "read_metrics", "snapshot_bytes"]

@@ -7,23 +7,55 @@ import dkv
 
 
 def read_metrics(state: str, query_id: str | None = None, operator: str | None = None) -> list[dict]:
-    """Every metrics record under ``state`` (optionally one query and operator), oldest
-    batch first: rows, emitted, dirty_slots, checkpoint_bytes, wal_bytes, manifest_bytes,
-    sst_bytes, timers_fired, late_rows, state_bytes, watermark, duration_ms, ...
+    """Every metrics record under ``state`` (a state root given to an operator, or one
+    query's or operator's folder below it), oldest batch first. Fields: batch, shard,
+    rows, emitted, dirty_slots, checkpoint_bytes, wal_bytes, manifest_bytes, sst_bytes,
+    timers_fired, late_rows, state_bytes, watermark, duration_ms, query_id, operator.
 
-    ``pandas.DataFrame(read_metrics(path))`` makes it a table; ``spark.createDataFrame``
-    makes it a Spark one."""
+    ``pandas.DataFrame(read_metrics(path))`` makes it a table."""
     store = dkv.open_store(state)
     prefix = "" if query_id is None else f"{query_id}/" + ("" if operator is None else f"{operator}/")
     out = []
     for name, _ in store.list(prefix):
         parts = name.split("/")
-        if len(parts) < 4 or parts[-3] != "metrics":
+        if len(parts) < 3 or parts[-3] != "metrics":
             continue
-        if operator is not None and parts[-4] != operator:
+        owner = parts[:-3]          # [..., query id, operator] when listing from the state root
+        if operator is not None and owner and owner[-1] != operator:
             continue
         rec = json.loads(store.get(name))
-        rec["query_id"], rec["operator"] = parts[-5] if len(parts) >= 5 else None, parts[-4]
+        rec["operator"] = owner[-1] if owner else None
+        rec["query_id"] = owner[-2] if len(owner) >= 2 else query_id
         out.append(rec)
-    out.sort(key=lambda r: (r.get("query_id") or "", r["operator"], r["batch"], r["shard"]))
+    out.sort(key=lambda r: (r.get("query_id") or "", r.get("operator") or "", r["batch"], r["shard"]))
     return out
+
+
+def snapshot_bytes(state_root: str, batch: int) -> dict:
+    """What a whole-state snapshot of an operator's state as of ``batch`` would write:
+    every live record of every shard at its newest checkpoint <= ``batch``, raw and
+    zstd-compressed (level 3, as our WAL segments). ``state_root`` is
+    ``<state>/<query id>/<operator>``. Costs a full read of the state."""
+    import zstandard
+
+    from ._layout import layouts, latest_before
+    store = dkv.open_store(state_root)
+    comp = zstandard.ZstdCompressor(level=3).compressobj()
+    records = raw = packed = 0
+    lays = [l for l in layouts(store) if l.first_batch <= batch]
+    if not lays:
+        return {"records": 0, "raw_bytes": 0, "zstd_bytes": 0}
+    newest = max(lays, key=lambda l: max([latest_before(store, l.instance(s), batch + 1) or -1
+                                          for s in range(l.shards)]))
+    for s in range(newest.shards):
+        epoch = latest_before(store, newest.instance(s), batch + 1)
+        if epoch is None:
+            continue
+        with dkv.open(store, checkpoint=epoch, read_only=True, instance=newest.instance(s),
+                      background=False) as db:
+            for k, v in db.scan():
+                records += 1
+                raw += len(k) + len(v)
+                packed += len(comp.compress(k + v))
+    packed += len(comp.flush())
+    return {"records": records, "raw_bytes": raw, "zstd_bytes": packed}
