@@ -1,0 +1,95 @@
+"""`python -m dkv`: every command, human and --json output, on a real store folder."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import dkv
+
+
+def run(*args, ok=True):
+    proc = subprocess.run([sys.executable, "-m", "dkv", *args], capture_output=True, text=True)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture
+def store(tmp_path):
+    loc = str(tmp_path / "db")
+    with dkv.open(loc, background=False, memtable_bytes=4000) as db:
+        for i in range(300):
+            db.put(b"\x00\x01user%04d" % i, b"v%d" % i)
+        db.checkpoint(3).wait()
+        db.delete(b"\x00\x01user0005")
+        db.put(b"zz", b"last")
+        db.checkpoint(4).wait()
+    return loc
+
+
+def test_checkpoints_lists_epochs(store):
+    assert run("checkpoints", store).stdout.split()[0::4] == ["3", "4"]
+    data = json.loads(run("checkpoints", store, "--json").stdout)
+    assert [c["epoch"] for c in data] == [3, 4]
+    assert all(c["manifest"].startswith("manifest/") for c in data)
+
+
+def test_info_describes_the_manifest(store):
+    data = json.loads(run("info", store, "--json").stdout)
+    assert data["epoch"] == 4 and data["last_seq"] == 302
+    assert sum(lv["records"] for lv in data["levels"]) > 0      # the small memtable flushed
+    assert data["retained"] == [3, 4]
+    old = json.loads(run("info", store, "--checkpoint", "3", "--json").stdout)
+    assert old["epoch"] == 3
+    assert "checkpoint 4" in run("info", store).stdout
+
+
+def test_get_reads_latest_and_older_checkpoints(store):
+    assert run("get", store, r"\x00\x01user0042").stdout.strip() == "v42"
+    assert json.loads(run("get", store, r"\x00\x01user0005", "--json").stdout)["found"] is False
+    assert run("get", store, r"\x00\x01user0005", "--checkpoint", "3").stdout.strip() == "v5"
+    assert run("get", store, (b"\x00\x01user0042").hex(), "--hex").stdout.strip() == b"v42".hex()
+
+
+def test_scan_prefix_limit_and_json(store):
+    rows = json.loads(run("scan", store, "--prefix", r"\x00\x01user000", "--json").stdout)
+    assert [r["key"] for r in rows] == [r"\x00\x01user%04d" % i for i in range(10) if i != 5]
+    assert len(run("scan", store, "--limit", "3").stdout.splitlines()) == 3
+    assert run("scan", store, "--prefix", "nothing").stdout.strip() == "(no keys)"
+
+
+def test_verify_checks_every_file_and_reports_damage(store, tmp_path):
+    report = json.loads(run("verify", store, "--json").stdout)
+    assert report["records"] >= 300 and report["sst_files"] >= 1
+    sst = next((tmp_path / "db" / "sst").iterdir())
+    data = bytearray(sst.read_bytes())
+    data[10] ^= 0xFF
+    sst.write_bytes(bytes(data))
+    proc = run("verify", store, ok=False)
+    assert proc.returncode == 1
+    assert "checksum" in proc.stderr or "damaged" in proc.stderr
+    assert sst.name in proc.stderr
+
+
+def test_instances_and_gc_of_a_retired_instance(tmp_path):
+    root = str(tmp_path / "root")
+    with dkv.open(root, instance="a", background=False) as a:
+        a.put(b"\x00\x01k", b"1")
+        a.flush()
+        a.checkpoint(1).wait()
+    with dkv.open(root, instance="b", sources=[("a", 1)], background=False) as b:
+        b.checkpoint(2).wait()
+    assert json.loads(run("instances", root, "--json").stdout) == ["a", "b"]
+    dkv.retire(root, "a")
+    report = json.loads(run("gc", root, "--json").stdout)
+    assert report["retired_instances"] == ["a"] and report["kept_shared_files"] >= 1   # b still uses a's SST
+    with dkv.open(root, instance="b", read_only=True) as b:
+        assert b.get(b"\x00\x01k") == b"1"
+
+
+def test_errors_are_one_line_and_exit_1(tmp_path):
+    proc = run("info", str(tmp_path / "empty"), ok=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("error:")
+    proc = run("get", str(tmp_path / "empty"), "k", "--checkpoint", "9", ok=False)
+    assert proc.returncode == 1 and "9" in proc.stderr
