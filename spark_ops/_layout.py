@@ -95,6 +95,15 @@ def plan_open(store, batch: int, shard: int, n: int, groups: int) -> OpenPlan:
         epoch = latest_before(store, current.instance(shard), batch)
         if epoch is not None:
             return OpenPlan(current, current.instance(shard), checkpoint=epoch)
+    if (best is None or progress[best] < 0) and any(l.first_batch < batch for l in known):
+        # State exists from earlier batches, but no checkpoint before this one is left:
+        # starting empty would silently lose every key's state.
+        oldest = min((c.epoch for l in known for s in range(l.shards)
+                      for c in dkv.list_checkpoints(store, l.instance(s))), default=None)
+        raise dkv.CheckpointNotFoundError(
+            f"batch {batch} needs the operator state of a batch before it, but the oldest checkpoint "
+            f"left in {store.location} is {oldest} (older ones were removed by retention); a batch "
+            f"this old cannot be re-run")
     new = Layout(batch, n)
     store.put_if_absent(f"layouts/{new.name}", b"")
     if best is None or progress[best] < 0:

@@ -140,6 +140,9 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     groups = _CONFIG.get(spec.state)
     if groups is None:
         groups = _CONFIG[spec.state] = _layout.read_config(store, spec.groups, type(spec.operator).__name__)
+    if groups != spec.groups:
+        raise ValueError(f"the state in {spec.state} was created with key_groups={groups}; the key-group "
+                         f"count cannot change (got key_groups={spec.groups}); pass key_groups={groups}")
     basis, prev_time, _ = _watermark.read(store, batch - 1) if batch > 0 else (_watermark.NONE, _watermark.NONE, True)
     if watermark is None and basis != _watermark.NONE:
         watermark = basis - spec.delay_ms

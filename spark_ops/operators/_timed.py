@@ -75,9 +75,9 @@ class SessionWindow(Operator):
     its last row (event time), or when it reaches ``max_duration_ms``. Emits
     ``(key, session_start, session_end, count, items)`` when the watermark passes the end.
 
-    Rows are taken in processing order (event order within a batch). A row later than the
-    open session's end + gap, or past its maximum duration, closes it and starts a new
-    one; a row earlier than the session's start but within the gap extends it backwards.
+    Rows are taken in processing order (event order within a batch). A row at or after the
+    open session's last row + gap, or at or past its maximum duration, closes it and starts
+    a new one; a row less than a gap before the session's start extends it backwards.
     """
 
     def __init__(self, gap_ms: int, max_duration_ms: int | None = None, key_columns: tuple = ("key",),
@@ -99,7 +99,9 @@ class SessionWindow(Operator):
         sess = ctx.dict("session")
         if sess:
             start, last = sess["start"], sess["last"]
-            fits = start - self.gap <= ts <= last + self.gap and (self.max is None or ts < start + self.max)
+            # Strict: a row exactly `gap` after the last one starts a new session, as the timer
+            # at last + gap would have closed this one (the outcome must not depend on batching).
+            fits = start - self.gap < ts < last + self.gap and (self.max is None or ts < start + self.max)
             if fits:
                 ctx.delete_event_timer(self._deadline(start, last))
                 sess["start"], sess["last"] = min(start, ts), max(last, ts)
