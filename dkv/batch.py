@@ -42,8 +42,10 @@ class WriteBatch:
         self._nbytes = 0
 
     def put(self, key: bytes, value: bytes) -> None:
-        key = check_key(key)
-        value = check_value(value)
+        if type(key) is not bytes or not key:
+            key = check_key(key)
+        if type(value) is not bytes:
+            value = check_value(value)
         self._ops.append((key, value))
         self._nbytes += len(key) + len(value)
 
