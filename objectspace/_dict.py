@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import MutableMapping
 
-from ._base import F_META, MISSING
+from ._base import ABSENT, F_META, MISSING
 from ._keycodec import decode_key
 from ._keyed import KeyedObject
 
@@ -33,11 +33,16 @@ class PersistedDict(KeyedObject, MutableMapping):
         return decode_key(ek), self._codec.decode(raw)
 
     def __getitem__(self, key):
+        """O(1) (one point read when not cached)."""
         if self._dead:
             self._raise_dead()
-        e = self._t.lookup(self._ek(key))
-        if e is MISSING:
-            raise KeyError(key)
+        t = self._t
+        ek = self._ek(key)
+        e = t.vals.get(ek, MISSING)
+        if e is MISSING or e is ABSENT:
+            e = t.lookup(ek)
+            if e is MISSING:
+                raise KeyError(key)
         return e[1]
 
     def get(self, key, default=None):

@@ -49,11 +49,14 @@ def _escape(b: bytes) -> bytes:
     return (b.replace(b"\x00", b"\x00\xff") if b"\x00" in b else b) + _STR_END
 
 
+_POS = [bytes((T_INT, 0x80 + length)) for length in range(127)]
+
+
 def _enc_int(n: int) -> bytes:
     if n > 0:
         length = (n.bit_length() + 7) >> 3
         if length < 127:
-            return bytes((T_INT, 0x80 + length)) + n.to_bytes(length, "big")
+            return _POS[length] + n.to_bytes(length, "big")
         return bytes((T_INT, 0xFF)) + length.to_bytes(8, "big") + n.to_bytes(length, "big")
     if n == 0:
         return _ZERO

@@ -66,8 +66,8 @@ def decode_index(raw: bytes, name) -> tuple[str, int]:
     return kind, codec_code
 
 
-def pack_meta(fields) -> bytes:
-    return msgpack.packb(fields)
+pack_meta = msgpack.Packer().pack
+"""msgpack bytes of a metadata list (small ints only)."""
 
 
 def unpack_meta(raw: bytes | None, name, kind: str):

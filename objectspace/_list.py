@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import MutableSequence
 
-from ._base import F_META
+from ._base import F_META, MISSING
 from ._slots import SlotSequence
 
 
@@ -54,6 +54,10 @@ class PersistedList(SlotSequence, MutableSequence):
 
     def __getitem__(self, i):
         """O(1) (one point read if not cached); a slice is O(its span)."""
+        if type(i) is int and 0 <= i < self._tail and not self._dead:     # the common case
+            v = self._vals.get(i, MISSING)
+            if v is not MISSING:
+                return v
         if self._dead:
             self._raise_dead()
         if isinstance(i, slice):
@@ -80,6 +84,10 @@ class PersistedList(SlotSequence, MutableSequence):
 
     def __setitem__(self, i, value) -> None:
         """Index: O(1), one slot dirty. Slice: O(n), dirties the slots whose item changed."""
+        if type(i) is int and 0 <= i < self._tail and self._listed:      # the common case
+            self._vals[i] = value
+            self._dirty.add(i)
+            return
         if isinstance(i, slice):
             items = self._all_values()
             items[i] = value

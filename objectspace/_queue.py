@@ -122,6 +122,10 @@ class PersistedQueue(SlotSequence, Sequence):
 
     def __getitem__(self, i):
         """``q[0]`` is the head, ``q[-1]`` the tail. O(1)."""
+        if type(i) is int and 0 <= i < self._tail - self._head and not self._dead:
+            v = self._vals.get(self._head + i, MISSING)
+            if v is not MISSING:
+                return v
         if self._dead:
             self._raise_dead()
         if isinstance(i, slice):

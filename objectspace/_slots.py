@@ -165,22 +165,29 @@ class SlotSequence(PersistedObject):
 
     def _collect_items(self, out: list, full: bool) -> None:
         ip, head, tail, lo, hi = self._items, self._head, self._tail, self._lo, self._hi
-        for s in range(lo, min(head, hi)):
-            out.append((_slot_key(ip, s), None))
-        for s in range(max(tail, lo), hi):
-            out.append((_slot_key(ip, s), None))
-        enc = self._encode
+        if lo < head or tail < hi:     # stored slots outside [head, tail): delete them
+            for s in range(lo, min(head, hi)):
+                out.append((_slot_key(ip, s), None))
+            for s in range(max(tail, lo), hi):
+                out.append((_slot_key(ip, s), None))
         if full:
+            enc = self._encode
             for s, v in zip(range(head, tail), self._iter_slots(head, tail)):
                 out.append((_slot_key(ip, s), enc(v, s - head)))
             return
         dirty = self._dirty
         if self._pending:
             dirty = dirty | self._pending
-        vals = self._vals
-        for s in (sorted(dirty) if len(dirty) > 1 else dirty):
-            if head <= s < tail:
-                out.append((_slot_key(ip, s), enc(vals[s], s - head)))
+        vals, encode = self._vals, self._codec.encode
+        try:
+            for s in (sorted(dirty) if len(dirty) > 1 else dirty):
+                if head <= s < tail:
+                    out.append((ip + s.to_bytes(8, "big"), encode(vals[s])))
+        except Exception:  # noqa: BLE001 - find the slot and report it with the object's name
+            for s in dirty:
+                if head <= s < tail:
+                    self._encode(vals[s], s - head)
+            raise
 
     def _promote(self) -> None:
         self._pflags |= self._flags

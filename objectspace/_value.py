@@ -113,6 +113,10 @@ class PersistedArray(SlotSequence, Sequence):
 
     def __getitem__(self, i):
         """O(1) per item; a slice of k items is O(k)."""
+        if type(i) is int and 0 <= i < self._tail and not self._dead:
+            v = self._vals.get(i, MISSING)
+            if v is not MISSING:
+                return v
         if self._dead:
             self._raise_dead()
         if isinstance(i, slice):

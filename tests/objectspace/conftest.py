@@ -11,8 +11,8 @@ PREFIX = b"app/"
 
 
 @pytest.fixture
-def location() -> str:
-    return new_location("memory")
+def location(tmp_path) -> str:
+    return new_location("memory", tmp_path)
 
 
 @pytest.fixture

@@ -2,6 +2,10 @@
 db proxy, and a renderer that turns the records reaching the store into readable lines."""
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import uuid
 
 import msgpack
@@ -10,13 +14,27 @@ import dkv
 from objectspace import _layout as L
 from objectspace._keycodec import _dec, decode_key
 
-HAVE_DKV = hasattr(dkv, "open")
+# OBJECTSPACE_TEST_STORE=dir runs every test on a temporary folder instead of memory://;
+# =standin on the in-memory stand-in (the default when dkv.open does not exist).
+STORE = os.environ.get("OBJECTSPACE_TEST_STORE", "memory" if hasattr(dkv, "open") else "standin")
+HAVE_DKV = STORE != "standin"
+
+
+_tmp_root: list = []
+
+
+def _tmp() -> str:
+    if not _tmp_root:
+        _tmp_root.append(tempfile.mkdtemp(prefix="objectspace-tests-"))
+        atexit.register(shutil.rmtree, _tmp_root[0], True)
+    return _tmp_root[0]
 
 
 def new_location(kind: str = "memory", tmp_path=None) -> str:
-    if kind == "memory" or not HAVE_DKV:
-        return f"memory://objectspace-{uuid.uuid4().hex}"
-    return str(tmp_path / f"db-{uuid.uuid4().hex[:8]}")
+    """A fresh store location: memory:// (the default) or a folder."""
+    if STORE == "dir" or (kind == "dir" and HAVE_DKV):
+        return os.path.join(str(tmp_path or _tmp()), f"db-{uuid.uuid4().hex[:12]}")
+    return f"memory://objectspace-{uuid.uuid4().hex}"
 
 
 def open_db(location: str, checkpoint: int | None = None):
