@@ -14,7 +14,7 @@ import msgpack
 from . import _layout as L
 from ._base import MISSING
 from ._keycodec import decode_key, encode_key
-from ._streamids import format_id, id_key, key_id, parse_id, range_bound
+from ._layout import format_id, id_key, key_id, parse_id, range_bound
 from ._table import Table
 from .errors import AlreadyExistsError, ObjectNotFoundError
 

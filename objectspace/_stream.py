@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping
 
 from ._base import F_META, MISSING, PersistedObject
 from ._groups import GroupsMixin
-from ._streamids import MAX_SEQ, format_id, id_key, key_id, parse_id, range_bound
+from ._layout import MAX_SEQ, format_id, id_key, key_id, parse_id, range_bound
 from ._table import Table
 from .errors import StreamIdError
 

@@ -67,7 +67,7 @@ def test_create_get_and_errors(space, db, kind):
     assert getattr(again, f"get_{kind}")("x").kind == kind
     with pytest.raises(KindMismatchError, match=f"is a {kind}"):
         getattr(again, f"get_{other}")("x")
-    assert repr(obj).startswith(f"<Persisted") and "'x'" in repr(obj) and f"kind={kind}" in repr(obj)
+    assert repr(obj).startswith("<Persisted") and "'x'" in repr(obj) and f"kind={kind}" in repr(obj)
 
 
 def test_repr_shows_length_and_dirty_slots(space):
