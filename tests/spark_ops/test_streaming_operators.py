@@ -1,0 +1,182 @@
+"""Every built-in operator in a real streaming query (file source, one file per micro-batch,
+availableNow, foreachBatch sink) against its reference model: the same rows per batch and, per
+key, in the same order. Then each operator on a batch (non-streaming) DataFrame."""
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+import spark_ops
+from models import (BufferModel, CombineLatestModel, DelayModel, SessionModel, TimeoutModel, by_key, run_model,
+                    union_row)
+from spark_helpers import SCHEMA, at, random_events, read_sink, read_stream, run_stream, write_batch_files
+
+pytestmark = pytest.mark.spark
+
+
+def _flush(batches, key="zz", ms=10_000_000):
+    """Two last batches whose row moves the watermark past everything (timers fire in the last one)."""
+    return batches + [[{"k": key, "ts": at(ms), "v": -1}], []]
+
+
+# name: (build(df, state), model, event_time, watermark delay ms, data seed and shape)
+CASES = {
+    "buffer count": (lambda df, st: spark_ops.buffer(df, "k", count=3, state=st),
+                     lambda: BufferModel(["k"], count=3), None, 0, dict(late=False)),
+    "buffer count skip<count": (lambda df, st: spark_ops.buffer(df, "k", count=3, skip=1, event_time="ts",
+                                                                watermark="5 seconds", state=st),
+                                lambda: BufferModel(["k"], count=3, skip=1), "ts", 5000, dict()),
+    "buffer count skip>count": (lambda df, st: spark_ops.buffer(df, "k", count=2, skip=3, state=st),
+                                lambda: BufferModel(["k"], count=2, skip=3), None, 0, dict(late=False)),
+    "buffer duration": (lambda df, st: spark_ops.buffer(df, "k", duration="1500 ms", event_time="ts",
+                                                        watermark="1 second", state=st),
+                        lambda: BufferModel(["k"], duration_ms=1500), "ts", 1000, dict(flush=True)),
+    "buffer duration or count": (lambda df, st: spark_ops.buffer(df, "k", count=2, duration="2 seconds",
+                                                                 event_time="ts", state=st),
+                                 lambda: BufferModel(["k"], count=2, duration_ms=2000), "ts", 0, dict(flush=True)),
+    "delay": (lambda df, st: spark_ops.delay(df, "k", "1200 ms", event_time="ts", watermark="500 ms", state=st),
+              lambda: DelayModel(1200), "ts", 500, dict(flush=True)),
+    "timeout": (lambda df, st: spark_ops.timeout(df, "k", "1500 ms", event_time="ts", state=st),
+                lambda: TimeoutModel(["k"], 1500), "ts", 0, dict(flush=True, keys="abc")),
+    "session gap": (lambda df, st: spark_ops.session_window(df, "k", "901 ms", event_time="ts",
+                                                            watermark="1 second", state=st),
+                    lambda: SessionModel(["k"], 901), "ts", 1000, dict(flush=True, keys="abc", even=True)),
+    "session max duration": (lambda df, st: spark_ops.session_window(df, "k", 701, event_time="ts",
+                                                                     max_duration="2 seconds", items=False, state=st),
+                             lambda: SessionModel(["k"], 701, 2000, items=False), "ts", 0,
+                             dict(flush=True, keys="ab", even=True)),
+}
+
+
+def _data(seed, shape):
+    shape = dict(shape)
+    flush = shape.pop("flush", False)
+    batches = random_events(seed, 5, **shape)
+    return _flush(batches) if flush else batches
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_streaming_operator_matches_model(utc_spark, tmp_path, case):
+    build, model, event_time, delay, shape = CASES[case]
+    batches = _data(zlib.crc32(case.encode()), shape)
+    write_batch_files(tmp_path / "src", batches)
+    run_stream(build(read_stream(utc_spark, tmp_path / "src"), str(tmp_path / "state")), tmp_path / "out",
+               tmp_path / "cp")
+    got = read_sink(tmp_path / "out")
+    expected = run_model(model(), batches, keys=["k"], event_time=event_time, delay_ms=delay)
+    assert sorted(got) == list(range(len(batches)))
+    assert sum(map(len, expected)) > 0, "the data should make the operator emit"
+    for b in range(len(batches)):
+        assert by_key(got[b], "k") == by_key(expected[b], "k"), f"batch {b}"
+
+
+def _inputs(seed, inputs, n_batches, *, one_per_key):
+    """Rows {k, ts, v} per input and batch; a key's event times are distinct across inputs."""
+    import random
+
+    rng = random.Random(seed)
+    used, v = set(), 0
+    per_input = {name: [] for name in inputs}
+    for b in range(n_batches):
+        for name in inputs:
+            rows = []
+            keys = rng.sample("abc", rng.randint(0, 3)) if one_per_key else [rng.choice("abc") for _ in range(rng.randint(0, 4))]
+            for k in keys:
+                ms = b * 1000 + rng.randrange(0, 1000)
+                while (k, ms) in used:
+                    ms += 1
+                used.add((k, ms))
+                rows.append({"k": k, "ts": at(ms), "v": v})
+                v += 1
+            per_input[name].append(sorted(rows, key=lambda r: (r["k"], r["ts"])))
+    return per_input
+
+
+@pytest.mark.parametrize("inputs", [["a", "b"], ["x", "y", "z"]])
+def test_streaming_combine_latest_matches_model(utc_spark, tmp_path, inputs):
+    """Each input is its own file source (one file per batch). With three inputs, event time
+    orders a key's rows; with two, at most one row per key and input per batch (Spark cannot
+    order two rows of one input without an ordering column)."""
+    with_et = len(inputs) == 3
+    per_input = _inputs(len(inputs), inputs, 5, one_per_key=not with_et)
+    for name, batches in per_input.items():
+        write_batch_files(tmp_path / name, batches)
+    dfs = {name: read_stream(utc_spark, tmp_path / name) for name in inputs}
+    out = spark_ops.combine_latest(dfs, key="k", event_time="ts" if with_et else None,
+                                   watermark="1 hour" if with_et else None, state=str(tmp_path / "state"))
+    run_stream(out, tmp_path / "out", tmp_path / "cp")
+    got = read_sink(tmp_path / "out")
+    union = [[union_row(["k"], name, inputs, r) | {"__et": r["ts"]} for name in inputs for r in per_input[name][b]]
+             for b in range(5)]
+    expected = run_model(CombineLatestModel(["k"], inputs), union, keys=["k"],
+                         event_time="__et" if with_et else None, delay_ms=3_600_000,
+                         order_by=["__et", "__spark_ops_source"] if with_et else ["__spark_ops_source"])
+    assert sorted(got) == list(range(5))
+    assert sum(map(len, expected)) > 0
+    for b in range(5):
+        assert by_key(got[b], "k") == by_key(expected[b], "k"), f"batch {b}"
+
+
+# ------------------------------------------------------------------------- batch DataFrames
+
+
+def _static(spark, rows):
+    return spark.createDataFrame([(r["k"], r["ts"], r["v"]) for r in rows], SCHEMA)
+
+
+class _EndOfInput:
+    """A batch DataFrame is one batch; the end of the input is modelled as the watermark
+    reaching +infinity, so every timer fires (windows, delays, timeouts, sessions close)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def run(self, rows, event_time):
+        out = run_model(self.model, [rows], keys=["k"], event_time=event_time)[0]
+        return out + (self.model.on_watermark(1 << 62) if event_time else [])
+
+
+BATCH_CASES = {
+    "buffer count": (lambda df: spark_ops.buffer(df, "k", count=2, skip=1, state="unused"),
+                     lambda: BufferModel(["k"], count=2, skip=1), None, False),
+    "buffer duration": (lambda df: spark_ops.buffer(df, "k", duration="2 seconds", event_time="ts"),
+                        lambda: BufferModel(["k"], duration_ms=2000), "ts", True),
+    "delay": (lambda df: spark_ops.delay(df, "k", "1 second", event_time="ts"), lambda: DelayModel(1000), "ts", True),
+    "timeout": (lambda df: spark_ops.timeout(df, "k", "1 second", event_time="ts"),
+                lambda: TimeoutModel(["k"], 1000), "ts", True),
+    "session": (lambda df: spark_ops.session_window(df, "k", 1501, event_time="ts"),
+                lambda: SessionModel(["k"], 1501), "ts", True),
+}
+
+_NO_FLUSH = pytest.mark.xfail(strict=True, reason="BUG: on a batch DataFrame timers never fire (no end-of-input "
+                                                  "watermark), so windows/delays/timeouts/sessions emit nothing")
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=_NO_FLUSH) if BATCH_CASES[c][3] else c for c in BATCH_CASES])
+def test_batch_dataframe_matches_model(utc_spark, case):
+    build, model, event_time, _ = BATCH_CASES[case]
+    rows = [r for batch in random_events(7, 4, late=False, even=True) for r in batch]
+    rows.sort(key=lambda r: (r["k"], r["ts"]))
+    got = [r.asDict(recursive=True) for r in build(_static(utc_spark, rows)).collect()]
+    expected = _EndOfInput(model()).run(rows, event_time)
+    assert expected
+    assert by_key(got, "k") == by_key(expected, "k")
+
+
+def test_batch_dataframe_combine_latest(utc_spark):
+    a = utc_spark.createDataFrame([("k1", 1), ("k2", 2)], "k string, x long")
+    b = utc_spark.createDataFrame([("k1", "p"), ("k1", "q"), ("k3", "r")], "k string, y string")
+    out = spark_ops.combine_latest({"a": a, "b": b}, key="k").collect()
+    rows = sorted((r["k"], r["a"]["x"], r["b"]["y"]) for r in out)
+    # per key the rows of "a" come before those of "b" (order by input name); k1's two rows of b
+    # have no defined order between them, but each combines with a's latest
+    assert rows == [("k1", 1, "p"), ("k1", 1, "q")]
+
+
+def test_batch_dataframe_runs_twice_with_the_same_result(utc_spark):
+    """A batch DataFrame keeps no state between actions: collecting twice gives the same rows."""
+    rows = [r for batch in random_events(3, 3, late=False) for r in batch]
+    df = spark_ops.buffer(_static(utc_spark, rows), "k", count=2)
+    first = sorted(str(r) for r in df.collect())
+    assert first and first == sorted(str(r) for r in df.collect())
