@@ -203,8 +203,8 @@ def scenario_c(args) -> list[dict]:
     db = dkv.open(f"memory://checkpoint-bytes-{os.getpid()}") if HAVE_DKV else None
     rows = []
 
-    # the hot path of an operator: one small append, then save and confirm (batches dropped:
-    # the host writes them), in a space of 10,000 small queues with one of them dirty
+    # the hot path of an operator: one small append, then save, write and confirm, in a space
+    # of 10,000 small queues with one of them dirty
     space = ObjectSpace(db, prefix=b"\x00\x00\x00hot")
     queues = [space.create_queue((f"user-{k}", "items")) for k in range(10_000)]
     space.save()
@@ -214,19 +214,46 @@ def scenario_c(args) -> list[dict]:
     def hot_path(n):
         for i in range(n):
             hot.append(i)
-            space.save()
+            db.write(space.save())
             space.on_saved()
 
-    def hot_path_pop(n):
+    def hot_path_pop(n):          # a buffer in steady state: one in, one out
         for i in range(n):
             hot.append(i)
             hot.popleft()
-            space.save()
+            db.write(space.save())
             space.on_saved()
-    for name, fn in (("append + save + on_saved", hot_path), ("append + popleft + save + on_saved", hot_path_pop)):
+    for name, fn in (("append + save + db.write + on_saved", hot_path),
+                     ("append + popleft + save + db.write + on_saved", hot_path_pop)):
         rate = _rate(fn, min(args.ops, 20_000))
         rows.append({"operation": name, "objectspace ops/s": rate, "builtin ops/s": None,
                      "builtin/ours": None, "us/op": 1e6 / rate})
+
+    # many small objects: one queue per key, as an operator keeps per-key state (best of 3)
+    nkeys = args.keys * 10
+    labels = [f"get_or_create_queue x {nkeys:,} (new keys)", f"save + write + on_saved of {nkeys:,} new queues",
+              f"get_queue + 2 appends x {nkeys:,} keys", f"save + write + on_saved of {nkeys:,} dirty queues"]
+    best = [float("inf")] * 4
+    for rep in range(3):
+        keyed = ObjectSpace(db, prefix=b"\x00\x00\x00keys%d" % rep)
+        names = [(f"key-{k}", "buffer") for k in range(nkeys)]
+
+        def two_appends():
+            for k, name in enumerate(names):
+                q = keyed.get_queue(name)
+                q.append({"e": k})
+                q.append({"e": -k})
+        steps = [lambda: [keyed.get_or_create_queue(n) for n in names],
+                 lambda: (db.write(keyed.save()), keyed.on_saved()),
+                 two_appends,
+                 lambda: (db.write(keyed.save()), keyed.on_saved())]
+        for i, step in enumerate(steps):
+            t = time.perf_counter()
+            step()
+            best[i] = min(best[i], time.perf_counter() - t)
+    for label, dt in zip(labels, best):
+        rows.append({"operation": label, "objectspace ops/s": nkeys / dt, "builtin ops/s": None,
+                     "builtin/ours": None, "us/op": 1e6 * dt / nkeys})
 
     space = ObjectSpace(db, prefix=b"\x00\x00\x00bench", cache_items=max(4096, args.ops))
     n = args.ops

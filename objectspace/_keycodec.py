@@ -209,13 +209,27 @@ def check_name(name):
 
 
 def encode_name(name) -> bytes:
-    """Prefix-free, order-preserving bytes of an object name. O(len(name))."""
-    if type(name) is str and name:
-        try:
-            return _STR + _escape(name.encode())
-        except UnicodeEncodeError:
-            pass
-    return encode_key(check_name(name))
+    """Prefix-free, order-preserving bytes of an object name (the key encoding of it).
+    O(len(name)). Raises TypeError for a name that is not a str or a tuple of str/int/bytes."""
+    t = type(name)
+    if t is str and name:
+        return _STR + _escape(name.encode("utf-8", "surrogatepass"))
+    if t is tuple and name:
+        out = [_TUPLE]
+        for part in name:     # the common per-key scope, e.g. ("user-42", "items"), without recursion
+            tp = type(part)
+            if tp is str:
+                out.append(_STR + _escape(part.encode("utf-8", "surrogatepass")))
+            elif tp is int:
+                out.append(_enc_int(part))
+            elif tp is bytes:
+                out.append(_BYTES + _escape(part))
+            else:
+                check_name(name)
+        out.append(_END)
+        return b"".join(out)
+    check_name(name)
+    raise AssertionError("unreachable")
 
 
 def encode_name_scope(prefix) -> bytes:

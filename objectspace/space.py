@@ -118,12 +118,13 @@ class ObjectSpace(KindMethods):
             if len(recent) > self._cache_objects:
                 recent.popitem(last=False)
 
-    def _lookup(self, name, kind: str | None, codec: str | None = None):
+    def _lookup(self, name, kind: str | None, codec: str | None = None, nkey: bytes | None = None):
         """The object called name, checking kind and codec. O(1) when in memory, else two
         point reads (index entry and metadata)."""
         if self._closed:
             self._check_open()
-        nkey = encode_name(name)
+        if nkey is None:
+            nkey = encode_name(name)
         obj = self._live.get(nkey)
         if obj is None:
             if nkey in self._graves:
@@ -160,15 +161,16 @@ class ObjectSpace(KindMethods):
     def _exists(self, nkey: bytes) -> bool:
         if self._live.get(nkey) is not None:
             return True
-        if nkey in self._graves or nkey == self._known_absent:
+        if nkey in self._graves:
             return False
         return self._db.get(self._index_prefix + nkey) is not None
 
     def _get_or_create(self, name, kind: str, codec: str, create):
+        nkey = encode_name(name)
         try:
-            return self._lookup(name, kind, codec)
+            return self._lookup(name, kind, codec, nkey)
         except ObjectNotFoundError:
-            self._known_absent = encode_name(name)   # spares create() a second point read
+            self._known_absent = (name, nkey)    # spares create() the encoding and a point read
             try:
                 return create()
             finally:
@@ -177,10 +179,14 @@ class ObjectSpace(KindMethods):
     def _create(self, name, kind: str, codec: str, fill, **params) -> object:
         """A new object of kind, filled by ``fill(obj)``. Raises AlreadyExistsError."""
         self._check_open()
-        nkey = encode_name(name)
         codec_obj = codec_named(codec)
-        if self._exists(nkey):
-            raise AlreadyExistsError(f"an object named {name!r} already exists")
+        known = self._known_absent
+        if known is not None and known[0] is name:
+            nkey = known[1]
+        else:
+            nkey = encode_name(name)
+            if self._exists(nkey):
+                raise AlreadyExistsError(f"an object named {name!r} already exists")
         obj = KIND_CLASSES[kind]._fresh(self, name, nkey, codec_obj, **params)
         grave = self._graves.pop(nkey, None)
         if grave is not None:
