@@ -1,0 +1,130 @@
+"""Bad input gets a clear error when the DataFrame is built (not a task failure later),
+naming what was wrong."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+import spark_ops
+from spark_ops import Operator, apply_operator
+from spark_ops.testing import OperatorHarness
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def df(spark):
+    return spark.createDataFrame([("a", dt.datetime(2024, 1, 1), 1)], "k string, ts timestamp, v long")
+
+
+class Echo(Operator):
+    def on_event(self, key, row, ctx):
+        ctx.emit({"k": key})
+
+
+def test_unknown_key_column(df):
+    with pytest.raises(ValueError, match="nope"):
+        apply_operator(df, Echo(), ["k", "nope"], output_schema="k string")
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: buffer/timeout/session_window raise PySparkKeyError from df.schema "
+                                       "instead of apply_operator's ValueError listing the columns")
+@pytest.mark.parametrize("call", [lambda df: spark_ops.buffer(df, key="user", count=2),
+                                  lambda df: spark_ops.timeout(df, "user", "1 second", event_time="ts"),
+                                  lambda df: spark_ops.session_window(df, "user", "1 second", event_time="ts")],
+                         ids=["buffer", "timeout", "session_window"])
+def test_unknown_key_column_in_built_in_operators(df, call):
+    with pytest.raises(ValueError, match=r"user.*not in the input"):
+        call(df)
+
+
+def test_unknown_event_time_column(df):
+    with pytest.raises(ValueError, match="when"):
+        spark_ops.delay(df, "k", "1 second", event_time="when")
+
+
+def test_watermark_without_event_time(df):
+    with pytest.raises(ValueError, match="event_time"):
+        apply_operator(df, Echo(), "k", output_schema="k string", watermark="10 seconds")
+    with pytest.raises(ValueError, match="event_time"):
+        spark_ops.buffer(df, "k", count=2, watermark="1 second")
+
+
+def test_duration_buffer_without_event_time(df):
+    with pytest.raises(ValueError, match="event_time"):
+        spark_ops.buffer(df, "k", duration="1 minute")
+
+
+@pytest.mark.parametrize("partitions,key_groups", [
+    (5, 4), (2, 1 << 17), (-1, 4),
+    pytest.param(0, 4, marks=pytest.mark.xfail(strict=True, reason="BUG: partitions=0 is taken as 'not given' "
+                                                                   "(the session's shuffle partitions)")),
+])
+def test_partitions_and_key_groups_out_of_range(df, partitions, key_groups):
+    with pytest.raises(ValueError, match="partitions"):
+        spark_ops.buffer(df, "k", count=2, partitions=partitions, key_groups=key_groups)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: apply_operator accepts any object; it fails later in the tasks "
+                                       "(AttributeError: no attribute 'open')")
+@pytest.mark.parametrize("operator", [object(), Echo, "Echo", None], ids=["object", "class", "str", "None"])
+def test_not_an_operator_instance(df, operator):
+    """An object that is not an Operator instance (a class, a string) fails at once, not in a task."""
+    with pytest.raises(TypeError, match="Operator"):
+        apply_operator(df, operator, "k", output_schema="k string")
+
+
+@pytest.mark.parametrize("value", ["10 parsecs", "ten seconds", "", "-5 seconds", -1, 1.5, True, [10]])
+def test_bad_durations(df, value):
+    with pytest.raises((ValueError, TypeError), match="duration|delay|watermark|gap|timeout"):
+        spark_ops.delay(df, "k", value, event_time="ts")
+
+
+@pytest.mark.parametrize("call", [
+    lambda df: spark_ops.buffer(df, "k", duration=0, event_time="ts"),
+    lambda df: spark_ops.timeout(df, "k", 0, event_time="ts"),
+    lambda df: spark_ops.session_window(df, "k", 0, event_time="ts"),
+    lambda df: spark_ops.session_window(df, "k", "10 seconds", event_time="ts", max_duration="5 seconds"),
+    lambda df: spark_ops.delay(df, "k", "1 second", event_time="ts", watermark="soon"),
+], ids=["zero window", "zero timeout", "zero gap", "max below gap", "bad watermark"])
+def test_bad_operator_durations(df, call):
+    with pytest.raises(ValueError):
+        call(df)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(), "count= or duration="),
+    (dict(count=0), "count"),
+    (dict(count="3"), "count"),
+    (dict(skip=2), "count"),
+    (dict(count=3, skip=0), "skip"),
+    (dict(count=3, skip=2, duration="1 second", event_time="ts"), "skip"),
+])
+def test_bad_buffer_arguments(df, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        spark_ops.buffer(df, "k", **kwargs)
+
+
+def test_bad_combine_latest_inputs(df):
+    with pytest.raises(ValueError, match="two or more"):
+        spark_ops.combine_latest({"a": df}, key="k")
+    with pytest.raises(ValueError, match="two or more"):
+        spark_ops.combine_latest([df, df], key="k")
+    with pytest.raises(ValueError, match="'b'.*user|user.*'b'"):
+        spark_ops.combine_latest({"a": df.withColumnRenamed("k", "user"), "b": df}, key="user")
+
+
+def test_bad_output_schema_and_name(df):
+    with pytest.raises(TypeError, match="output_schema"):
+        apply_operator(df, Echo(), "k", output_schema=42)
+    with pytest.raises(ValueError, match="name"):
+        apply_operator(df, Echo(), "k", output_schema="k string", name="../escape")
+    with pytest.raises(ValueError, match="key"):
+        apply_operator(df, Echo(), [], output_schema="k string")
+
+
+def test_harness_row_without_the_key():
+    h = OperatorHarness(Echo(), key="k")
+    with pytest.raises(KeyError, match="k"):
+        h.run_batch([{"v": 1}])
