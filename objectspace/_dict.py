@@ -97,6 +97,7 @@ class PersistedDict(KeyedObject, MutableMapping):
         return _ItemsView(self)
 
     def values(self):
+        """The values, one pass. O(n)."""
         return _ValuesView(self)
 
     def clear(self) -> None:
@@ -165,9 +166,11 @@ class PersistedSortedDict(PersistedDict):
         return self._entries(lo, hi, reverse)
 
     def bisect_left(self, key) -> int:
+        """Number of keys < key. O(log n) when loaded, else a range scan."""
         return self._t.rank(self._ek(key))
 
     def bisect_right(self, key) -> int:
+        """Number of keys <= key. O(log n) when loaded, else a range scan."""
         return self._t.rank(self._ek(key) + b"\x00")
 
     bisect = bisect_right

@@ -53,6 +53,8 @@ class KindMethods:
         return self._create(name, "value", codec, fill)
 
     def get_value(self, name, *, codec: str | None = None) -> PersistedValue:
+        """The value called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "value", codec)
 
     def get_or_create_value(self, name, value=None, *, codec: str = "msgpack") -> PersistedValue:
@@ -67,29 +69,40 @@ class KindMethods:
         return self._create(name, "array", codec, None, length=length, fill_value=fill)
 
     def get_array(self, name, *, codec: str | None = None) -> PersistedArray:
+        """The array called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "array", codec)
 
     def get_or_create_array(self, name, length: int, fill=None, *, codec: str = "msgpack") -> PersistedArray:
+        """The array called name, created with these arguments if absent."""
         return self._get_or_create(name, "array", codec, lambda: self.create_array(name, length, fill, codec=codec))
 
     # list
     def create_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedList:
+        """A new list holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         return self._create(name, "list", codec, _extend(items))
 
     def get_list(self, name, *, codec: str | None = None) -> PersistedList:
+        """The list called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "list", codec)
 
     def get_or_create_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedList:
+        """The list called name, created with these arguments if absent."""
         return self._get_or_create(name, "list", codec, lambda: self.create_list(name, items, codec=codec))
 
     # queue
     def create_queue(self, name, items=(), *, codec: str = "msgpack") -> PersistedQueue:
+        """A new queue holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         return self._create(name, "queue", codec, _extend(items))
 
     def get_queue(self, name, *, codec: str | None = None) -> PersistedQueue:
+        """The queue called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "queue", codec)
 
     def get_or_create_queue(self, name, items=(), *, codec: str = "msgpack") -> PersistedQueue:
+        """The queue called name, created with these arguments if absent."""
         return self._get_or_create(name, "queue", codec, lambda: self.create_queue(name, items, codec=codec))
 
     # stack
@@ -98,13 +111,17 @@ class KindMethods:
         return self._create(name, "stack", codec, _extend(items))
 
     def get_stack(self, name, *, codec: str | None = None) -> PersistedStack:
+        """The stack called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "stack", codec)
 
     def get_or_create_stack(self, name, items=(), *, codec: str = "msgpack") -> PersistedStack:
+        """The stack called name, created with these arguments if absent."""
         return self._get_or_create(name, "stack", codec, lambda: self.create_stack(name, items, codec=codec))
 
     # linked list
     def create_linked_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedLinkedList:
+        """A new linked list holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         items = list(items)
 
         def fill(obj):
@@ -113,30 +130,41 @@ class KindMethods:
         return self._create(name, "linked_list", codec, fill if items else None)
 
     def get_linked_list(self, name, *, codec: str | None = None) -> PersistedLinkedList:
+        """The linked list called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "linked_list", codec)
 
     def get_or_create_linked_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedLinkedList:
+        """The linked list called name, created with these arguments if absent."""
         return self._get_or_create(name, "linked_list", codec,
                                    lambda: self.create_linked_list(name, items, codec=codec))
 
     # set
     def create_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSet:
+        """A new set holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         return self._create(name, "set", codec, _add_all(items))
 
     def get_set(self, name, *, codec: str | None = None) -> PersistedSet:
+        """The set called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "set", codec)
 
     def get_or_create_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSet:
+        """The set called name, created with these arguments if absent."""
         return self._get_or_create(name, "set", codec, lambda: self.create_set(name, items, codec=codec))
 
     # sorted set
     def create_sorted_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedSet:
+        """A new sorted set holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         return self._create(name, "sorted_set", codec, _add_all(items))
 
     def get_sorted_set(self, name, *, codec: str | None = None) -> PersistedSortedSet:
+        """The sorted set called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "sorted_set", codec)
 
     def get_or_create_sorted_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedSet:
+        """The sorted set called name, created with these arguments if absent."""
         return self._get_or_create(name, "sorted_set", codec,
                                    lambda: self.create_sorted_set(name, items, codec=codec))
 
@@ -146,19 +174,26 @@ class KindMethods:
         return self._create(name, "dict", codec, _update(items))
 
     def get_dict(self, name, *, codec: str | None = None) -> PersistedDict:
+        """The dict called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "dict", codec)
 
     def get_or_create_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedDict:
+        """The dict called name, created with these arguments if absent."""
         return self._get_or_create(name, "dict", codec, lambda: self.create_dict(name, items, codec=codec))
 
     # sorted dict
     def create_sorted_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedDict:
+        """A new sorted dict holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         return self._create(name, "sorted_dict", codec, _update(items))
 
     def get_sorted_dict(self, name, *, codec: str | None = None) -> PersistedSortedDict:
+        """The sorted dict called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "sorted_dict", codec)
 
     def get_or_create_sorted_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedDict:
+        """The sorted dict called name, created with these arguments if absent."""
         return self._get_or_create(name, "sorted_dict", codec,
                                    lambda: self.create_sorted_dict(name, items, codec=codec))
 
@@ -168,7 +203,10 @@ class KindMethods:
         return self._create(name, "stream", codec, None)
 
     def get_stream(self, name, *, codec: str | None = None) -> PersistedStream:
+        """The stream called name: two point reads (index, metadata) unless in memory.
+        Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "stream", codec)
 
     def get_or_create_stream(self, name, *, codec: str = "msgpack") -> PersistedStream:
+        """The stream called name, created with these arguments if absent."""
         return self._get_or_create(name, "stream", codec, lambda: self.create_stream(name, codec=codec))

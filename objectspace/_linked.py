@@ -28,6 +28,7 @@ class LinkedListNode:
 
     @property
     def value(self):
+        """The node's value. O(1)."""
         return self._value
 
     @value.setter
@@ -43,10 +44,12 @@ class LinkedListNode:
 
     @property
     def next(self):
+        """The following node, or None at the end. O(1)."""
         return self._next
 
     @property
     def prev(self):
+        """The preceding node, or None at the start. O(1)."""
         return self._prev
 
     @property

@@ -118,6 +118,7 @@ class PersistedSortedSet(PersistedSet):
         return self._t.rank(ek)
 
     def count(self, value) -> int:
+        """1 if value is in the set, else 0. O(1)."""
         return int(value in self)
 
     def __getitem__(self, i):

@@ -231,6 +231,7 @@ class Table:
     # -- save -------------------------------------------------------------------------------
 
     def dirty_count(self) -> int:
+        """Entries the next save writes (for repr)."""
         return len(self.dirty | self.pending) + (self.clr or self.pclr)
 
     def collect(self, out: list, full: bool) -> None:
@@ -254,6 +255,7 @@ class Table:
             out[at:at] = [(k, None) for k, _ in self.owner._space._db.scan_prefix(ip) if k not in seen]
 
     def promote(self) -> None:
+        """The save's records are in the batch: dirty entries become pending."""
         if self.pending:
             self.pending |= self.dirty
             self.dirty = set()

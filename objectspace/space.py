@@ -98,6 +98,7 @@ class ObjectSpace(KindMethods):
 
     @property
     def prefix(self) -> bytes:
+        """The key prefix of every record of this space."""
         return self._prefix
 
     def __repr__(self) -> str:
