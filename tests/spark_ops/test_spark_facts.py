@@ -407,3 +407,22 @@ def _timed_probe():
                              "start": [start], "end": [_time.time()]})
 
     return probe
+
+
+def test_batch_dataframes_have_no_batch_or_query_id(spark):
+    """spark_ops must tell a batch DataFrame from a stream: the ids are simply absent."""
+
+    def probe(batches):
+        import pandas as _pd
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        n = sum(len(pdf) for pdf in batches)
+        yield _pd.DataFrame({"pid": [tc.partitionId()], "n": [n],
+                             "bid": [tc.getLocalProperty("streaming.sql.batchId")],
+                             "qid": [tc.getLocalProperty("sql.streaming.queryId")]})
+
+    df = spark.createDataFrame([(f"k{i}",) for i in range(10)], "k string")
+    rows = df.repartition(3, "k").mapInPandas(probe, "pid int, n long, bid string, qid string").collect()
+    assert sorted(r["pid"] for r in rows) == [0, 1, 2] and sum(r["n"] for r in rows) == 10
+    assert {r["bid"] for r in rows} == {None} and {r["qid"] for r in rows} == {None}
