@@ -1,0 +1,110 @@
+"""A user's operator written with the public API (Operator, ctx.value / ctx.queue / timers / emit),
+run by apply_operator in a streaming query and by OperatorHarness: the same output, and the
+output of a small model."""
+from __future__ import annotations
+
+import pytest
+
+from spark_ops import Operator, Timer, apply_operator
+from spark_ops.testing import OperatorHarness
+
+from models import by_key, to_dt, to_ms
+from spark_helpers import at, random_events, read_sink, read_stream, run_stream, write_batch_files
+
+SCHEMA = "k string, kind string, n long, recent array<long>, at timestamp"
+IDLE_MS = 1500
+
+
+def make_operator() -> Operator:
+    """Built in a function so cloudpickle ships the class by value (workers cannot import tests)."""
+
+    class CountRecentIdle(Operator):
+        """Per key: a row count (value), the last three ``v`` (queue), one output row per input
+        row, and an ``idle`` row once the watermark passes the key's latest event + IDLE_MS
+        (one event timer, moved on every row); the key is then forgotten."""
+
+        def open(self, ctx):
+            self.rows_this_batch = 0
+
+        def on_event(self, key, row, ctx):
+            n = ctx.value("n", default=0)
+            n.value += 1
+            recent = ctx.queue("recent")
+            recent.append(row["v"])
+            while len(recent) > 3:
+                recent.popleft()
+            last = ctx.value("last")
+            if last.value is not None:
+                ctx.delete_event_timer(last.value + IDLE_MS, name="idle")
+            last.value = ctx.event_time if last.value is None else max(last.value, ctx.event_time)
+            ctx.register_event_timer(last.value + IDLE_MS, name="idle")
+            self.rows_this_batch += 1
+            ctx.emit({"k": key, "kind": "row", "n": n.value, "recent": list(recent),
+                      "at": ctx.to_datetime(ctx.event_time)})
+
+        def on_timer(self, key, timer: Timer, ctx):
+            assert timer.name == "idle" and timer.kind == "event"
+            ctx.emit({"k": key, "kind": "idle", "n": ctx.value("n", default=0).value,
+                      "recent": list(ctx.queue("recent")), "at": ctx.to_datetime(timer.time)})
+            for name in ("n", "recent", "last"):
+                ctx.delete_state(name)
+
+    return CountRecentIdle()
+
+
+def model(batches, delay_ms):
+    """The same operator in plain Python, with the runtime's batch rules (see models.run_model)."""
+    state: dict = {}
+    basis, out = None, []
+    for rows in batches:
+        wm = None if basis is None else basis - delay_ms
+        emitted = []
+        for r in sorted(rows, key=lambda r: (r["k"], to_ms(r["ts"]))):
+            ts = to_ms(r["ts"])
+            if wm is not None and ts < wm:
+                continue
+            s = state.setdefault(r["k"], {"n": 0, "recent": [], "last": ts})
+            s["n"] += 1
+            s["recent"] = (s["recent"] + [r["v"]])[-3:]
+            s["last"] = max(s["last"], ts)
+            emitted.append({"k": r["k"], "kind": "row", "n": s["n"], "recent": s["recent"], "at": to_dt(ts)})
+        if wm is not None:
+            for k in [k for k, s in state.items() if s["last"] + IDLE_MS <= wm]:
+                s = state.pop(k)
+                emitted.append({"k": k, "kind": "idle", "n": s["n"], "recent": s["recent"],
+                                "at": to_dt(s["last"] + IDLE_MS)})
+        times = [to_ms(r["ts"]) for r in rows]
+        if times:
+            basis = max(times + ([basis] if basis is not None else []))
+        out.append(emitted)
+    return out
+
+
+def _data():
+    return random_events(31, 6, keys="abcd") + [[{"k": "zz", "ts": at(10_000_000), "v": -1}], []]
+
+
+def test_custom_operator_in_the_harness_matches_its_model():
+    batches = _data()
+    expected = model(batches, 700)
+    h = OperatorHarness(make_operator(), key="k", event_time="ts", watermark="700 ms", partitions=3)
+    for b, rows in enumerate(batches):
+        if b == 3:
+            h.rescale(2)
+        assert by_key(h.run_batch(rows), "k") == by_key(expected[b], "k"), f"batch {b}"
+
+
+@pytest.mark.spark
+def test_custom_operator_in_a_streaming_query_matches_the_harness(utc_spark, tmp_path):
+    batches = _data()
+    write_batch_files(tmp_path / "src", batches)
+    out = apply_operator(read_stream(utc_spark, tmp_path / "src"), make_operator(), "k", output_schema=SCHEMA,
+                         event_time="ts", watermark="700 ms", state=str(tmp_path / "state"), name="idle")
+    run_stream(out, tmp_path / "out", tmp_path / "cp")
+    got = read_sink(tmp_path / "out")
+    h = OperatorHarness(make_operator(), key="k", event_time="ts", watermark="700 ms", partitions=2)
+    expected = model(batches, 700)
+    assert sorted(got) == list(range(len(batches)))
+    assert any(r["kind"] == "idle" for rows in expected for r in rows)
+    for b, rows in enumerate(batches):
+        assert by_key(got[b], "k") == by_key(expected[b], "k") == by_key(h.run_batch(rows), "k"), f"batch {b}"
