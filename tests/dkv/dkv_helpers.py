@@ -397,3 +397,37 @@ def run_random(h: Harness, rng: random.Random, steps: int, space: int = 80) -> N
         else:
             h.check_all()
     h.check_all()
+
+
+class Hooked(ObjectStore):
+    """Forwards to ``inner``, calling ``before(kind, key)`` first (to interleave another
+    actor at an exact point of a run, e.g. a second writer just before a manifest create)."""
+
+    def __init__(self, inner: ObjectStore, before=None) -> None:
+        self.inner = inner
+        self.location = inner.location
+        self.before = before or (lambda kind, key: None)
+
+    def get(self, key, start=None, end=None):
+        self.before("get", key)
+        return self.inner.get(key, start, end)
+
+    def put(self, key, data):
+        self.before("put", key)
+        return self.inner.put(key, data)
+
+    def put_if_absent(self, key, data):
+        self.before("put_if_absent", key)
+        return self.inner.put_if_absent(key, data)
+
+    def list(self, prefix=""):
+        self.before("list", prefix)
+        return self.inner.list(prefix)
+
+    def delete(self, key):
+        self.before("delete", key)
+        return self.inner.delete(key)
+
+    def size(self, key):
+        self.before("size", key)
+        return self.inner.size(key)
