@@ -180,3 +180,51 @@ def test_batch_dataframe_runs_twice_with_the_same_result(utc_spark):
     df = spark_ops.buffer(_static(utc_spark, rows), "k", count=2)
     first = sorted(str(r) for r in df.collect())
     assert first and first == sorted(str(r) for r in df.collect())
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: combine_latest's watermark is max over all inputs, not the minimum "
+                                       "over inputs (RFC 0001 §2.5, Spark's multipleWatermarkPolicy=min): a "
+                                       "lagging input's on-time rows are dropped")
+def test_combine_latest_watermark_follows_the_slowest_input(utc_spark, tmp_path):
+    """Input "fast" is at 100 s, "slow" at 10 s; with a 1 s delay per input, batch 1's watermark is
+    min(100, 10) - 1 = 9 s, so slow's row at 11 s is on time and combines with fast's latest."""
+    write_batch_files(tmp_path / "fast", [[{"k": "a", "ts": at(100_000), "v": 1}], []])
+    write_batch_files(tmp_path / "slow", [[{"k": "a", "ts": at(10_000), "v": 2}], [{"k": "a", "ts": at(11_000), "v": 3}]])
+    dfs = {n: read_stream(utc_spark, tmp_path / n) for n in ("fast", "slow")}
+    out = spark_ops.combine_latest(dfs, key="k", event_time="ts", watermark="1 second", state=str(tmp_path / "state"))
+    run_stream(out, tmp_path / "out", tmp_path / "cp")
+    got = read_sink(tmp_path / "out")
+    assert [(r["fast"]["v"], r["slow"]["v"]) for r in got[0]] == [(1, 2)]
+    assert [(r["fast"]["v"], r["slow"]["v"]) for r in got[1]] == [(1, 3)]
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: the shard is TaskContext.partitionId(), which is the union's "
+                                       "partition when the output is unioned: 'shard 2 out of range for 2 shards'")
+def test_operator_output_composes_with_union(utc_spark):
+    rows = [r for batch in random_events(5, 2, late=False) for r in batch]
+    df = _static(utc_spark, rows)
+    first = spark_ops.buffer(df, "k", count=1)
+    second = spark_ops.buffer(df, "k", count=1, name="second")
+    assert len(first.union(second).collect()) == 2 * len(rows)
+    other = utc_spark.createDataFrame([("x", [])], first.schema).repartition(2)
+    assert len(other.union(first).collect()) == 1 + len(rows)
+
+
+@pytest.fixture
+def los_angeles(spark):
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    yield spark
+    spark.conf.set("spark.sql.session.timeZone", before)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: in a non-UTC session time zone event times are local wall-clock "
+                                       "times: rows in the repeated DST hour are misordered and the output fails "
+                                       "(AmbiguousTimeError)")
+def test_event_order_across_a_dst_change_in_a_non_utc_session(los_angeles):
+    """08:30Z and 09:10Z on 2024-11-03 are 01:30 PDT and 01:10 PST in Los Angeles: the later event has
+    the earlier local wall-clock time. Event order is the instants' order."""
+    df = los_angeles.sql("select 'a' k, timestamp'2024-11-03 08:30:00Z' ts, 1L v "
+                         "union all select 'a', timestamp'2024-11-03 09:10:00Z', 2L")
+    out = spark_ops.buffer(df, "k", count=2, event_time="ts").collect()
+    assert [[i["v"] for i in r["items"]] for r in out] == [[1, 2]]
