@@ -16,6 +16,9 @@ from __future__ import annotations
 from ._codec import register_type, unregister_type
 from ._dict import PersistedDict, PersistedSortedDict
 from ._groups import PendingEntry
+from ._inspect import (InstanceRef, ObjectChange, ObjectInfo, SlotChange, SpaceStats, diff, find_instances,
+                       iter_slots, key_groups_of, list_objects, object_info, space_stats, to_jsonable,
+                       walk_slots)
 from ._keycodec import decode_key, encode_key
 from ._linked import LinkedListNode, PersistedLinkedList
 from ._list import PersistedList
@@ -35,4 +38,7 @@ __all__ = [
     "register_type", "unregister_type", "encode_key", "decode_key",
     "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
     "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
+    # inspection (docs/inspection.md)
+    "list_objects", "object_info", "iter_slots", "walk_slots", "diff", "space_stats", "find_instances",
+    "key_groups_of", "to_jsonable", "ObjectInfo", "ObjectChange", "SlotChange", "SpaceStats", "InstanceRef",
 ]
