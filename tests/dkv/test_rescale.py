@@ -1,0 +1,232 @@
+"""Rescale by key groups: instances merged into one and one split into two.
+
+Keys start with a 2-byte big-endian key group (dkv.key_prefix). A new instance opened
+with ``sources=[(instance, epoch), ...]`` and ``key_groups=(first, end)`` must hold
+exactly the sources' checkpoint contents restricted to its range, share their SSTs
+(the new manifest names the sources' files; no SST is written while opening and taking
+the first checkpoint), refuse writes outside its range, and leave the sources intact.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import dkv
+from dkv.storage import LoggingStore, MemoryStore
+from dkv_helpers import SMALL, contents, data_files, manifest_files, read_manifest
+
+OPTS = dict(SMALL, background=False, retain=2)
+
+
+def key(group: int, i: int) -> bytes:
+    return dkv.key_prefix(group, dkv.SCHEMA_STATE) + b"%04d" % i
+
+
+def in_groups(model: dict, lo: int, hi: int) -> dict:
+    return {k: v for k, v in model.items() if lo <= dkv.key_group_of(k) < hi}
+
+
+def _populate(db, model, groups, seed, rounds=3):
+    """Records in SSTs at several levels, and the newest ones only in the WAL."""
+    rng = random.Random(seed)
+    for r in range(rounds):
+        for i in range(120):
+            g = rng.randrange(*groups)
+            k = key(g, rng.randrange(20))
+            if rng.random() < 0.85:
+                v = b"%d-%d-%d" % (seed, r, i)
+                db.put(k, v)
+                model[k] = v
+            else:
+                db.delete(k)
+                model.pop(k, None)
+        db.checkpoint(r + 1).wait()
+    for g in (groups[0], groups[1] - 1):            # the edges of the range
+        for k, v in ((key(g, 99), b"edge"), (g.to_bytes(2, "big"), b"bare group prefix")):
+            db.put(k, v)
+            model[k] = v
+    db.checkpoint(rounds + 1).wait()
+    return rounds + 1
+
+
+def _ssts_written(log) -> list:
+    return [c.key for c in log.calls if c.kind in ("put", "put_if_absent") and "/sst/" in "/" + c.key]
+
+
+def test_merge_two_instances_into_one(any_store):
+    model_a, model_b = {}, {}
+    with dkv.open(any_store, instance="a", key_groups=(0, 128), **OPTS) as a:
+        ea = _populate(a, model_a, (0, 128), seed=1)
+    with dkv.open(any_store, instance="b", key_groups=(128, 256), **OPTS) as b:
+        eb = _populate(b, model_b, (128, 256), seed=2, rounds=2)
+    sources_files = set()
+    for ns, e in (("a", ea), ("b", eb)):
+        [info] = [c for c in dkv.list_checkpoints(any_store, ns) if c.epoch == e]
+        sources_files |= manifest_files(read_manifest(any_store, info.name))
+
+    log = LoggingStore(any_store)
+    c = dkv.open(log, instance="c", sources=[("a", ea), ("b", eb)], key_groups=(0, 256), **OPTS)
+    merged = {**model_a, **model_b}
+    assert contents(c) == merged
+    name = c.checkpoint(1).wait()
+    assert _ssts_written(log) == [], "a rescale shares SSTs, it never copies them"
+    m = read_manifest(any_store, name)
+    tables = {t.path for t in m.tables()}
+    assert tables and all(p.startswith(("a/sst/", "b/sst/")) for p in tables)
+    assert manifest_files(m) <= sources_files | {n for n in data_files(any_store, "c/")}
+    assert {r.ns for r in m.wal} >= {"a", "b"}
+
+    with pytest.raises(ValueError, match="outside"):
+        c.put(key(256, 1), b"x")
+    # c goes on: writes, compactions into its own files, checkpoints.
+    for i in range(200):
+        k = key(i % 256, 500 + i % 7)
+        c.put(k, b"c%d" % i)
+        merged[k] = b"c%d" % i
+    c.compact(full=True)
+    c.checkpoint(2).wait()
+    c.close()
+    with dkv.open(any_store, instance="c", **OPTS) as c:
+        assert contents(c) == merged
+        assert c.groups == (0, 256)
+    # The sources are untouched.
+    with dkv.open(any_store, instance="a", read_only=True) as a:
+        assert contents(a) == model_a
+    with dkv.open(any_store, instance="b", read_only=True) as b:
+        assert contents(b) == model_b
+
+
+def test_split_one_instance_into_two():
+    root = MemoryStore()
+    model = {}
+    with dkv.open(root, instance="a", key_groups=(0, 256), **OPTS) as a:
+        e = _populate(a, model, (0, 256), seed=3)
+        # A key exactly on the split boundary and one just below it.
+        for k in (b"\x00\x80", b"\x00\x7f\xff\xff"):
+            a.put(k, b"boundary")
+            model[k] = b"boundary"
+        e += 1
+        a.checkpoint(e).wait()
+
+    log = LoggingStore(root)
+    halves = {}
+    for ns, groups in (("c", (0, 128)), ("d", (128, 256))):
+        db = dkv.open(log, instance=ns, sources=[("a", e)], key_groups=groups, **OPTS)
+        part = in_groups(model, *groups)
+        assert contents(db) == part
+        for k, v in part.items():
+            assert db.get(k) == v
+        name = db.checkpoint(1).wait()
+        m = read_manifest(root, name)
+        assert m.groups == groups
+        assert all(t.path.startswith("a/sst/") for t in m.tables())
+        assert all(t.groups == groups for t in m.tables()), "the share of each file is recorded"
+        halves[ns] = (db, part, groups)
+    assert _ssts_written(log) == []
+    assert set(halves["c"][1]) | set(halves["d"][1]) == set(model)
+
+    c, part_c, _ = halves["c"]
+    d, part_d, _ = halves["d"]
+    # Each half owns only its range: writes outside raise, reads outside find nothing.
+    with pytest.raises(ValueError, match="outside"):
+        c.put(key(200, 1), b"x")
+    with pytest.raises(ValueError, match="outside"):
+        d.delete(key(5, 1))
+    with pytest.raises(ValueError):
+        with c.batch() as b:
+            b.put(key(1, 1), b"ok")
+            b.put(key(129, 1), b"not mine")
+    assert c.get(key(1, 1)) == part_c.get(key(1, 1)), "a rejected batch applies nothing"
+    for k in list(part_d)[:20]:
+        assert c.get(k) is None
+    assert list(c.scan_prefix(dkv.key_prefix(200, dkv.SCHEMA_STATE))) == []
+
+    # The halves diverge independently.
+    for i in range(150):
+        c.put(key(i % 128, 700), b"c%d" % i)
+        part_c[key(i % 128, 700)] = b"c%d" % i
+        d.put(key(128 + i % 128, 700), b"d%d" % i)
+        part_d[key(128 + i % 128, 700)] = b"d%d" % i
+    for db, part in ((c, part_c), (d, part_d)):
+        db.checkpoint(2).wait()
+        assert contents(db) == part
+        db.close()
+    with dkv.open(root, instance="a", read_only=True) as a:
+        assert contents(a) == model
+
+
+def test_retire_and_collect_shared_files():
+    root = MemoryStore()
+    model = {}
+    with dkv.open(root, instance="a", **OPTS) as a:
+        e = _populate(a, model, (0, 256), seed=4)
+    halves = {}
+    for ns, groups in (("c", (0, 128)), ("d", (128, 256))):
+        db = dkv.open(root, instance=ns, sources=[("a", e)], key_groups=groups, **OPTS)
+        db.checkpoint(1).wait()
+        halves[ns] = (db, in_groups(model, *groups))
+    dkv.retire(root, "a")
+    with pytest.raises(dkv.FencedError):
+        dkv.open(root, instance="a")
+    with dkv.open(root, instance="a", read_only=True) as a:
+        assert contents(a) == model
+
+    a_files = data_files(root, "a/")
+    report = dkv.collect_garbage(root)
+    assert report["retired_instances"] == ["a"] and set(report["live_instances"]) == {"c", "d"}
+    assert report["kept_shared_files"] > 0
+    still = data_files(root, "a/")
+    assert still and still <= a_files
+    for db, part in halves.values():
+        assert contents(db) == part
+
+    # Once neither half references a's files (replayed WAL records flushed, a full
+    # compaction, old checkpoints out of retention), collect_garbage removes them all.
+    for ns, (db, part) in halves.items():
+        db.flush()
+        db.compact(full=True)
+        for epoch in (2, 3, 4):
+            db.checkpoint(epoch).wait()
+        db.close()
+    report = dkv.collect_garbage(root)
+    assert data_files(root, "a/") == set()
+    assert report["kept_shared_files"] == 0
+    for ns, (_, part) in halves.items():
+        for info in dkv.list_checkpoints(root, ns):
+            with dkv.open(root, instance=ns, checkpoint=info.epoch, read_only=True) as db:
+                assert contents(db) == part
+
+
+def test_rescale_twice_chains_shared_files():
+    """2 -> 1 -> 2: the second rescale shares files the first one shared."""
+    root = MemoryStore()
+    model = {}
+    eps = {}
+    for ns, groups, seed in (("a", (0, 100), 5), ("b", (100, 300), 6)):
+        with dkv.open(root, instance=ns, key_groups=groups, **OPTS) as db:
+            eps[ns] = _populate(db, model, groups, seed, rounds=2)
+    with dkv.open(root, instance="m", sources=[("a", eps["a"]), ("b", eps["b"])], key_groups=(0, 300), **OPTS) as m:
+        m.put(key(50, 1), b"m")
+        model[key(50, 1)] = b"m"
+        m.checkpoint(1).wait()
+    log = LoggingStore(root)
+    for ns, groups in (("x", (0, 150)), ("y", (150, 300))):
+        with dkv.open(log, instance=ns, sources=[("m", 1)], key_groups=groups, **OPTS) as db:
+            assert contents(db) == in_groups(model, *groups)
+            db.checkpoint(1).wait()
+    assert _ssts_written(log) == []
+
+
+def test_sources_must_exist_and_not_be_read_only():
+    root = MemoryStore()
+    with dkv.open(root, instance="a") as a:
+        a.put(key(1, 1), b"v")
+        a.checkpoint(1).wait()
+    with pytest.raises(dkv.CheckpointNotFoundError):
+        dkv.open(root, instance="c", sources=[("a", 2)])
+    with pytest.raises(dkv.CheckpointNotFoundError):
+        dkv.open(root, instance="c", sources=[("nope", None)])
+    with pytest.raises(ValueError):
+        dkv.open(root, instance="c", sources=[("a", 1)], read_only=True)
+    assert dkv.instances(root) == ["a"]
