@@ -63,7 +63,7 @@ def drive(harness: OperatorHarness, batches, expected, keys, rng: random.Random,
 
 
 def random_batches(rng: random.Random, n_batches: int, *, keys=KEYS, max_rows=8, late=True, step=1000,
-                   even=False, key_columns=("k",)):
+                   even=False, grid=1, key_columns=("k",)):
     """Rows ``{k, ts, v}``: event times move forward ``step`` per batch with jitter; with ``late``
     some rows fall behind the watermark; ``v`` numbers the rows."""
     v = 0
@@ -75,6 +75,7 @@ def random_batches(rng: random.Random, n_batches: int, *, keys=KEYS, max_rows=8,
             ts = max(0, b * step + jitter)
             if even:
                 ts -= ts % 2
+            ts -= ts % grid
             k = rng.choice(keys)
             row = {"ts": ts, "v": v}
             if len(key_columns) == 1:
@@ -214,13 +215,26 @@ def test_timeout_matches_model(seed, timeout, watermark):
                                                              (501, 2000, 0, True), (1501, 3000, 1000, False)])
 def test_session_window_matches_model(seed, gap, max_duration, watermark, items):
     """Even event times and odd gaps: no row lands exactly ``gap`` after another (that boundary
-    has its own test below)."""
+    is hit all the time by the test below)."""
     rng = random.Random(f"session-{gap}-{max_duration}-{watermark}-{seed}")
     batches = random_batches(rng, 16, keys=KEYS[:4], even=True)
     expected = run_model(SessionModel(["k"], gap, max_duration, items), batches, keys=["k"], event_time="ts",
                          delay_ms=watermark)
     h = OperatorHarness(SessionWindow(gap, max_duration, ("k",), items), key="k", event_time="ts",
                         watermark=watermark, partitions=rng.randint(1, 3))
+    drive(h, batches, expected, ["k"], rng)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("gap,max_duration", [(500, None), (300, 900)])
+def test_session_window_on_a_coarse_grid_matches_model(seed, gap, max_duration):
+    """Event times on a 100 ms grid: rows land exactly gap after the last row, exactly gap before
+    the start and exactly at max_duration, in the same batch as the timer or a later one."""
+    rng = random.Random(f"session-grid-{gap}-{max_duration}-{seed}")
+    batches = random_batches(rng, 16, keys=KEYS[:3], grid=100)
+    expected = run_model(SessionModel(["k"], gap, max_duration), batches, keys=["k"], event_time="ts")
+    h = OperatorHarness(SessionWindow(gap, max_duration, ("k",)), key="k", event_time="ts",
+                        partitions=rng.randint(1, 3))
     drive(h, batches, expected, ["k"], rng)
 
 
@@ -231,8 +245,6 @@ def _sessions(batches):
     return [(r["session_start"], r["session_end"], r["count"]) for r in out]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a row exactly gap after the last one joins the session only "
-                                       "if it comes before the timer's batch (<= vs the timer at last+gap)")
 def test_session_window_row_exactly_gap_later_starts_a_new_session():
     """a@10 then a@15 with gap 5: on time either way (watermark 15), so the batching must not matter;
     with Spark's semantics ([ts, ts+gap) windows) they are two sessions."""

@@ -156,8 +156,6 @@ def test_rerun_of_the_first_batch_after_a_rescale_gives_the_same_output():
         assert by_key(h.run_batch(rows(b + 1)), "k") == by_key(expected[b + 1], "k")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: re-running a batch whose previous checkpoint is gone silently "
-                                       "starts from empty state")
 def test_rerun_without_its_checkpoint_raises_instead_of_starting_empty(tmp_path):
     h = OperatorHarness(Buffer(count=2, key_columns=("k",)), key="k", partitions=1, key_groups=4,
                         state=str(tmp_path))
@@ -169,8 +167,6 @@ def test_rerun_without_its_checkpoint_raises_instead_of_starting_empty(tmp_path)
         h.run_batch([{"k": "a", "v": 1}])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: key_groups= changed on restart fails inside dkv at commit "
-                                       "('key ... outside this instance's key groups')")
 def test_changing_key_groups_on_restart_is_a_clear_error(tmp_path):
     rows = [{"k": k, "v": 0} for k in "abcdefgh"]
     h = OperatorHarness(Buffer(count=2, key_columns=("k",)), key="k", partitions=2, key_groups=32, state=str(tmp_path))
