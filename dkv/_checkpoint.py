@@ -2,8 +2,9 @@
 
 Synchronous (``DB.checkpoint``, returns at once): seal the WAL buffer into a segment, pin
 the current Version and the live WAL segments, hand both to the upload thread.
-Asynchronous (upload thread, in order): write the WAL segment, check that no newer
-writer fenced us, create the manifest with a conditional create, then collect garbage.
+Asynchronous (upload thread, in order): write the WAL segment, create the manifest with a
+conditional create, list the writer claims (a newer claim means this writer is fenced: the
+manifest is withdrawn and the checkpoint fails), then collect garbage.
 SSTs are referenced by name, never copied: a checkpoint costs its WAL segment plus a
 manifest of ~100 bytes.
 """
@@ -137,8 +138,27 @@ class CheckpointMixin:
                 groups=self.groups, created_ms=int(time.time() * 1000))
             data = mf.encode(m)
             name = _paths.manifest_name(self.ns, cp.epoch, self._writer)
-            check_not_fenced(self.store, self.ns, self._writer)
-            if not self.store.put_if_absent(name, data):
+            try:
+                created = self.store.put_if_absent(name, data)
+            except BaseException:
+                # The create may have left a partial object on a store without atomic puts,
+                # or may even have succeeded: either way this checkpoint is reported failed,
+                # so its manifest must not survive as a checkpoint.
+                self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
+                raise
+            try:
+                # A newer writer may have claimed the instance before the create: then this
+                # manifest is invalid (the claim rewound past it) and this writer is a zombie.
+                # It must report failure and must not collect garbage. If the claims cannot be
+                # listed, the checkpoint is reported failed too, so its manifest is withdrawn.
+                self._claims = check_not_fenced(self.store, self.ns, self._writer)
+            except BaseException as e:
+                if isinstance(e, FencedError):
+                    self._fenced = True
+                if created:
+                    self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
+                raise
+            if not created:
                 if self.store.get(name) != data:
                     raise FencedError(f"checkpoint {cp.epoch} of {self.ns!r} was already committed by writer "
                                       f"epoch {self._writer} with different contents")
@@ -149,6 +169,7 @@ class CheckpointMixin:
                 self._committed.append(info)
                 self._manifests[name] = m
             cp.name = name
+            self._just_checked = True    # the claims were listed right after the create
             log.debug("checkpoint %d of %r: wal %d B, manifest %d B", cp.epoch, self.ns, cp.wal_bytes, len(data))
         except BaseException as e:  # noqa: BLE001 - reported through cp.wait()
             log.warning("checkpoint %d of %r failed: %s", cp.epoch, self.ns, e)
@@ -162,6 +183,14 @@ class CheckpointMixin:
             self._collect_garbage()
         except Exception as e:  # noqa: BLE001 - garbage stays for the next round
             log.warning("garbage collection after checkpoint %d failed: %s", cp.epoch, e)
+
+    def _drop_failed_manifest(self, info: CheckpointInfo) -> None:
+        try:
+            self.store.delete(info.name)
+        except Exception as e:  # noqa: BLE001 - garbage collection retries it
+            log.warning("could not delete the manifest of failed checkpoint %d: %s", info.epoch, e)
+            with self._lock:
+                self._abandoned.append(info)
 
     def _upload_segment(self, cp: Checkpoint, seg: Segment, pin: Pinned) -> None:
         try:
@@ -189,26 +218,49 @@ class CheckpointMixin:
         return m
 
     def _collect_garbage(self) -> None:
-        """Delete manifests past retention and own files no retained checkpoint or live state needs."""
-        if self.read_only:
+        """Delete manifests past retention (and abandoned ones), then own files that no
+        retained checkpoint, pending checkpoint or live state needs. A manifest that could
+        not be deleted stays doomed and keeps its files until a later round deletes it."""
+        if self.read_only or self._fenced:
             return
         with self._gc_lock:
+            if not self._just_checked:
+                try:
+                    self._claims = check_not_fenced(self.store, self.ns, self._writer)
+                except FencedError:
+                    self._fenced = True     # a zombie deletes nothing a newer writer may need
+                    return
+            self._just_checked = False
             with self._lock:
                 committed = list(self._committed)
-                doomed_manifests = committed[:-self.opts.retain] + self._abandoned
+                for info in committed[:-self.opts.retain] + self._abandoned:
+                    if info not in self._doomed:
+                        self._doomed.append(info)
                 self._abandoned = []
                 self._committed = committed[-self.opts.retain:]
+                doomed_manifests = list(self._doomed)
+            own = _paths.ns_prefix(self.ns)
+            still_there = []
+            for info in doomed_manifests:   # manifests first: none may point at a deleted file
+                try:
+                    if info.name.startswith(own):
+                        self.store.delete(info.name)
+                    self._doomed.remove(info)
+                except Exception as e:  # noqa: BLE001 - retried next round
+                    log.warning("could not delete manifest %s (will retry): %s", info.name, e)
+                    still_there.append(info)
             keep: set = set()
-            for info in self._committed:
-                m = self._manifest_of(info)
+            for info in self._committed + still_there:
+                try:
+                    m = self._manifest_of(info)
+                except Exception:  # noqa: BLE001 - an unreadable manifest: keep every file this round
+                    return
                 keep.update(t.path for t in m.tables())
                 for r in m.wal:
                     keep.update(_paths.wal_name(r.ns, r.writer, i) for i in range(r.first, r.last + 1))
-            own = _paths.ns_prefix(self.ns)
-            for info in doomed_manifests:   # manifests first: none may point at a deleted file
-                if info.name.startswith(own):
-                    self.store.delete(info.name)
-                self._manifests.pop(info.name, None)
+            for info in doomed_manifests:
+                if info not in still_there:
+                    self._manifests.pop(info.name, None)
             if not self._orphans_listed:
                 self._list_orphans()
             with self._lock:
@@ -247,8 +299,7 @@ class CheckpointMixin:
         if not self._committed:
             return
         oldest = min(self._manifest_of(i).writer for i in self._committed)
-        own = _paths.ns_prefix(self.ns)
-        for name, _ in self.store.list(own + _paths.WRITER_DIR):
+        for name in self._claims:
             w = _paths.parse_claim_name(name)
             if w is not None and w < oldest and w < self._writer:
                 self.store.delete(name)

@@ -56,6 +56,10 @@ class DB(CheckpointMixin, FlushMixin):
         self._bg_error: BaseException | None = None
         self._compaction_queued = False
         self._deferred_pins = 0
+        self._doomed: list = []
+        self._fenced = False
+        self._just_checked = False
+        self._claims: list = []
         self.stats_counters: Counter = Counter()
         self._open(checkpoint, sources)
 

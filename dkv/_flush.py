@@ -13,6 +13,7 @@ from . import _compaction, _paths
 from ._memtable import Memtable
 from ._table import Table
 from .format.manifest import TableRef
+from .errors import DkvError
 from .format.sst import SstBuilder
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,9 @@ class FlushMixin:
             self._flusher.submit(self._run_bg, self._flush_one)
             with self._cond:
                 while len(self._view[0]) > self.opts.max_sealed_memtables and not self._closing:
+                    if self._bg_error is not None:
+                        raise DkvError(f"a background flush failed, so writes cannot continue; reopen the "
+                                       f"store: {self._bg_error}") from self._bg_error
                     self._cond.wait(0.1)
         else:
             self._flush_one()

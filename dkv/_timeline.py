@@ -105,10 +105,12 @@ def claim_writer(store, ns: str, timeline: Timeline, start_epoch: int) -> int:
     raise FencedError(f"could not claim a writer epoch for instance {ns!r}: too many concurrent writers")
 
 
-def check_not_fenced(store, ns: str, writer: int) -> None:
-    """Raise FencedError if a newer writer has claimed the instance."""
-    for name, _ in store.list(_paths.ns_prefix(ns) + _paths.WRITER_DIR):
+def check_not_fenced(store, ns: str, writer: int) -> list[str]:
+    """Raise FencedError if a newer writer has claimed the instance; else the claim names."""
+    names = [name for name, _ in store.list(_paths.ns_prefix(ns) + _paths.WRITER_DIR)]
+    for name in names:
         w = _paths.parse_claim_name(name)
         if w is not None and w > writer:
             raise FencedError(f"instance {ns!r}: writer epoch {writer} was fenced by writer epoch {w}; "
                               "this writer must stop (reopen to continue from the latest checkpoint)")
+    return names
