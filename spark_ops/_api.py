@@ -1,13 +1,9 @@
 """The DataFrame functions users call: each builds an operator and applies it."""
 from __future__ import annotations
 
-from ._spark import apply_operator, duration_ms
+from ._spark import apply_operator, check_columns, duration_ms
 from .operators import Buffer, CombineLatest, Delay, SessionWindow, Timeout
 from .operators._combine import SOURCE
-
-
-def _keys(key) -> list:
-    return [key] if isinstance(key, str) else list(key)
 
 
 def _key_fields(df, keys):
@@ -23,7 +19,7 @@ def buffer(df, key, count: int | None = None, skip: int | None = None, duration=
     (array of the input rows, in event order); with ``duration`` also ``window_start``
     and ``window_end``."""
     from pyspark.sql.types import ArrayType, StructField, StructType, TimestampType
-    keys = _keys(key)
+    keys = check_columns(df, key, event_time)
     dur = duration_ms(duration, "duration") if duration is not None else None
     if dur is not None and event_time is None:
         raise ValueError("buffer(duration=...) needs event_time= (the event-time column)")
@@ -47,12 +43,12 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
     from pyspark.sql.types import StructType
     if not isinstance(inputs, dict) or len(inputs) < 2:
         raise ValueError("combine_latest takes a dict of two or more named DataFrames")
-    keys = _keys(key)
     names = list(inputs)
     for n, df in inputs.items():
-        missing = [k for k in keys + ([event_time] if event_time else []) if k not in df.columns]
-        if missing:
-            raise ValueError(f"input {n!r} has no column(s) {missing}")
+        try:
+            keys = check_columns(df, key, event_time)
+        except ValueError as e:
+            raise ValueError(f"combine_latest input {n!r}: {e}") from None
     first = inputs[names[0]]
     et = "__spark_ops_event_time" if event_time else None
     parts = []
@@ -77,7 +73,7 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
 def delay(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
           partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None):
     """Emit each row once the watermark passes its event time + ``duration``. Output: the input rows."""
-    return apply_operator(df, Delay(duration_ms(duration)), _keys(key), output_schema=df.schema,
+    return apply_operator(df, Delay(duration_ms(duration)), check_columns(df, key, event_time), output_schema=df.schema,
                           event_time=event_time, watermark=watermark, state=state, name=name or "delay",
                           partitions=partitions, key_groups=key_groups, dkv_options=dkv_options)
 
@@ -86,7 +82,7 @@ def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = 
             partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None):
     """Emit ``key, last_event, timeout_at`` when a key has no row for ``duration`` of event time."""
     from pyspark.sql.types import StructField, StructType, TimestampType
-    keys = _keys(key)
+    keys = check_columns(df, key, event_time)
     schema = StructType(_key_fields(df, keys) + [StructField("last_event", TimestampType()),
                                                  StructField("timeout_at", TimestampType())])
     return apply_operator(df, Timeout(duration_ms(duration), tuple(keys)), keys, output_schema=schema,
@@ -100,7 +96,7 @@ def session_window(df, key, gap, *, event_time: str, max_duration=None, items: b
     """Gap-based sessions per key (closed after ``gap`` without rows, or at ``max_duration``).
     Output: key, session_start, session_end, count and (with ``items=True``) the rows."""
     from pyspark.sql.types import ArrayType, LongType, StructField, StructType, TimestampType
-    keys = _keys(key)
+    keys = check_columns(df, key, event_time)
     fields = _key_fields(df, keys) + [StructField("session_start", TimestampType()),
                                       StructField("session_end", TimestampType()), StructField("count", LongType())]
     if items:

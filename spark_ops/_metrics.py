@@ -6,14 +6,15 @@ import json
 import dkv
 
 
-def read_metrics(state: str, query_id: str | None = None, operator: str | None = None) -> list[dict]:
+def read_metrics(state: str, query_id: str | None = None, operator: str | None = None, **store_options) -> list[dict]:
     """Every metrics record under ``state`` (a state root given to an operator, or one
     query's or operator's folder below it), oldest batch first. Fields: batch, shard,
     rows, emitted, dirty_slots, checkpoint_bytes, wal_bytes, manifest_bytes, sst_bytes,
     timers_fired, late_rows, state_bytes, watermark, duration_ms, query_id, operator.
 
-    ``pandas.DataFrame(read_metrics(path))`` makes it a table."""
-    store = dkv.open_store(state)
+    ``pandas.DataFrame(read_metrics(path))`` makes it a table. store_options: for s3://
+    locations, endpoint_url, region_name and credentials (else boto3's chain)."""
+    store = dkv.open_store(state, **store_options)
     prefix = "" if query_id is None else f"{query_id}/" + ("" if operator is None else f"{operator}/")
     out = []
     for name, _ in store.list(prefix):
@@ -31,7 +32,7 @@ def read_metrics(state: str, query_id: str | None = None, operator: str | None =
     return out
 
 
-def snapshot_bytes(state_root: str, batch: int) -> dict:
+def snapshot_bytes(state_root: str, batch: int, **store_options) -> dict:
     """What a whole-state snapshot of an operator's state as of ``batch`` would write:
     every live record of every shard at its newest checkpoint <= ``batch``, raw and
     zstd-compressed (level 3, as our WAL segments). ``state_root`` is
@@ -39,7 +40,7 @@ def snapshot_bytes(state_root: str, batch: int) -> dict:
     import zstandard
 
     from ._layout import layouts, latest_before
-    store = dkv.open_store(state_root)
+    store = dkv.open_store(state_root, **store_options)
     comp = zstandard.ZstdCompressor(level=3).compressobj()
     records = raw = packed = 0
     lays = [l for l in layouts(store) if l.first_batch <= batch]

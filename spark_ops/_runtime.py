@@ -25,6 +25,7 @@ from .operator import Context
 
 log = logging.getLogger(__name__)
 
+END_OF_TIME = (1 << 62)
 DKV_OPTIONS = dict(memtable_bytes=16 << 20, block_cache_bytes=32 << 20, retain=3)
 
 
@@ -100,11 +101,17 @@ _CONFIG: dict = {}
 _LOCK = threading.Lock()
 
 
-def _store(location: str):
+STORE_OPTIONS = ("fsync", "cache_dir", "cache_bytes", "endpoint_url", "region_name", "aws_access_key_id",
+                 "aws_secret_access_key", "aws_session_token")
+
+
+def _store(location: str, dkv_options: dict):
+    opts = {k: v for k, v in dkv_options.items() if k in STORE_OPTIONS}
+    key = (location, tuple(sorted(opts.items())))
     with _LOCK:
-        s = _STORES.get(location)
+        s = _STORES.get(key)
         if s is None:
-            s = _STORES[location] = dkv.open_store(location)
+            s = _STORES[key] = dkv.open_store(location, **opts)
         return s
 
 
@@ -129,14 +136,16 @@ def drop_cached(state_location: str | None = None) -> None:
 
 
 def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, batch_time: int | None = None,
-                    watermark: int | None = None, processing_time: int | None = None) -> tuple[list, dict]:
+                    watermark: int | None = None, processing_time: int | None = None,
+                    end_of_input: bool = False) -> tuple[list, dict]:
     """Run one shard of one batch. ``events``: (key group, key parts, event ms or None, row)
     sorted in processing order. Returns (emitted rows, metrics).
 
     The watermark and processing time come from the previous batch's records unless given
-    (the test harness gives them)."""
+    (the test harness gives them). ``end_of_input``: no more rows will come (a batch
+    DataFrame), so after the rows every timer fires."""
     t0 = time.perf_counter()
-    store = _store(spec.state)
+    store = _store(spec.state, spec.dkv_options)
     groups = _CONFIG.get(spec.state)
     if groups is None:
         groups = _CONFIG[spec.state] = _layout.read_config(store, spec.groups, type(spec.operator).__name__)
@@ -151,7 +160,7 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     for attempt in range(3):
         st = _shard_state(spec, store, groups, batch, shard, fresh=attempt > 0)
         try:
-            emitted, metrics = _process(st, spec, batch, shard, events, watermark, processing_time)
+            emitted, metrics = _process(st, spec, batch, shard, events, watermark, processing_time, end_of_input)
             break
         except dkv.FencedError as e:
             # Another worker ran this shard meanwhile: reopen at batch - 1 and run again.
@@ -174,7 +183,8 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     return emitted, metrics
 
 
-def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: list, watermark, ptime):
+def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: list, watermark, ptime,
+             end_of_input: bool = False):
     op = spec.operator
     ctx = Context(st)
     ctx.batch_id, ctx.watermark, ctx.processing_time, ctx.shard = batch, watermark, ptime, shard
@@ -190,6 +200,8 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: li
         op.on_event(ctx.key, row, ctx)
     ctx.event_time = None
     fired = 0
+    if end_of_input:
+        watermark = ptime = ctx.watermark = ctx.processing_time = END_OF_TIME
     for kind, limit in ((EVENT_TIME, watermark), (PROCESSING_TIME, ptime)):
         if limit is None:
             continue

@@ -18,9 +18,9 @@ from ._shards import tokens
 
 log = logging.getLogger(__name__)
 
-KG, TOKEN, BATCH_TS = "__spark_ops_kg", "__spark_ops_token", "__spark_ops_ts"
+KG, TOKEN, BATCH_TS, US = "__spark_ops_kg", "__spark_ops_token", "__spark_ops_ts", "__spark_ops_us"
 _HELPERS = (KG, TOKEN, BATCH_TS)
-_NAT = -(1 << 63)       # NaT as int64
+_EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _UNITS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000, "second": 1000,
           "seconds": 1000, "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
           "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000, "day": 86_400_000, "days": 86_400_000}
@@ -61,9 +61,20 @@ def _as_schema(schema):
     raise TypeError(f"output_schema must be a StructType or a DDL string, got {type(schema).__name__}")
 
 
+def check_columns(df, key, event_time=None) -> list:
+    """The key column names, after checking that they and ``event_time`` exist."""
+    keys = [key] if isinstance(key, str) else list(key)
+    if not keys or not all(isinstance(k, str) for k in keys):
+        raise ValueError(f"key must name one column or a list of columns, got {key!r}")
+    missing = [c for c in keys + [event_time] if c is not None and c not in df.columns]
+    if missing:
+        raise ValueError(f"column(s) {missing} not in the input; it has {df.columns}")
+    return keys
+
+
 def apply_operator(df, operator, key, *, output_schema, event_time: str | None = None, watermark=None,
                    order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
-                   key_groups: int = 256, dkv_options: dict | None = None):
+                   key_groups: int = 256, dkv_options: dict | None = None, isolate: bool = True):
     """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
 
     state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
@@ -71,21 +82,29 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     ``spark.sql.shuffle.partitions``); change it between restarts to rescale. key_groups:
     fixed when the state is created. watermark: the allowed event-time delay, e.g.
     "10 seconds" (needs ``event_time``). order_by: column(s) ordering a key's rows within
-    a batch (default the event-time column). Returns a DataFrame with ``output_schema``.
+    a batch (default the event-time column). isolate: end with an exchange so that the
+    output can be unioned or coalesced (set False only if you never do). Returns a
+    DataFrame with ``output_schema``. A batch (non-streaming) DataFrame is the whole input:
+    its state lives for the run only and every timer fires at its end.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
 
-    keys = [key] if isinstance(key, str) else list(key)
-    if not keys:
-        raise ValueError("key must name at least one column")
-    missing = [c for c in keys + [event_time] if c is not None and c not in df.columns]
-    if missing:
-        raise ValueError(f"column(s) {missing} not in the input; it has {df.columns}")
+    from .operator import Operator
+
+    if not isinstance(operator, Operator):
+        raise TypeError(f"operator must be an instance of spark_ops.Operator, got "
+                        f"{operator!r:.80} ({type(operator).__name__})")
+    keys = check_columns(df, key, event_time)
     if watermark is not None and event_time is None:
         raise ValueError("watermark= needs event_time= (the event-time column)")
+    if event_time is not None:
+        kind = df.schema[event_time].dataType.typeName()
+        if kind not in ("timestamp", "long", "integer"):
+            raise TypeError(f"event_time column {event_time!r} must be a timestamp or a number of ms, not {kind}")
     schema = _as_schema(output_schema)
-    n = int(partitions or df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    if n < 1 or key_groups < n or key_groups > 1 << 16:
+    n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions")) if partitions is None else partitions
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1 or key_groups < n or key_groups > 1 << 16:
         raise ValueError(f"need 1 <= partitions <= key_groups <= 65536, got partitions={n}, key_groups={key_groups}")
     order = [order_by] if isinstance(order_by, str) else list(order_by or ([event_time] if event_time else []))
     name = name or type(operator).__name__.lower()
@@ -96,15 +115,29 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
                      groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}))
     toks = tokens(n)
     shard = F.expr(f"((`{KG}` + 1) * {n} - 1) div {key_groups}")
-    routed = (df.withColumn(KG, F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(key_groups)))
-                .withColumn(TOKEN, F.element_at(F.array(*[F.lit(t).cast("long") for t in toks]), (shard + 1).cast("int")))
-                .withColumn(BATCH_TS, F.current_timestamp()))
+    # Timestamps reach pandas as naive wall-clock times of the session time zone, which is
+    # ambiguous around DST changes; their exact instants travel as microseconds instead.
+    instants = {c.name: f"{US}{i}" for i, c in enumerate(df.schema.fields) if isinstance(c.dataType, TimestampType)}
+    routed = df
+    for col, helper in instants.items():
+        routed = routed.withColumn(helper, F.unix_micros(F.col(col)))
+    routed = (routed.withColumn(KG, F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(key_groups)))
+                    .withColumn(TOKEN, F.element_at(F.array(*[F.lit(t).cast("long") for t in toks]),
+                                                    (shard + 1).cast("int")))
+                    .withColumn(BATCH_TS, F.unix_millis(F.current_timestamp())))
     columns = df.columns
-    fn = _partition_function(spec, name, keys, columns, order, schema.names)
-    return routed.repartition(n, F.col(TOKEN)).mapInPandas(fn, schema)
+    fn = _partition_function(spec, name, keys, columns, order, schema.names, instants)
+    out = routed.repartition(n, F.col(TOKEN)).mapInPandas(fn, schema)
+    # A shard is identified by its task's partition number, which holds only while the
+    # operator runs in its own stage: an exchange after it keeps a later union or
+    # coalesce from renumbering the partitions it runs in.
+    return out.repartition(n) if isolate else out
 
 
-def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_names: list):
+def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_names: list,
+                        instants: dict):
+    n = spec.shards
+
     def run(iterator):
         import pandas as pd
         from pyspark import TaskContext
@@ -115,35 +148,57 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
         batch = ctx.getLocalProperty("streaming.sql.batchId")
         query = ctx.getLocalProperty("sql.streaming.queryId")
         shard = ctx.partitionId()
-        if batch is None:   # a batch (non-streaming) DataFrame: state lives for this task only
+        frames = [f for f in iterator if len(f)]
+        pdf = pd.concat(frames, ignore_index=True) if frames else None
+        if pdf is not None:
+            found = set(pdf[KG].map(lambda kg: ((kg + 1) * n - 1) // spec.groups))
+            if found != {shard}:
+                raise RuntimeError(f"spark_ops: task {shard} got rows of shards {sorted(found)}: the operator's "
+                                   f"stage was merged with another (union/coalesce) — keep isolate=True")
+        elif shard >= n:
+            raise RuntimeError(f"spark_ops: task partition {shard} is not a shard of {n}: keep isolate=True")
+        final = batch is None
+        if final:       # a batch (non-streaming) DataFrame: state lives for this task only
             local = ShardSpec(**{**spec.__dict__, "state": f"memory://spark-ops-batch-{uuid.uuid4().hex}"})
             batch_id = 0
         else:
             local = ShardSpec(**{**spec.__dict__, "state": f"{spec.state}/{query}/{name}"})
             batch_id = int(batch)
-        frames = [f for f in iterator if len(f)]
-        pdf = pd.concat(frames, ignore_index=True) if frames else None
-        events, batch_time = _events(pdf, keys, columns, order, spec.event_time, to_parts)
-        emitted, _ = run_shard_batch(local, batch_id, shard, events, batch_time=batch_time)
+        events, batch_time = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
+        emitted, _ = run_shard_batch(local, batch_id, shard, events, batch_time=batch_time, end_of_input=final)
+        if final:
+            from ._runtime import drop_cached
+            drop_cached(local.state)
         yield pd.DataFrame.from_records(emitted, columns=out_names) if emitted else \
             pd.DataFrame({c: pd.Series([], dtype=object) for c in out_names})
     return run
 
 
-def _events(pdf, keys, columns, order, event_time, to_parts):
+def _events(pdf, keys, columns, order, event_time, to_parts, instants):
     """Rows as (key group, key parts, event ms, row dict), in processing order."""
     if pdf is None:
         return [], None
-    batch_time = int(_to_ms(pdf[BATCH_TS]).max())
+    batch_time = int(pdf[BATCH_TS].max())
     pdf = pdf[pdf[keys].notna().all(axis=1)]          # null keys (e.g. heartbeat rows) are dropped
     sortable = [c for c in columns if c not in keys and c not in order and _sortable(pdf[c])]
-    pdf = pdf.sort_values([KG] + keys + order + sortable, kind="mergesort", na_position="first")
-    ts = [None if t == _NAT else t for t in _to_ms(pdf[event_time]).tolist()] if event_time else [None] * len(pdf)
+    by = [instants.get(c, c) for c in [KG] + keys + order + sortable]
+    pdf = pdf.sort_values(by, kind="mergesort", na_position="first")
+    values = {c: (_utc_datetimes(pdf[instants[c]]) if c in instants else _python_values(pdf[c])) for c in columns}
+    if event_time is None:
+        ts = [None] * len(pdf)
+    elif event_time in instants:
+        ts = [None if v != v else int(v) // 1000 for v in pdf[instants[event_time]].tolist()]
+    else:
+        ts = [None if v is None or v != v else int(v) for v in pdf[event_time].tolist()]
     kgs = pdf[KG].tolist()
-    values = {c: _python_values(pdf[c]) for c in columns}
     keyvals = list(zip(*[values[k] for k in keys]))
     rows = [dict(zip(columns, vals)) for vals in zip(*[values[c] for c in columns])]
     return [(kg, to_parts(kv), t, row) for kg, kv, t, row in zip(kgs, keyvals, ts, rows)], batch_time
+
+
+def _utc_datetimes(micros) -> list:
+    """Timezone-aware UTC datetimes from microseconds since the Unix epoch (None for nulls)."""
+    return [None if v != v else _EPOCH_UTC + _dt.timedelta(microseconds=int(v)) for v in micros.tolist()]
 
 
 def _python_values(series) -> list:
@@ -178,16 +233,3 @@ def _plain(v):
 def _sortable(series) -> bool:
     kind = series.dtype.kind
     return kind in "biufMm" or (kind == "O" and series.map(lambda v: isinstance(v, str) or v is None).all())
-
-
-def _to_ms(series):
-    """Event times as int ms since the Unix epoch (timestamp columns, or numbers taken as ms)."""
-    import pandas as pd
-    if series.dtype.kind == "M":
-        s = series
-        if getattr(s.dt, "tz", None) is not None:
-            s = s.dt.tz_convert("UTC").dt.tz_localize(None)
-        return s.astype("datetime64[ms]").astype("int64")
-    if series.dtype.kind in "iu":
-        return series.astype("int64")
-    return pd.to_datetime(series).astype("datetime64[ms]").astype("int64")

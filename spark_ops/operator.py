@@ -21,7 +21,7 @@ from typing import Any
 from ._timers import EVENT_TIME, PROCESSING_TIME, Timer
 
 __all__ = ["Operator", "Context", "Timer"]
-_EPOCH = _dt.datetime(1970, 1, 1)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 class Operator:
@@ -67,7 +67,7 @@ class Context:
 
     @staticmethod
     def to_datetime(ms: int):
-        """A naive datetime for ``ms`` (how Spark's timestamps reach Python and go back)."""
+        """The UTC datetime (timezone-aware) of ``ms`` since the Unix epoch."""
         return _EPOCH + _dt.timedelta(milliseconds=ms)
 
     # -- state of the current key -------------------------------------------------------

@@ -27,6 +27,12 @@ from ._spark import duration_ms
 __all__ = ["OperatorHarness"]
 
 
+def _check_shards(partitions, key_groups) -> None:
+    if not isinstance(partitions, int) or not 1 <= partitions <= key_groups <= 1 << 16:
+        raise ValueError(f"need 1 <= partitions <= key_groups <= 65536, got partitions={partitions!r}, "
+                         f"key_groups={key_groups!r}")
+
+
 def _ms(v) -> int | None:
     if v is None:
         return None
@@ -42,6 +48,7 @@ class OperatorHarness:
                  order_by=None, state: str | None = None, partitions: int = 2, key_groups: int = 16,
                  dkv_options: dict | None = None) -> None:
         self.keys = [key] if isinstance(key, str) else list(key)
+        _check_shards(partitions, key_groups)
         self.event_time = event_time
         self.order_by = [order_by] if isinstance(order_by, str) else list(order_by or [])
         self.spec = ShardSpec(state=state or f"memory://harness-{uuid.uuid4().hex}", operator=operator,
@@ -88,6 +95,7 @@ class OperatorHarness:
 
     def rescale(self, partitions: int) -> None:
         """Continue with another shard count (state is redistributed by key group)."""
+        _check_shards(partitions, self.spec.groups)
         self.restart()
         self.spec = ShardSpec(**{**self.spec.__dict__, "shards": partitions})
 
