@@ -16,9 +16,9 @@ from __future__ import annotations
 from ._codec import register_type, unregister_type
 from ._dict import PersistedDict, PersistedSortedDict
 from ._groups import PendingEntry
-from ._inspect import (InstanceRef, ObjectChange, ObjectInfo, SlotChange, SpaceStats, diff, find_instances,
-                       iter_slots, key_groups_of, list_objects, object_info, space_stats, to_jsonable,
-                       walk_slots)
+from ._inspect import (InstanceRef, ObjectChange, ObjectInfo, SlotChange, SpaceStats, diff, diff_pair,
+                       find_instances, iter_slots, key_groups_of, list_objects, object_info, pair_instances,
+                       space_stats, spaces_of, to_jsonable, walk_slots)
 from ._keycodec import decode_key, encode_key
 from ._linked import LinkedListNode, PersistedLinkedList
 from ._list import PersistedList
@@ -40,5 +40,5 @@ __all__ = [
     "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
     # inspection (docs/inspection.md)
     "list_objects", "object_info", "iter_slots", "walk_slots", "diff", "space_stats", "find_instances",
-    "key_groups_of", "to_jsonable", "ObjectInfo", "ObjectChange", "SlotChange", "SpaceStats", "InstanceRef",
+    "key_groups_of", "spaces_of", "pair_instances", "diff_pair", "to_jsonable", "ObjectInfo", "ObjectChange", "SlotChange", "SpaceStats", "InstanceRef",
 ]
