@@ -1,0 +1,137 @@
+"""SST format (dkv/format/sst.py, bloom.py, docs/format/sst.md): blocks, sparse index,
+metadata, footer and bloom filter."""
+from __future__ import annotations
+
+import random
+import struct
+import zlib
+
+import pytest
+
+import dkv
+from dkv.format import bloom, sst
+
+
+def _build(n: int, block_size: int = 256, seed: int = 0):
+    rng = random.Random(seed)
+    keys = sorted({b"key-%06d" % rng.randrange(20 * n) for _ in range(n)})
+    values = [None if rng.random() < 0.1 else rng.randbytes(rng.randrange(0, 40)) for _ in keys]
+    seqs = [rng.randrange(1, 1 << 40) for _ in keys]
+    b = sst.SstBuilder(block_size)
+    for k, v, s in zip(keys, values, seqs):
+        b.add(k, v, s)
+    return b, b.finish(), keys, values, seqs
+
+
+def _parse(data: bytes):
+    off, length, crc = sst.parse_footer(data, "t")
+    return off, length, sst.parse_meta(data[off:off + length], crc, "t")
+
+
+@pytest.mark.parametrize("n", [1, 5, 2000])
+def test_round_trip_through_blocks(n):
+    builder, data, keys, values, seqs = _build(n)
+    off, length, meta = _parse(data)
+    assert off + length + sst.FOOTER_SIZE == len(data)
+    got_k, got_v, got_s = [], [], []
+    for i, (o, ln, c) in enumerate(zip(meta.offsets, meta.lengths, meta.crcs)):
+        k, v, s = sst.decode_block(data[o:o + ln], c, f"block {i}")
+        assert k[0] == meta.first_keys[i], "the sparse index holds each block's first key"
+        got_k += k
+        got_v += v
+        got_s += s
+    assert (got_k, got_v, got_s) == (keys, values, seqs)
+    # Blocks are contiguous from offset 0 up to the metadata segment.
+    assert meta.offsets[0] == 0 and meta.offsets[-1] + meta.lengths[-1] == off
+    assert all(a + la == b for a, la, b in zip(meta.offsets, meta.lengths, meta.offsets[1:]))
+
+
+def test_metadata_fields():
+    builder, data, keys, values, seqs = _build(300)
+    _, _, meta = _parse(data)
+    assert meta.count == len(keys) == builder.count
+    assert meta.tombstones == sum(v is None for v in values) == builder.tombstones
+    assert (meta.min_key, meta.max_key) == (keys[0], keys[-1]) == (builder.first_key, builder.last_key)
+    assert (meta.min_seq, meta.max_seq) == (min(seqs), max(seqs)) == (builder.min_seq, builder.max_seq)
+    assert meta.raw_bytes == builder.raw_bytes == sum(
+        len(k) + (0 if v is None else len(v)) + sst.RECORD_OVERHEAD for k, v in zip(keys, values))
+    assert meta.first_keys == sorted(meta.first_keys) and len(meta.first_keys) > 5
+
+
+def test_blocks_follow_the_target_size():
+    for block_size in (128, 1024, 4096):
+        b = sst.SstBuilder(block_size)
+        n = 3000
+        for i in range(n):
+            b.add(b"k%06d" % i, b"v" * 20, i)
+        _, _, meta = _parse(b.finish())
+        per_record = len(b"k000000") + 20 + sst.RECORD_OVERHEAD
+        expected = n * per_record / block_size
+        assert 0.5 * expected <= len(meta.first_keys) <= 1.5 * expected + 1
+
+
+def test_footer_layout_is_pinned():
+    _, data, _, _, _ = _build(50)
+    assert sst.FOOTER_SIZE == 32 and sst.MAGIC == b"DKVSST\x00\x01" and sst.VERSION == 1
+    footer = data[-32:]
+    meta_off, meta_len, meta_crc, ver, flags, fcrc, magic = struct.unpack("<QIIHHI8s", footer)
+    assert magic == sst.MAGIC and ver == 1 and flags == 0
+    assert fcrc == zlib.crc32(footer[:20])
+    assert meta_crc == zlib.crc32(data[meta_off:meta_off + meta_len])
+    assert meta_off + meta_len == len(data) - 32
+
+
+def test_empty_table_is_refused():
+    with pytest.raises(ValueError):
+        sst.SstBuilder().finish()
+
+
+def test_damage_is_corruption():
+    _, data, _, _, _ = _build(100)
+    off, length, meta = _parse(data)
+    with pytest.raises(dkv.CorruptionError):
+        sst.parse_footer(data[:20], "t")
+    for i in range(len(data) - 32, len(data)):
+        bad = bytearray(data)
+        bad[i] ^= 0x10
+        with pytest.raises(dkv.CorruptionError):
+            sst.parse_footer(bytes(bad), "t")
+    bad = bytearray(data)
+    bad[off + length // 2] ^= 0x10
+    with pytest.raises(dkv.CorruptionError):
+        sst.parse_meta(bytes(bad[off:off + length]), zlib.crc32(data[off:off + length]), "t")
+    frame = bytearray(data[meta.offsets[0]:meta.offsets[0] + meta.lengths[0]])
+    frame[len(frame) // 2] ^= 0x10
+    with pytest.raises(dkv.CorruptionError, match="block 0"):
+        sst.decode_block(bytes(frame), meta.crcs[0], "block 0")
+
+
+# -- bloom filter -------------------------------------------------------------------------
+
+def test_bloom_has_no_false_negatives_and_about_one_percent_false_positives():
+    keys = [b"present-%d" % i for i in range(10_000)]
+    f = bloom.Bloom(bloom.build(keys))
+    check = f.checker()
+    assert all(f.may_contain(k) for k in keys)
+    assert all(check(k) for k in keys)
+    absent = [b"absent-%d" % i for i in range(20_000)]
+    fp = sum(f.may_contain(k) for k in absent) / len(absent)
+    assert 0.002 < fp < 0.02, fp
+    assert sum(check(k) for k in absent) / len(absent) == fp   # the unrolled probe agrees
+
+
+def test_bloom_serialisation_is_pinned():
+    keys = [b"k%d" % i for i in range(100)]
+    data = bloom.build(keys)
+    assert data[0] == 5                               # probes at 10 bits per key
+    assert len(data) == 1 + 100 * bloom.BITS_PER_KEY // 8
+    assert len(bloom.build([])) == 1 + 64 // 8        # at least 64 bits
+    assert bloom.build(keys) == data                  # stable across runs (CRC-based hashing)
+    f = bloom.Bloom(bloom.build(keys, bits_per_key=20))
+    assert f.k == 10 and all(f.may_contain(k) for k in keys)
+
+
+def test_sst_bloom_covers_every_key():
+    _, data, keys, _, _ = _build(3000)
+    _, _, meta = _parse(data)
+    assert all(meta.bloom.may_contain(k) for k in keys)
