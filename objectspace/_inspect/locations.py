@@ -28,7 +28,7 @@ class InstanceRef:
     """A dkv instance of a location at one checkpoint epoch. ``owner`` is set for the shards
     of a spark_ops operator (``<query id>/<operator>``, "" when the location is the
     operator's own folder); ``epochs`` are its retained checkpoints."""
-    location: str
+    location: object        # as given: a path or URL (or an ObjectStore)
     instance: str
     epoch: int
     epochs: tuple = ()
@@ -41,7 +41,8 @@ class InstanceRef:
     def operator(self) -> Optional[str]:
         if self.owner is None:
             return None
-        return self.owner.rsplit("/", 1)[-1] if self.owner else self.location.rstrip("/").rsplit("/", 1)[-1]
+        loc = self.location if isinstance(self.location, str) else self.location.location
+        return self.owner.rsplit("/", 1)[-1] if self.owner else loc.rstrip("/").rsplit("/", 1)[-1]
 
     @property
     def query_id(self) -> Optional[str]:
@@ -50,13 +51,35 @@ class InstanceRef:
         return self.owner.rsplit("/", 1)[0]
 
     def open(self, **dkv_options):
-        """This instance read-only at ``epoch`` (a dkv DB; close it)."""
-        return dkv.open(self.location, checkpoint=self.epoch, read_only=True, instance=self.instance,
-                        **dkv_options)
+        """This instance read-only at ``epoch`` (a dkv DB; close it).
+
+        A manifest names files relative to the root its writer opened: an operator's
+        shards are opened from the operator's folder; any other instance as a named
+        instance of the location, or else as the store rooted at its folder."""
+        if self.owner is not None:
+            root, ns = _join(self.location, self.owner), self.instance[len(self.owner):].lstrip("/")
+            return dkv.open(root, checkpoint=self.epoch, read_only=True, instance=ns, **dkv_options)
+        try:
+            return dkv.open(self.location, checkpoint=self.epoch, read_only=True, instance=self.instance,
+                            **dkv_options)
+        except dkv.ObjectMissingError:
+            if not self.instance:
+                raise
+            return dkv.open(_join(self.location, self.instance), checkpoint=self.epoch, read_only=True,
+                            **dkv_options)
 
     def as_json(self) -> dict:
         return {"instance": self.instance, "epoch": self.epoch, "operator": self.operator,
                 "query_id": self.query_id}
+
+
+def _join(location, path: str):
+    if not path:
+        return location
+    if isinstance(location, str):
+        return location.rstrip("/") + "/" + path
+    from dkv.storage import PrefixStore
+    return PrefixStore(location, path)
 
 
 def _store_options(dkv_options: dict) -> dict:
@@ -76,7 +99,7 @@ def find_instances(location, *, epoch: int | None = None, instance: str | None =
     listings per instance. Raises ObjectSpaceError when nothing matches and
     dkv.CheckpointNotFoundError when nothing holds ``epoch``."""
     store = dkv.open_store(location, **_store_options(dkv_options))
-    loc = location if isinstance(location, str) else store.location
+    loc = location if isinstance(location, str) else store
     names = dkv.instances(store)
     if instance:
         sel = instance.strip("/")
