@@ -90,11 +90,25 @@ def run_model(model, batches, *, keys, event_time=None, delay_ms: int = 0, order
     return outputs
 
 
+def canon(v):
+    """A value with every timezone-aware datetime as a naive UTC one (an instant is compared as an
+    instant, whether the operator emits it aware or naive-UTC)."""
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        return v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    if isinstance(v, dict):
+        return {k: canon(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(canon(x) for x in v)
+    return v
+
+
 def by_key(rows, keys) -> dict:
-    """Output rows grouped by key, each group in output order (the order that is specified)."""
+    """Output rows grouped by key, each group in output order (the order that is specified);
+    timestamps canonical (see ``canon``)."""
     keys = [keys] if isinstance(keys, str) else list(keys)
     out: dict[tuple, list] = defaultdict(list)
     for r in rows:
+        r = canon(r)
         out[key_of(r, keys)].append(r)
     return dict(out)
 
