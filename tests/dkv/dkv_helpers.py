@@ -336,10 +336,12 @@ class Harness:
         got = list(self.db.scan_prefix(prefix))
         assert got == sorted((k, v) for k, v in self.model.items() if k.startswith(prefix)), prefix
 
-    def checkpoint(self, wait: bool = True) -> int:
+    def checkpoint(self, wait: bool = True, flush: bool | None = None) -> int:
+        """Checkpoint the next epoch; ``flush=True`` flushes the memtables first (a checkpoint
+        that needs no WAL replay); None lets ``max_replay_bytes`` decide."""
         e = self.next_epoch
         self.next_epoch += 1
-        cp = self.db.checkpoint(e)
+        cp = self.db.checkpoint(e) if flush is None else self.db.checkpoint(e, flush=flush)
         self.snaps[e] = dict(self.model)
         if wait:
             self._finish_pending()       # uploads run in order: earlier ones are done too
@@ -379,7 +381,7 @@ def run_random(h: Harness, rng: random.Random, steps: int, space: int = 80) -> N
         elif r < 0.79:
             h.check_prefix(b"k%d" % rng.randrange(10) if rng.random() < 0.8 else rng.choice(SPECIAL_KEYS))
         elif r < 0.87:
-            h.checkpoint(wait=rng.random() < 0.7)
+            h.checkpoint(wait=rng.random() < 0.7, flush=rng.choice([None, None, False, True]))
         elif r < 0.89:
             h.reopen()
         elif r < 0.915:

@@ -305,8 +305,6 @@ class _GatedSstPuts(ObjectStore):
         return self.inner.size(key)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a writer waiting on a full sealed-memtable list never wakes "
-                                        "when the background flush fails (hangs forever)")
 def test_writer_blocked_on_full_sealed_list_wakes_when_flush_fails(caplog):
     caplog.set_level(logging.CRITICAL, logger="dkv")
     store = _GatedSstPuts()

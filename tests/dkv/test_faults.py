@@ -112,10 +112,8 @@ def _op_calls(name: str) -> list:
     return [c for c in log.calls[mark:] if c.kind != "size"]   # FaultInjectingStore does not count size()
 
 
-KNOWN_BUGS = {
-    ("put_if_absent", "manifest", "torn"): "BUG: a torn manifest of a failed checkpoint stays a listed, unopenable checkpoint",
-    ("delete", "manifest", "error"): "BUG: a failed manifest delete in GC is not retried and its files are deleted",
-}
+# (kind, object folder, mode) -> reason, for calls whose fault exposes a reported, unfixed bug.
+KNOWN_BUGS: dict = {}
 
 
 def _cases():
@@ -226,8 +224,6 @@ def test_failed_manifest_create_then_next_checkpoint():
         assert contents(db) == run.snaps[3]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a torn manifest of a failed checkpoint makes the store unopenable "
-                                        "(CorruptionError) instead of recovering the last completed checkpoint")
 def test_torn_manifest_of_a_failed_checkpoint_then_crash():
     """A crash right after a torn manifest create: the last completed checkpoint is 1."""
     inner = MemoryStore()
@@ -294,17 +290,16 @@ def _fault_fuzz(seed: int) -> None:
     rng = random.Random(seed)
     inner = MemoryStore()
     fs = FaultInjectingStore(inner, seed=seed)
-    # Known bugs kept out of this fuzz until fixed (each has its own strict xfail test):
-    # torn manifests (tear only plain puts: SSTs and WAL segments), failed manifest deletes
-    # (deletes fail only under sst/ and wal/, no "any"), and the writer hang when a flush
-    # fails with the sealed list full (max_sealed_memtables high enough never to block).
-    kind = rng.choice(["put", "put_if_absent", "get", "list", "delete", "write"])
-    mode = rng.choice(["error", "torn"]) if kind == "put" else "error"
-    prefix = rng.choice(["sst/", "wal/"]) if kind == "delete" else ""
-    opts = dict(SMALL, retain=rng.randrange(1, 4), max_sealed_memtables=1000)
+    kind = rng.choice(["put", "put_if_absent", "get", "list", "delete", "write", "any"])
+    mode = rng.choice(["error", "torn"]) if kind in ("put", "put_if_absent", "write", "any") else "error"
+    prefix = rng.choice(["", "sst/", "wal/", "manifest/"]) if rng.random() < 0.5 else ""
+    opts = dict(SMALL, retain=rng.randrange(1, 4), max_sealed_memtables=rng.choice([1, 4]))
     db = dkv.open(fs, background=True, **opts)
     model, snaps, done = {}, {}, []
-    fs.fail(kind, nth=rng.randrange(1, 40), mode=mode, key_prefix=prefix, repeat=rng.random() < 0.3)
+    # Repeated faults on manifest creates, claim listings or deletes are double faults around a
+    # manifest's withdrawal, a reported open bug (test_*_not_withdrawn_then_crash): not here.
+    repeat = rng.random() < 0.3 and kind in ("put", "get")
+    fs.fail(kind, nth=rng.randrange(1, 40), mode=mode, key_prefix=prefix, repeat=repeat)
     epoch = 0
     try:
         for _ in range(12):
@@ -343,6 +338,43 @@ def test_random_faults_background(seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(100, 400))
+@pytest.mark.parametrize("seed", range(100, 1100))
 def test_random_faults_background_long(seed):
     _fault_fuzz(seed)
+
+
+# -- double faults: a failed checkpoint whose manifest cannot be withdrawn -----------------
+
+@pytest.mark.xfail(strict=True, reason="BUG: torn manifest create + failed withdrawal + crash leaves the "
+                                        "store unopenable (CorruptionError)")
+def test_torn_manifest_not_withdrawn_then_crash():
+    inner = MemoryStore()
+    fs = FaultInjectingStore(inner)
+    run = Run(fs, dict(SMALL))
+    run.fill(1, 60)
+    assert run.checkpoint()
+    run.fill(2, 60)
+    fs.fail("put_if_absent", mode="torn", key_prefix="manifest/")
+    fs.fail("delete", key_prefix="manifest/", repeat=True)
+    assert not run.checkpoint()
+    # crash: the writer is gone before any later round could withdraw the manifest
+    got = _recover(inner, dict(SMALL))
+    assert not isinstance(got, Exception), got
+    assert got[0] == 1 and got[1] == run.snaps[1]
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a checkpoint reported failed (claims listing failed after the "
+                                        "create) survives a crash when its withdrawal fails too")
+def test_failed_fencing_check_not_withdrawn_then_crash():
+    inner = MemoryStore()
+    fs = FaultInjectingStore(inner)
+    run = Run(fs, dict(SMALL))
+    run.fill(1, 60)
+    assert run.checkpoint()
+    run.fill(2, 60)
+    fs.fail("list", key_prefix="writer/")
+    fs.fail("delete", key_prefix="manifest/", repeat=True)
+    assert not run.checkpoint()
+    got = _recover(inner, dict(SMALL))
+    assert not isinstance(got, Exception), got
+    assert got[0] == 1, "the store opened at a checkpoint whose wait() raised"

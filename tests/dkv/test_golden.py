@@ -128,7 +128,7 @@ def test_golden_checkpoint():
     # WAL segment, then the manifest, then the claims are listed (a newer claim made before
     # the create fences this writer), and only then garbage collection.
     assert wal[0] < create[0]
-    assert any(create[0] < f < min(deletes) for f in fence), "claims listed after the create, before GC
+    assert any(create[0] < f < min(deletes) for f in fence), "claims listed after the create, before GC"
     # Manifests go before the files they reference.
     gone_manifests = [i for i in deletes if "manifest/" in lines[i]]
     gone_files = [i for i in deletes if "manifest/" not in lines[i]]

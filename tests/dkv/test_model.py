@@ -35,9 +35,9 @@ values = st.one_of(st.just(b""), st.binary(min_size=1, max_size=24), st.binary(m
 class DkvMachine(RuleBasedStateMachine):
     """Shrinkable twin of the seeded runs (MemoryStore, synchronous flushes)."""
 
-    @initialize(retain=st.integers(1, 4))
-    def start(self, retain):
-        self.h = Harness(MemoryStore(), retain=retain, background=False)
+    @initialize(retain=st.integers(1, 4), max_replay=st.sampled_from([0, 0, 1500]))
+    def start(self, retain, max_replay):
+        self.h = Harness(MemoryStore(), retain=retain, background=False, max_replay_bytes=max_replay)
 
     @rule(key=keys, value=values)
     def put(self, key, value):
@@ -63,9 +63,9 @@ class DkvMachine(RuleBasedStateMachine):
     def scan_prefix(self, prefix):
         self.h.check_prefix(prefix)
 
-    @rule(wait=st.booleans())
-    def checkpoint(self, wait):
-        self.h.checkpoint(wait)
+    @rule(wait=st.booleans(), flush=st.sampled_from([None, False, True]))
+    def checkpoint(self, wait, flush):
+        self.h.checkpoint(wait, flush)
 
     @rule()
     def reopen(self):
@@ -147,6 +147,14 @@ def test_random_retention_extremes(retain):
     h.close()
 
 
+@pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
+def test_random_replay_free_checkpoints(background):
+    """max_replay_bytes: checkpoints flush big memtables first and reference SSTs, not WAL."""
+    h = Harness(MemoryStore(), retain=3, background=background, max_replay_bytes=1500)
+    run_random(h, random.Random(21), 1500)
+    h.close()
+
+
 def test_random_small_key_space_many_overwrites():
     """Ten keys overwritten thousands of times: shadowed versions at every level."""
     h = Harness(MemoryStore(), retain=2, background=True)
@@ -166,7 +174,8 @@ def test_random_s3(s3_server, tmp_path):
 @pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
 @pytest.mark.parametrize("seed", range(1000, 1030))
 def test_random_memory_long(seed, background):
-    h = Harness(MemoryStore(), retain=1 + seed % 4, background=background)
+    h = Harness(MemoryStore(), retain=1 + seed % 4, background=background,
+                max_replay_bytes=(0, 1500, 6000)[seed % 3])
     run_random(h, random.Random(seed), 4000)
     h.close()
 

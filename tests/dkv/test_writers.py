@@ -113,8 +113,6 @@ def test_zombie_commit_after_a_new_claim_is_not_valid():
         assert contents(r) == {**state1, b"new": b"1"}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a zombie whose manifest lands after a newer claim reports "
-                                        "success and its GC deletes the new writer's base checkpoint")
 def test_zombie_commit_after_a_new_claim_is_fenced_and_deletes_nothing():
     base, state1, w2, zombie = _zombie_race(retain=1)
     with pytest.raises(dkv.FencedError):
@@ -286,8 +284,6 @@ def test_gc_of_files_shared_by_retained_checkpoints():
     db.close()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a failed manifest delete in GC is not retried and the "
-                                        "manifest's files are deleted under it")
 def test_failed_manifest_delete_is_retried_before_its_files_go():
     inner = MemoryStore()
     fs = FaultInjectingStore(inner)
