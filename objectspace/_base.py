@@ -86,6 +86,47 @@ class PersistedObject:
     def _repr_len(self):
         return len(self)
 
+    _REPR_ITEMS = 10
+
+    def _repr_html_(self) -> str:
+        """Notebook rendering: kind, name, codec, length, dirty slots and the first items
+        (read through the object, unsaved changes included). Never raises."""
+        import html
+        from itertools import islice
+        esc = html.escape
+        try:
+            n = self._repr_len()
+        except Exception:  # noqa: BLE001 - rendering must not fail
+            n = "?"
+        dirty = self._dirty_count()
+        state = ("deleted" if self._dead else f"{dirty} unsaved record{'s' if dirty != 1 else ''}" if dirty
+                 else "saved")
+        head = (f"<b>{esc(type(self).__name__)}</b> <code>{esc(repr(self._name))}</code> "
+                f"&middot; {esc(self.kind)} &middot; {esc(self._codec.name)} &middot; length {n} &middot; {state}")
+        if self._dead:
+            return f"<div>{head}</div>"
+        try:
+            from ._inspect import live_slots
+            shown = list(islice(live_slots(self), self._REPR_ITEMS))
+        except Exception as e:  # noqa: BLE001
+            return f"<div>{head}<br><i>items unavailable: {esc(str(e))}</i></div>"
+
+        def cell(v) -> str:
+            text = repr(v)
+            return esc(text if len(text) <= 80 else text[:79] + "…")
+        if self.kind in ("set", "sorted_set"):
+            cols, rows = "<th>element</th>", "".join(f"<tr><td>{cell(s)}</td></tr>" for s, _ in shown)
+        elif self.kind == "value":
+            cols, rows = "<th>value</th>", "".join(f"<tr><td>{cell(v)}</td></tr>" for _, v in shown)
+        else:
+            cols = "<th>slot</th><th>value</th>"
+            rows = "".join(f"<tr><td>{cell(s)}</td><td>{cell(v)}</td></tr>" for s, v in shown)
+        more = ""
+        if isinstance(n, int) and n > len(shown):
+            more = f"<div>… {n - len(shown)} more</div>"
+        table = f"<table><thead><tr>{cols}</tr></thead><tbody>{rows}</tbody></table>" if shown else ""
+        return f"<div class=\"objectspace\">{head}{table}{more}</div>"
+
     def __reduce__(self):
         raise TypeError(f"{type(self).__name__} is a handle on stored state; copy it with "
                         "list()/dict()/set() before pickling")
