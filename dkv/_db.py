@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from . import _paths, _recovery
 from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
 from ._flush import FlushMixin
+from ._refresh import RefreshMixin
 from ._memtable import Memtable
 from ._merge import merge_visible
 from ._options import Options
@@ -27,7 +28,7 @@ from .format.manifest import ALL_KEY_GROUPS
 log = logging.getLogger(__name__)
 
 
-class DB(CheckpointMixin, FlushMixin):
+class DB(CheckpointMixin, FlushMixin, RefreshMixin):
     """An open dkv instance. Create with ``dkv.open``; use as a context manager."""
 
     def __init__(self, store, *, ns: str = "", checkpoint: int | None = None, read_only: bool = False,

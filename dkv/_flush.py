@@ -98,7 +98,10 @@ class FlushMixin:
         if self.opts.background:
             if not self._compaction_queued:
                 self._compaction_queued = True
-                self._compactor.submit(self._run_bg, self._compact_loop)
+                try:
+                    self._compactor.submit(self._run_bg, self._compact_loop)
+                except RuntimeError:        # closing, or the interpreter is exiting
+                    self._compaction_queued = False
         else:
             self._compact_loop()
 

@@ -54,18 +54,28 @@ def load_checkpoint(store, ns: str, epoch: int | None, cache, tables: dict, time
 
 
 def load_sources(store, sources: list, groups: tuple, cache, tables: dict) -> Restored:
-    """State merged from ``[(ns, epoch), ...]`` restricted to key groups ``groups``."""
+    """State merged from ``[(ns, epoch), ...]`` restricted to key groups ``groups``. A
+    source may be ``(ns, epoch, (first, end))`` to take only those key groups from it;
+    sources must not overlap in the key groups they contribute."""
     r = Restored()
-    for src_ns, epoch in sources:
+    taken: list[tuple] = []
+    for src in sources:
+        src_ns, epoch = src[0], src[1]
+        want = intersect(groups, tuple(src[2])) if len(src) > 2 else groups
+        if want is None:
+            continue
         tl = Timeline(store, src_ns)
         info = tl.find(epoch)
         if info is None:
             raise CheckpointNotFoundError(f"source instance {src_ns!r} has no checkpoint "
                                           f"{'at all' if epoch is None else f'with epoch {epoch}'}")
         m = mf.decode(store.get(info.name), info.name)
-        part = intersect(m.groups, groups)
+        part = intersect(m.groups, want)
         if part is None:
             continue
+        if any(intersect(part, t) for t in taken):
+            raise ValueError(f"sources overlap in key groups {part}: {sources!r}")
+        taken.append(part)
         _apply(r, m, part, store, cache, tables)
     return r
 

@@ -348,6 +348,18 @@ class ObjectSpace(KindMethods):
         """True when some object or deletion has not been confirmed by on_saved()."""
         return bool(self._touched or self._graves)
 
+    def refresh(self) -> None:
+        """Forget every cached object because the store changed underneath (e.g. the db
+        caught up to a checkpoint another process wrote). Objects load again on next use;
+        handles taken before stop working. Raises ObjectSpaceError with unsaved changes."""
+        self._check_open()
+        if self._touched or self._graves:
+            raise ObjectSpaceError("refresh() would drop unsaved changes; save and confirm them first")
+        for obj in list(self._live.values()):
+            obj._kill()
+        self._live = weakref.WeakValueDictionary()
+        self._recent.clear()
+
     def close(self) -> None:
         """Forget the objects (their handles stop working) and close the db if the space
         opened it. Unsaved changes are lost (logged as a warning)."""

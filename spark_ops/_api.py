@@ -67,7 +67,7 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
     return apply_operator(union, CombineLatest(names, tuple(keys)), keys, output_schema=schema, event_time=et,
                           watermark=watermark, order_by=[et, SOURCE] if et else [SOURCE], state=state,
                           name=name or "combine_latest", partitions=partitions, key_groups=key_groups,
-                          dkv_options=dkv_options)
+                          dkv_options=dkv_options, inputs=names, input_column=SOURCE)
 
 
 def delay(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import dkv
 
+from ._shards import shard_range
+
 log = logging.getLogger(__name__)
 _LAYOUT = re.compile(r"^L(\d{12})-n(\d{5})$")
 
@@ -80,38 +82,53 @@ def latest_before(store, instance: str, batch: int) -> int | None:
 
 
 def plan_open(store, batch: int, shard: int, n: int, groups: int) -> OpenPlan:
-    """Decide how shard ``shard`` of ``n`` opens its state for ``batch`` (see module doc)."""
+    """Decide how shard ``shard`` of ``n`` opens its state for ``batch``.
+
+    Per key group of the shard, the source is the instance holding that group's newest
+    checkpoint before ``batch`` (ties: the newer layout — a crashed attempt of another
+    layout may have written the same epoch for some groups). If every group's source is
+    this shard's own instance in a layout of the same shard count, the shard resumes it;
+    otherwise a new layout starting at ``batch`` takes each group from its source.
+    """
+    lo, hi = shard_range(shard, n, groups)
+    candidates = []            # (first, end, epoch, layout first batch, instance, layout)
     known = layouts(store)
-    progress: dict[Layout, int] = {}
     for lay in known:
         if lay.first_batch > batch:
             continue
-        epochs = [latest_before(store, lay.instance(s), batch) for s in range(lay.shards)]
-        epochs = [e for e in epochs if e is not None]
-        progress[lay] = max(epochs) if epochs else -1
-    best = max(progress, key=lambda l: (progress[l], l.first_batch), default=None)
-    current = max((l for l in progress if l.shards == n), key=lambda l: l.first_batch, default=None)
-    if current is not None and progress[current] >= 0 and progress[current] == progress[best]:
-        epoch = latest_before(store, current.instance(shard), batch)
-        if epoch is not None:
-            return OpenPlan(current, current.instance(shard), checkpoint=epoch)
-    if (best is None or progress[best] < 0) and any(l.first_batch < batch for l in known):
-        # State exists from earlier batches, but no checkpoint before this one is left:
-        # starting empty would silently lose every key's state.
+        for s in range(lay.shards):
+            a, b = shard_range(s, lay.shards, groups)
+            if b <= lo or a >= hi:
+                continue
+            epoch = latest_before(store, lay.instance(s), batch)
+            if epoch is not None:
+                candidates.append((a, b, epoch, lay.first_batch, lay.instance(s), lay))
+    pieces: list[list] = []    # [first, end, instance, epoch, layout] runs of key groups
+    for kg in range(lo, hi):
+        best = max((c for c in candidates if c[0] <= kg < c[1]), key=lambda c: (c[2], c[3]), default=None)
+        src = [None, None, None] if best is None else [best[4], best[2], best[5]]
+        if pieces and pieces[-1][2:] == src:
+            pieces[-1][1] = kg + 1
+        else:
+            pieces.append([kg, kg + 1, *src])
+    missing = [p for p in pieces if p[2] is None]
+    if missing:
+        if len(missing) == len(pieces) and not any(l.first_batch < batch for l in known):
+            new = Layout(batch, n)       # the first batch of this operator's state
+            store.put_if_absent(f"layouts/{new.name}", b"")
+            return OpenPlan(new, new.instance(shard), fresh=True)
         oldest = min((c.epoch for l in known for s in range(l.shards)
                       for c in dkv.list_checkpoints(store, l.instance(s))), default=None)
         raise dkv.CheckpointNotFoundError(
-            f"batch {batch} needs the operator state of a batch before it, but the oldest checkpoint "
-            f"left in {store.location} is {oldest} (older ones were removed by retention); a batch "
-            f"this old cannot be re-run")
+            f"batch {batch} needs the state of key groups {[(p[0], p[1]) for p in missing]} as of a batch "
+            f"before it, but no such checkpoint is left in {store.location} (the oldest is {oldest}; older "
+            f"ones were removed by retention, or a batch this old cannot be re-run)")
+    if len(pieces) == 1:
+        _, _, instance, epoch, lay = pieces[0]
+        if lay.shards == n and instance == lay.instance(shard):
+            return OpenPlan(lay, instance, checkpoint=epoch)
     new = Layout(batch, n)
     store.put_if_absent(f"layouts/{new.name}", b"")
-    if best is None or progress[best] < 0:
-        return OpenPlan(new, new.instance(shard), fresh=True)
-    sources = []
-    for s in range(best.shards):
-        epoch = latest_before(store, best.instance(s), batch)
-        if epoch is not None:
-            sources.append((best.instance(s), epoch))
-    log.info("shard %d/%d at batch %d starts layout %s from %s", shard, n, batch, new.name, best.name)
+    sources = [(instance, epoch, (a, b)) for a, b, instance, epoch, _ in pieces]
+    log.info("shard %d/%d at batch %d starts layout %s from %s", shard, n, batch, new.name, sources)
     return OpenPlan(new, new.instance(shard), sources=sources)

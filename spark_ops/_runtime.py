@@ -40,6 +40,8 @@ class ShardSpec:
     groups: int = 256
     shards: int = 2
     dkv_options: dict = field(default_factory=dict)
+    inputs: list | None = None      # several inputs: one watermark basis each (min wins) ...
+    input_column: str | None = None  # ... told apart by this column of each row
 
 
 class ShardState:
@@ -59,11 +61,30 @@ class ShardState:
         else:
             self.db = dkv.open(store, sources=plan.sources or [], **kw)
         self.layout = plan.layout
+        self.instance = plan.instance
         self.epoch = plan.checkpoint if plan.checkpoint is not None else -1
         self.spaces: dict[int, ObjectSpace] = {}
         self.timers = TimerService(self.db, self.key_groups)
         self.emitted: list = []
         log.debug("shard %d opened %s at epoch %s", shard, plan.instance, self.epoch)
+
+    def catch_up(self, store, spec: ShardSpec, batch: int) -> bool:
+        """Bring a cached state left at an older epoch up to ``batch - 1`` by applying only
+        what another worker wrote meanwhile (see dkv's DB.refresh). False: reopen instead."""
+        plan = _layout.plan_open(store, batch, self.shard, spec.shards, self.groups)
+        if plan.instance != self.instance or plan.checkpoint is None or plan.checkpoint <= self.epoch:
+            return False
+        changed = self.db.refresh(plan.checkpoint)
+        if changed is None:
+            return False
+        for kg in {(k[0] << 8) | k[1] for k in changed if len(k) >= 2}:
+            sp = self.spaces.get(kg)
+            if sp is not None:
+                sp.refresh()
+        log.debug("shard %d caught up from epoch %d to %d (%d keys)", self.shard, self.epoch, plan.checkpoint,
+                  len(changed))
+        self.epoch = plan.checkpoint
+        return True
 
     def space(self, kg: int) -> ObjectSpace:
         sp = self.spaces.get(kg)
@@ -119,8 +140,14 @@ def _shard_state(spec: ShardSpec, store, groups: int, batch: int, shard: int, fr
     key = (spec.state, shard, spec.shards)
     with _LOCK:
         st = _SHARDS.pop(key, None)
-    if st is not None and not fresh and st.epoch == batch - 1 and st.layout.shards == spec.shards:
-        return st
+    if st is not None and not fresh and st.layout.shards == spec.shards:
+        if st.epoch == batch - 1:
+            return st
+        try:
+            if st.epoch < batch - 1 and st.catch_up(store, spec, batch):
+                return st
+        except Exception as e:  # noqa: BLE001 - any doubt: reopen from storage
+            log.info("shard %d could not catch up (%s); reopening", shard, e)
     if st is not None:
         st.close()
     return ShardState(store, spec, groups, batch, shard)
@@ -152,9 +179,13 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     if groups != spec.groups:
         raise ValueError(f"the state in {spec.state} was created with key_groups={groups}; the key-group "
                          f"count cannot change (got key_groups={spec.groups}); pass key_groups={groups}")
-    basis, prev_time, _ = _watermark.read(store, batch - 1) if batch > 0 else (_watermark.NONE, _watermark.NONE, True)
-    if watermark is None and basis != _watermark.NONE:
-        watermark = basis - spec.delay_ms
+    inputs = spec.inputs or [None]
+    if batch > 0:
+        basis, prev_time, _ = _watermark.read(store, batch - 1, len(inputs))
+    else:
+        basis, prev_time = [_watermark.NONE] * len(inputs), _watermark.NONE
+    if watermark is None:
+        watermark = _watermark.watermark(basis, spec.delay_ms)
     if processing_time is None and prev_time != _watermark.NONE:
         processing_time = prev_time
     for attempt in range(3):
@@ -170,8 +201,13 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
                 raise
     with _LOCK:
         _SHARDS[(spec.state, shard, spec.shards)] = st
-    times = [ev[2] for ev in events if ev[2] is not None]
-    new_basis = max([basis] + times)
+    new_basis = list(basis)
+    index = {name: i for i, name in enumerate(inputs)}
+    for _, _, ts, row in events:
+        if ts is not None:
+            i = index.get(row.get(spec.input_column)) if spec.input_column else 0
+            if i is not None and ts > new_basis[i]:
+                new_basis[i] = ts
     _watermark.write(store, batch, spec.shards, shard, new_basis,
                      batch_time if batch_time is not None else max(prev_time, 0))
     _watermark.collect(store, batch, shard)

@@ -74,7 +74,8 @@ def check_columns(df, key, event_time=None) -> list:
 
 def apply_operator(df, operator, key, *, output_schema, event_time: str | None = None, watermark=None,
                    order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
-                   key_groups: int = 256, dkv_options: dict | None = None, isolate: bool = True):
+                   key_groups: int = 256, dkv_options: dict | None = None, isolate: bool = True,
+                   inputs: list | None = None, input_column: str | None = None):
     """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
 
     state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
@@ -85,7 +86,9 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     a batch (default the event-time column). isolate: end with an exchange so that the
     output can be unioned or coalesced (set False only if you never do). Returns a
     DataFrame with ``output_schema``. A batch (non-streaming) DataFrame is the whole input:
-    its state lives for the run only and every timer fires at its end.
+    its state lives for the run only and every timer fires at its end. inputs /
+    input_column: for operators over several unioned inputs, the input names and the
+    column naming each row's input; the watermark then follows the slowest input.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
@@ -112,7 +115,8 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
         raise ValueError(f"operator name {name!r} may use letters, digits, '_', '.' and '-' only")
     spec = ShardSpec(state=_resolve_state(state), operator=operator, key_arity=len(keys), event_time=event_time,
                      delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
-                     groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}))
+                     groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
+                     inputs=list(inputs) if inputs else None, input_column=input_column)
     toks = tokens(n)
     shard = F.expr(f"((`{KG}` + 1) * {n} - 1) div {key_groups}")
     # Timestamps reach pandas as naive wall-clock times of the session time zone, which is

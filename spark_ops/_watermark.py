@@ -19,32 +19,49 @@ import re
 
 log = logging.getLogger(__name__)
 NONE = -(1 << 62)
-_REC = re.compile(r"^(\d{5})-(\d{5})-(-?\d+)-(-?\d+)$")
+_REC = re.compile(r"^(\d{5})-(\d{5})-((?:-?\d+|x)(?::(?:-?\d+|x))*)-(-?\d+)$")
 KEEP_BATCHES = 20
 
 
-def record_name(batch: int, n: int, shard: int, basis: int, batch_time: int) -> str:
-    return f"wm/{batch:012d}/{n:05d}-{shard:05d}-{basis}-{batch_time}"
+def _fmt(basis: list) -> str:
+    return ":".join("x" if b == NONE else str(b) for b in basis)
 
 
-def read(store, batch: int) -> tuple[int, int, bool]:
-    """(max basis, max batch time, complete) recorded for ``batch``; NONE when absent."""
-    basis = btime = NONE
+def record_name(batch: int, n: int, shard: int, basis: list, batch_time: int) -> str:
+    return f"wm/{batch:012d}/{n:05d}-{shard:05d}-{_fmt(basis)}-{batch_time}"
+
+
+def read(store, batch: int, inputs: int = 1) -> tuple[list, int, bool]:
+    """(max basis per input, max batch time, complete) recorded for ``batch``; NONE where
+    nothing is recorded. An operator with several inputs keeps one basis per input."""
+    basis = [NONE] * inputs
+    btime = NONE
     shards: set = set()
     total = None
     for name, _ in store.list(f"wm/{batch:012d}/"):
         m = _REC.match(name.rsplit("/", 1)[-1])
         if not m:
             continue
+        values = [NONE if v == "x" else int(v) for v in m.group(3).split(":")]
+        if len(values) != inputs:
+            continue
         total = int(m.group(1))
         shards.add(int(m.group(2)))
-        basis = max(basis, int(m.group(3)))
+        basis = [max(a, b) for a, b in zip(basis, values)]
         btime = max(btime, int(m.group(4)))
     complete = total is not None and len(shards) >= total
     return basis, btime, complete
 
 
-def write(store, batch: int, n: int, shard: int, basis: int, batch_time: int) -> None:
+def watermark(basis: list, delay_ms: int) -> int | None:
+    """The watermark from per-input bases: the slowest input's (Spark's default policy,
+    ``multipleWatermarkPolicy=min``); None until every input has an event time."""
+    if not basis or any(b == NONE for b in basis):
+        return None
+    return min(basis) - delay_ms
+
+
+def write(store, batch: int, n: int, shard: int, basis: list, batch_time: int) -> None:
     store.put(record_name(batch, n, shard, basis, batch_time), b"")
 
 

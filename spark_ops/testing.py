@@ -46,7 +46,8 @@ def _ms(v) -> int | None:
 class OperatorHarness:
     def __init__(self, operator, key="key", *, event_time: str | None = None, watermark=None,
                  order_by=None, state: str | None = None, partitions: int = 2, key_groups: int = 16,
-                 dkv_options: dict | None = None) -> None:
+                 dkv_options: dict | None = None, inputs: list | None = None,
+                 input_column: str | None = None) -> None:
         self.keys = [key] if isinstance(key, str) else list(key)
         _check_shards(partitions, key_groups)
         self.event_time = event_time
@@ -54,7 +55,8 @@ class OperatorHarness:
         self.spec = ShardSpec(state=state or f"memory://harness-{uuid.uuid4().hex}", operator=operator,
                               key_arity=len(self.keys), event_time=event_time,
                               delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
-                              groups=key_groups, shards=partitions, dkv_options=dict(dkv_options or {}))
+                              groups=key_groups, shards=partitions, dkv_options=dict(dkv_options or {}),
+                              inputs=list(inputs) if inputs else None, input_column=input_column)
         self.batch_id = 0
         self.metrics: list[dict] = []
 

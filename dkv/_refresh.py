@@ -1,0 +1,104 @@
+"""Catching up to a checkpoint another writer of the same instance wrote.
+
+A Spark shard can run in a different Python worker from one batch to the next. The
+worker that ran it last keeps an open DB at the epoch it committed; when the shard comes
+back after another worker ran a batch or two, reopening would replay the whole WAL since
+the last flush. ``DB.refresh(epoch)`` instead applies only the WAL segments written
+since — possible when the other writer did not flush or compact (same SSTs) and its
+segment list extends ours. Otherwise it returns None and the caller reopens.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from . import _paths
+from ._checkpoint import Segment
+from ._table import group_bounds
+from ._timeline import Timeline, claim_writer
+from .errors import CheckpointNotFoundError, ClosedError, ReadOnlyError
+from .format import manifest as mf
+from .format import wal
+
+log = logging.getLogger(__name__)
+
+
+def _levels(levels: list) -> list:
+    out = [list(lv) for lv in levels]
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+class RefreshMixin:
+    def refresh(self, checkpoint: int) -> list[bytes] | None:
+        """Catch this writer up to ``checkpoint`` of its instance, written by another writer
+        since this one's last checkpoint, and become the writer again (the other is fenced).
+
+        Returns the keys whose records changed (callers drop what they cached for them), or
+        None when catching up is not cheap — the other writer flushed or compacted, or this
+        DB has uncommitted work — and the caller should reopen instead. Costs the manifest
+        plus the new WAL segments."""
+        if self._closed:
+            raise ClosedError("this dkv store is closed")
+        if self.read_only:
+            raise ReadOnlyError("refresh() is for writers; reopen a read_only store instead")
+        with self._wlock, self._lock:
+            if self._pending or self._wal or self._view[0] or self._deferred_pins or self._bg_error:
+                return None
+            if checkpoint <= self._last_epoch:
+                return None
+            timeline = Timeline(self.store, self.ns)
+            info = timeline.find(checkpoint)
+            if info is None:
+                raise CheckpointNotFoundError(f"instance {self.ns!r} has no checkpoint {checkpoint}")
+            m = mf.decode(self.store.get(info.name), info.name)
+            version = self._view[1]
+            mine = _levels([[t.ref for t in version.l0]] + [[t.ref for t in lv] for lv in version.levels])
+            if mine != _levels(m.levels) or tuple(m.groups) != tuple(self.groups):
+                return None
+            theirs = [(r, i) for r in m.wal for i in range(r.first, r.last + 1)]
+            have = [(s.ns, s.writer, s.id) for s in self._segments]
+            if [(r.ns, r.writer, i) for r, i in theirs[:len(have)]] != have:
+                return None
+            new = [Segment(r.ns, r.writer, i, 0, r.skip_through, r.groups) for r, i in theirs[len(have):]]
+            changed = self._apply_segments(new)
+            self._segments.extend(new)
+            self._seq = max(self._seq, m.last_seq)
+            self._writer = claim_writer(self.store, self.ns, timeline, checkpoint)
+            timeline = Timeline(self.store, self.ns)
+            self._committed = [c for c in timeline.valid() if c.epoch <= checkpoint]
+            own = _paths.ns_prefix(self.ns)
+            self._abandoned += [c for c in timeline.manifests
+                                if c not in self._committed and c.name.startswith(own) and c not in self._doomed]
+            self._last_epoch = checkpoint
+            self._next_segment = self._next_table = 0
+            self._known_files.update(s.name for s in new if s.name.startswith(own))
+            self._orphans_listed = False
+            self._fenced = False
+            self.opened_from = info
+        log.debug("refreshed %r to epoch %d: %d segments, %d keys", self.ns, checkpoint, len(new), len(changed))
+        return changed
+
+    def _apply_segments(self, segments: list) -> list[bytes]:
+        if not segments:
+            return []
+        if len(segments) == 1:
+            blobs = [self.store.get(segments[0].name)]
+        else:
+            with ThreadPoolExecutor(min(8, len(segments))) as pool:
+                blobs = list(pool.map(lambda s: self.store.get(s.name), segments))
+        decoded = [wal.decode(b, f"WAL segment {s.name}") for s, b in zip(segments, blobs)]
+        mem = self._active
+        changed = []
+        for seg, rec in zip(segments, decoded):
+            lo, hi = group_bounds(seg.groups)
+            for key, value, seq in zip(rec.keys, rec.values, rec.seqs):
+                if seq <= seg.skip or (lo is not None and key < lo) or (hi is not None and key >= hi):
+                    continue
+                cur = mem.data.get(key)
+                if cur is None or cur[0] < seq:
+                    mem.put(key, (seq, value))
+                    changed.append(key)
+            seg.max_seq = rec.max_seq
+        return changed

@@ -1,0 +1,140 @@
+"""Operator state as a Spark DataFrame: the ``objectspace`` Python data source.
+
+    spark_ops.register_datasource(spark)           # once per session (idempotent)
+    df = spark.read.format("objectspace").option("epoch", 7).load("./state")
+    changes = (spark.read.format("objectspace").option("changes_from", 5).option("epoch", 7)
+               .load("./state"))
+
+One row per object slot: ``operator, query_id, instance, epoch, key_group, key, object,
+kind, slot, value`` (key, slot and value as JSON). For a spark_ops state root (or one
+query's or operator's folder) ``key`` is the operator key and ``object`` the state name
+(``ctx.value("total")`` → ``"total"``); for a plain ``ObjectSpace.open`` folder ``key`` is
+null and ``object`` the object name (tuple names as JSON arrays). With ``changes_from`` the
+rows are the slots added, changed and removed from that epoch to ``epoch`` (default the
+newest), with ``change_type`` and ``old_value``, like Spark's state change feed.
+
+Options: ``epoch``, ``changes_from``, ``instance`` (an instance or a path of instances,
+e.g. ``<query id>/<operator>``), ``operator`` (keep this operator only), ``key_group``,
+and dkv store options for S3 (``endpoint_url``, ``region_name``, credentials). The read
+is split into one partition per shard (per pair of shards for a change feed), so it runs
+in parallel; each task opens its shard read-only. See docs/inspection.md.
+"""
+from __future__ import annotations
+
+import json
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+import objectspace
+
+from ._keys import from_parts
+
+NAME = "objectspace"
+_FIELDS = ("operator string, query_id string, instance string, epoch long, key_group int, key string, "
+           "object string, kind string, slot string, value string")
+READ_SCHEMA = _FIELDS
+CHANGES_SCHEMA = _FIELDS + ", change_type string, old_value string, from_epoch long"
+_STORE_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key",
+                  "aws_session_token", "cache_dir")
+
+
+def register_datasource(spark) -> None:
+    """Make ``spark.read.format("objectspace")`` available in ``spark``. Explicit, and safe
+    to call again."""
+    spark.dataSource.register(ObjectSpaceDataSource)
+
+
+def _json(v) -> str:
+    return json.dumps(objectspace.to_jsonable(v), ensure_ascii=False, separators=(",", ":"))
+
+
+def _int(options, name):
+    v = options.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"option {name} must be an int, got {v!r}") from None
+
+
+def _key_and_object(ref, name) -> tuple:
+    """(key JSON or None, object) of an object name: operator state is named (*key parts, name)."""
+    if ref.owner is not None and type(name) is tuple and len(name) >= 2 and type(name[-1]) is str:
+        key = from_parts(name[:-1])
+        return _json(key[0] if len(key) == 1 else key), name[-1]
+    return None, name if type(name) is str else _json(name)
+
+
+class _Partition(InputPartition):
+    def __init__(self, old, new, groups: tuple) -> None:
+        super().__init__(None)
+        self.old, self.new, self.groups = old, new, groups
+
+
+class ObjectSpaceDataSource(DataSource):
+    """``spark.read.format("objectspace")``: one row per slot of every object space."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self):
+        return CHANGES_SCHEMA if self.options.get("changes_from") not in (None, "") else READ_SCHEMA
+
+    def reader(self, schema):
+        return _Reader(dict(self.options))
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, options: dict) -> None:
+        self.location = options.get("path")
+        if not self.location:
+            raise ValueError("objectspace data source: give the state location to load(...)")
+        self.epoch = _int(options, "epoch")
+        self.changes_from = _int(options, "changes_from")
+        self.key_group = _int(options, "key_group")
+        self.instance = options.get("instance") or None
+        self.operator = options.get("operator") or None
+        self.dkv_options = {k: options[k] for k in _STORE_OPTIONS if options.get(k)}
+
+    def partitions(self):
+        kw = dict(instance=self.instance, **self.dkv_options)
+        if self.changes_from is None:
+            parts = [_Partition(None, ref, objectspace.ALL_KEY_GROUPS)
+                     for ref in objectspace.find_instances(self.location, epoch=self.epoch, **kw)]
+        else:
+            parts = [_Partition(o, n, g)
+                     for o, n, g in objectspace.pair_instances(self.location, self.changes_from, self.epoch, **kw)]
+        if self.operator is not None:
+            parts = [p for p in parts if (p.new or p.old).operator == self.operator]
+        return parts or [_Partition(None, None, objectspace.ALL_KEY_GROUPS)]
+
+    def read(self, partition):
+        if partition.new is None and partition.old is None:
+            return iter(())
+        if self.changes_from is None:
+            return self._slots(partition.new, partition.groups)
+        return self._changes(partition)
+
+    def _slots(self, ref, groups):
+        with ref.open(**self.dkv_options) as db:
+            for kg, space in objectspace.spaces_of(db, key_group=self.key_group, groups=groups):
+                for info, slot, value in objectspace.walk_slots(space):
+                    key, obj = _key_and_object(ref, info.name)
+                    yield (ref.operator, ref.query_id, ref.instance, ref.epoch, kg, key, obj, info.kind,
+                           _json(slot), _json(value))
+
+    def _changes(self, p):
+        ref = p.new or p.old
+        to_epoch = p.new.epoch if p.new is not None else self.epoch
+        for kg, ch in objectspace.diff_pair(p.old, p.new, p.groups, key_group=self.key_group, **self.dkv_options):
+            if isinstance(ch, objectspace.ObjectChange):
+                continue
+            key, obj = _key_and_object(ref, ch.name)
+            yield (ref.operator, ref.query_id, ref.instance, to_epoch, kg, key, obj, ch.kind, _json(ch.slot),
+                   None if ch.change == "removed" else _json(ch.new), ch.change,
+                   None if ch.change == "added" else _json(ch.old), self.changes_from)
+
+
+__all__ = ["ObjectSpaceDataSource", "register_datasource", "READ_SCHEMA", "CHANGES_SCHEMA"]
