@@ -230,3 +230,180 @@ def test_sources_must_exist_and_not_be_read_only():
     with pytest.raises(ValueError):
         dkv.open(root, instance="c", sources=[("a", 1)], read_only=True)
     assert dkv.instances(root) == ["a"]
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a compaction that merges one clipped view of a shared SST "
+                                        "drops the other view too (data loss after split + merge)")
+def test_compaction_after_split_and_merge_keeps_both_halves_of_a_shared_sst():
+    opts = dict(background=False, memtable_bytes=2000, block_bytes=256, table_bytes=1 << 20,
+                l0_trigger=3, level_base_bytes=1 << 20, level_ratio=3)
+    root = MemoryStore()
+    model = {}
+    with dkv.open(root, instance="a", **opts) as a:
+        for g in range(256):
+            a.put(key(g, 1), b"a%d" % g)
+            model[key(g, 1)] = b"a%d" % g
+        a.flush()
+        a.compact(full=True)
+        a.checkpoint(1).wait()
+    for ns, groups in (("c", (0, 128)), ("d", (128, 256))):
+        with dkv.open(root, instance=ns, sources=[("a", 1)], key_groups=groups, **opts) as db:
+            db.checkpoint(1).wait()
+    e = dkv.open(root, instance="e", sources=[("c", 1), ("d", 1)], key_groups=(0, 256), **opts)
+    assert contents(e) == model
+    for i in range(300):                 # only groups 0..4: the compaction overlaps one half
+        e.put(key(i % 5, 100 + i), b"e")
+        model[key(i % 5, 100 + i)] = b"e"
+    assert e.stats().get("compactions", 0) > 0
+    assert contents(e) == model
+    e.close()
+
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: reopening a merged instance applies one source's WAL skip_through "
+                                        "to every source's segments: the next checkpoint loses records")
+def test_reopened_merge_keeps_every_sources_wal_records():
+    opts = dict(background=False, memtable_bytes=2000)
+    root = MemoryStore()
+    model = {}
+    with dkv.open(root, instance="a", key_groups=(0, 128), **opts) as a:
+        for i in range(200):                      # flushes: a's WAL range skips its flushed records
+            a.put(key(i % 128, i), b"a%d" % i)
+            model[key(i % 128, i)] = b"a%d" % i
+        a.put(key(1, 9999), b"wal-only")
+        model[key(1, 9999)] = b"wal-only"
+        a.checkpoint(1).wait()
+    with dkv.open(root, instance="b", key_groups=(128, 256), **opts) as b:
+        for i in range(5):                        # low sequence numbers, in the WAL only
+            b.put(key(128 + i, i), b"b%d" % i)
+            model[key(128 + i, i)] = b"b%d" % i
+        b.checkpoint(1).wait()
+    with dkv.open(root, instance="c", sources=[("a", 1), ("b", 1)], key_groups=(0, 256), **opts) as c:
+        assert contents(c) == model
+        c.checkpoint(1).wait()
+    with dkv.open(root, instance="c", **opts) as c:
+        assert contents(c) == model
+        c.checkpoint(2).wait()
+    with dkv.open(root, instance="c", read_only=True) as c:
+        assert contents(c) == model
+
+# -- random rescales ------------------------------------------------------------------------
+
+class Fleet:
+    """Instances of one root, each with its key-group range and its reference model."""
+
+    def __init__(self, root, opts, groups: int) -> None:
+        self.root, self.opts = root, opts
+        self.live: dict = {}      # ns -> [db, (lo, hi), model, epoch]
+        self.names = 0
+        self.add((0, groups), [], {})
+
+    def add(self, groups, sources, model) -> str:
+        ns = f"i{self.names}"
+        self.names += 1
+        db = dkv.open(self.root, instance=ns, key_groups=groups, sources=sources or None, **self.opts)
+        assert contents(db) == model, f"{ns} {groups} from {sources}"
+        db.checkpoint(1).wait()          # successors checkpoint before their sources are retired
+        self.live[ns] = [db, groups, model, 1]
+        return ns
+
+    def checkpoint(self, ns) -> int:
+        entry = self.live[ns]
+        entry[3] += 1
+        entry[0].checkpoint(entry[3]).wait()
+        return entry[3]
+
+    def retire(self, ns) -> tuple:
+        db, groups, model, epoch = self.live.pop(ns)
+        assert contents(db) == model, f"{ns} before its rescale"
+        db.checkpoint(epoch + 1).wait()
+        db.close()
+        dkv.retire(self.root, ns)
+        return groups, model, epoch + 1
+
+    def split(self, ns, rng) -> None:
+        lo, hi = self.live[ns][1]
+        mid = rng.randrange(lo + 1, hi)
+        (lo, hi), model, epoch = self.retire(ns)
+        for part in ((lo, mid), (mid, hi)):
+            self.add(part, [(ns, epoch)], in_groups(model, *part))
+
+    def merge(self, a, b) -> None:
+        (lo, _), model_a, ea = self.retire(a)
+        (_, hi), model_b, eb = self.retire(b)
+        self.add((lo, hi), [(a, ea), (b, eb)], {**model_a, **model_b})
+
+    def adjacent_pairs(self) -> list:
+        by_lo = sorted(self.live, key=lambda ns: self.live[ns][1][0])
+        return [(x, y) for x, y in zip(by_lo, by_lo[1:]) if self.live[x][1][1] == self.live[y][1][0]]
+
+    def check(self) -> None:
+        for ns, (db, groups, model, _) in self.live.items():
+            assert contents(db) == model, ns
+            with dkv.open(self.root, instance=ns, read_only=True) as ro:
+                assert contents(ro) == model, f"{ns}: latest checkpoint"
+
+
+def run_rescales(seed: int, steps: int, background: bool = False) -> None:
+    rng = random.Random(seed)
+    opts = dict(SMALL, background=background, retain=2)
+    fleet = Fleet(MemoryStore(), opts, groups=32)
+    for step in range(steps):
+        ns = rng.choice(sorted(fleet.live))
+        db, (lo, hi), model, _ = fleet.live[ns]
+        r = rng.random()
+        if r < 0.6:
+            for i in range(rng.randrange(10, 80)):
+                k = key(rng.randrange(lo, hi), rng.randrange(15))
+                if rng.random() < 0.85:
+                    v = b"%d-%d-%d" % (seed, step, i)
+                    db.put(k, v)
+                    model[k] = v
+                else:
+                    db.delete(k)
+                    model.pop(k, None)
+            if rng.random() < 0.5:
+                fleet.checkpoint(ns)
+        elif r < 0.7:
+            db.compact(full=rng.random() < 0.5)
+            assert contents(db) == model, f"{ns} after a compaction"
+        elif r < 0.8 and hi - lo > 1 and len(fleet.live) < 6:
+            fleet.split(ns, rng)
+        elif r < 0.9 and fleet.adjacent_pairs():
+            fleet.merge(*rng.choice(fleet.adjacent_pairs()))
+        elif r < 0.95:
+            fleet.checkpoint(ns)
+            db.close()
+            fleet.live[ns][0] = dkv.open(fleet.root, instance=ns, **opts)
+        else:
+            for n in list(fleet.live):
+                fleet.checkpoint(n)
+            dkv.collect_garbage(fleet.root)
+            fleet.check()
+    for n in list(fleet.live):
+        fleet.checkpoint(n)
+    fleet.check()
+    dkv.collect_garbage(fleet.root)
+    fleet.check()
+    for db, *_ in fleet.live.values():
+        db.close()
+
+
+RESCALE_BUGS = "BUG: rescale data loss (a reopened merge skips other sources' WAL records; a compaction " \
+               "drops the other clipped view of a shared SST)"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, pytest.param(2, marks=pytest.mark.xfail(strict=True, reason=RESCALE_BUGS)),
+                                  pytest.param(5, marks=pytest.mark.xfail(strict=True, reason=RESCALE_BUGS))])
+def test_random_rescales(seed):
+    run_rescales(seed, 60)
+
+
+# Until the rescale bugs are fixed some of these seeds fail, which seeds depends on timing
+# (background): not strict. Make it strict (or drop the mark) once they are fixed.
+@pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason=RESCALE_BUGS)
+@pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
+@pytest.mark.parametrize("seed", range(100, 120))
+def test_random_rescales_long(seed, background):
+    run_rescales(seed, 200, background)
