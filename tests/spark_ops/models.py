@@ -113,6 +113,12 @@ def by_key(rows, keys) -> dict:
     return dict(out)
 
 
+def bag_by_key(rows, keys) -> dict:
+    """Output rows grouped by key, each group as a multiset (sorted canonical reprs): for Spark,
+    whose output has no order once it crosses an exchange."""
+    return {k: sorted(map(repr, v)) for k, v in by_key(rows, keys).items()}
+
+
 # ------------------------------------------------------------------------- buffer
 
 

@@ -8,7 +8,7 @@ import pytest
 from spark_ops import Operator, Timer, apply_operator
 from spark_ops.testing import OperatorHarness
 
-from models import by_key, to_dt, to_ms
+from models import bag_by_key, by_key, to_dt, to_ms
 from spark_helpers import at, random_events, read_sink, read_stream, run_stream, write_batch_files
 
 SCHEMA = "k string, kind string, n long, recent array<long>, at timestamp"
@@ -107,4 +107,5 @@ def test_custom_operator_in_a_streaming_query_matches_the_harness(utc_spark, tmp
     assert sorted(got) == list(range(len(batches)))
     assert any(r["kind"] == "idle" for rows in expected for r in rows)
     for b, rows in enumerate(batches):
-        assert by_key(got[b], "k") == by_key(expected[b], "k") == by_key(h.run_batch(rows), "k"), f"batch {b}"
+        assert bag_by_key(got[b], "k") == bag_by_key(expected[b], "k") == bag_by_key(h.run_batch(rows), "k"), \
+            f"batch {b}"

@@ -28,8 +28,6 @@ def test_unknown_key_column(df):
         apply_operator(df, Echo(), ["k", "nope"], output_schema="k string")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: buffer/timeout/session_window raise PySparkKeyError from df.schema "
-                                       "instead of apply_operator's ValueError listing the columns")
 @pytest.mark.parametrize("call", [lambda df: spark_ops.buffer(df, key="user", count=2),
                                   lambda df: spark_ops.timeout(df, "user", "1 second", event_time="ts"),
                                   lambda df: spark_ops.session_window(df, "user", "1 second", event_time="ts")],
@@ -58,16 +56,13 @@ def test_duration_buffer_without_event_time(df):
 
 @pytest.mark.parametrize("partitions,key_groups", [
     (5, 4), (2, 1 << 17), (-1, 4),
-    pytest.param(0, 4, marks=pytest.mark.xfail(strict=True, reason="BUG: partitions=0 is taken as 'not given' "
-                                                                   "(the session's shuffle partitions)")),
+    (0, 4),
 ])
 def test_partitions_and_key_groups_out_of_range(df, partitions, key_groups):
     with pytest.raises(ValueError, match="partitions"):
         spark_ops.buffer(df, "k", count=2, partitions=partitions, key_groups=key_groups)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: apply_operator accepts any object; it fails later in the tasks "
-                                       "(AttributeError: no attribute 'open')")
 @pytest.mark.parametrize("operator", [object(), Echo, "Echo", None], ids=["object", "class", "str", "None"])
 def test_not_an_operator_instance(df, operator):
     """An object that is not an Operator instance (a class, a string) fails at once, not in a task."""

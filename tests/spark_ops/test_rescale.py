@@ -10,7 +10,7 @@ import pytest
 import dkv
 import spark_ops
 from dkv.format import manifest as mf
-from models import BufferModel, by_key, run_model
+from models import BufferModel, bag_by_key, run_model
 from spark_helpers import random_events, read_sink, read_stream, run_stream, write_batch_files
 
 pytestmark = pytest.mark.spark
@@ -40,7 +40,7 @@ def test_rescale_2_3_1_keeps_state_and_copies_nothing(utc_spark, tmp_path):
     assert sorted(got) == list(range(9))
     assert sum(map(len, expected)) >= 8
     for b in range(9):
-        assert by_key(got[b], "k") == by_key(expected[b], "k"), f"batch {b}"
+        assert bag_by_key(got[b], "k") == bag_by_key(expected[b], "k"), f"batch {b}"
 
     root = state / query_id / "buffer"
     layouts = sorted(p.name for p in (root / "layouts").iterdir())

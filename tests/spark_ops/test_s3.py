@@ -6,15 +6,15 @@ the moment the shared `spark` session started — usually before the fixture ran
 whatever the order: put the variables into ``sparkContext.environment`` (the `spark.executorEnv.*`
 map); PySpark sends it with every Python function it ships, and the JVM starts the workers of
 that function with it (a new worker pool per distinct environment), so it applies to the queries
-built after the change. ``dkv_options={"endpoint_url": ...}`` on the operator would be the
-per-operator way, but spark_ops does not pass store options to the state store (bug 9, xfail).
+built after the change. ``dkv_options={"endpoint_url": ..., credentials}`` on the operator is the per-operator way
+(tested below with the workers' environment pointing nowhere).
 """
 from __future__ import annotations
 
 import pytest
 
 import spark_ops
-from models import BufferModel, SessionModel, by_key, run_model
+from models import BufferModel, SessionModel, bag_by_key, run_model
 from spark_helpers import at, random_events, read_sink, read_stream, run_stream, write_batch_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
@@ -58,7 +58,7 @@ def test_streaming_state_on_s3(s3_server, utc_spark, worker_env, tmp_path):
     assert sorted(got) == list(range(len(batches)))
     assert sum(map(len, expected)) > 0
     for b in range(len(batches)):
-        assert by_key(got[b], "k") == by_key(expected[b], "k"), f"batch {b}"
+        assert bag_by_key(got[b], "k") == bag_by_key(expected[b], "k"), f"batch {b}"
     names = _objects(s3_server, state)
     root = f"{q.id}/session_window/"
     assert f"{root}config" in names and f"{root}layouts/L000000000000-n00002" in names
@@ -68,8 +68,6 @@ def test_streaming_state_on_s3(s3_server, utc_spark, worker_env, tmp_path):
     assert len(recs) == 2 * len(batches) and sum(r["rows"] for r in recs) == sum(map(len, batches))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: dkv_options store options (endpoint_url, credentials) are not "
-                                       "used for the state store: spark_ops opens it with open_store(location)")
 def test_endpoint_and_credentials_through_dkv_options(s3_server, utc_spark, worker_env, tmp_path):
     """The workers' environment points nowhere; only dkv_options says where the store is."""
     worker_env(AWS_ENDPOINT_URL_S3="http://127.0.0.1:9", AWS_ACCESS_KEY_ID="wrong", AWS_SECRET_ACCESS_KEY="wrong",
@@ -83,4 +81,4 @@ def test_endpoint_and_credentials_through_dkv_options(s3_server, utc_spark, work
     run_stream(out, tmp_path / "out", tmp_path / "cp")
     got = read_sink(tmp_path / "out")
     expected = run_model(BufferModel(["k"], count=2), batches, keys=["k"])
-    assert [by_key(got[b], "k") for b in range(2)] == [by_key(e, "k") for e in expected]
+    assert [bag_by_key(got[b], "k") for b in range(2)] == [bag_by_key(e, "k") for e in expected]

@@ -8,7 +8,7 @@ import zlib
 import pytest
 
 import spark_ops
-from models import (BufferModel, CombineLatestModel, DelayModel, SessionModel, TimeoutModel, by_key, run_model,
+from models import (BufferModel, CombineLatestModel, DelayModel, SessionModel, TimeoutModel, bag_by_key, run_model,
                     union_row)
 from spark_helpers import SCHEMA, at, random_events, read_sink, read_stream, run_stream, write_batch_files
 
@@ -68,7 +68,7 @@ def test_streaming_operator_matches_model(utc_spark, tmp_path, case):
     assert sorted(got) == list(range(len(batches)))
     assert sum(map(len, expected)) > 0, "the data should make the operator emit"
     for b in range(len(batches)):
-        assert by_key(got[b], "k") == by_key(expected[b], "k"), f"batch {b}"
+        assert bag_by_key(got[b], "k") == bag_by_key(expected[b], "k"), f"batch {b}"
 
 
 def _inputs(seed, inputs, n_batches, *, one_per_key):
@@ -115,7 +115,7 @@ def test_streaming_combine_latest_matches_model(utc_spark, tmp_path, inputs):
     assert sorted(got) == list(range(5))
     assert sum(map(len, expected)) > 0
     for b in range(5):
-        assert by_key(got[b], "k") == by_key(expected[b], "k"), f"batch {b}"
+        assert bag_by_key(got[b], "k") == bag_by_key(expected[b], "k"), f"batch {b}"
 
 
 # ------------------------------------------------------------------------- batch DataFrames
@@ -149,11 +149,8 @@ BATCH_CASES = {
                 lambda: SessionModel(["k"], 1501), "ts", True),
 }
 
-_NO_FLUSH = pytest.mark.xfail(strict=True, reason="BUG: on a batch DataFrame timers never fire (no end-of-input "
-                                                  "watermark), so windows/delays/timeouts/sessions emit nothing")
 
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=_NO_FLUSH) if BATCH_CASES[c][3] else c for c in BATCH_CASES])
+@pytest.mark.parametrize("case", list(BATCH_CASES))
 def test_batch_dataframe_matches_model(utc_spark, case):
     build, model, event_time, _ = BATCH_CASES[case]
     rows = [r for batch in random_events(7, 4, late=False, even=True) for r in batch]
@@ -161,7 +158,7 @@ def test_batch_dataframe_matches_model(utc_spark, case):
     got = [r.asDict(recursive=True) for r in build(_static(utc_spark, rows)).collect()]
     expected = _EndOfInput(model()).run(rows, event_time)
     assert expected
-    assert by_key(got, "k") == by_key(expected, "k")
+    assert bag_by_key(got, "k") == bag_by_key(expected, "k")
 
 
 def test_batch_dataframe_combine_latest(utc_spark):
@@ -198,8 +195,6 @@ def test_combine_latest_watermark_follows_the_slowest_input(utc_spark, tmp_path)
     assert [(r["fast"]["v"], r["slow"]["v"]) for r in got[1]] == [(1, 3)]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the shard is TaskContext.partitionId(), which is the union's "
-                                       "partition when the output is unioned: 'shard 2 out of range for 2 shards'")
 def test_operator_output_composes_with_union(utc_spark):
     rows = [r for batch in random_events(5, 2, late=False) for r in batch]
     df = _static(utc_spark, rows)
@@ -218,9 +213,6 @@ def los_angeles(spark):
     spark.conf.set("spark.sql.session.timeZone", before)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: in a non-UTC session time zone event times are local wall-clock "
-                                       "times: rows in the repeated DST hour are misordered and the output fails "
-                                       "(AmbiguousTimeError)")
 def test_event_order_across_a_dst_change_in_a_non_utc_session(los_angeles):
     """08:30Z and 09:10Z on 2024-11-03 are 01:30 PDT and 01:10 PST in Los Angeles: the later event has
     the earlier local wall-clock time. Event order is the instants' order."""
@@ -228,3 +220,13 @@ def test_event_order_across_a_dst_change_in_a_non_utc_session(los_angeles):
                          "union all select 'a', timestamp'2024-11-03 09:10:00Z', 2L")
     out = spark_ops.buffer(df, "k", count=2, event_time="ts").collect()
     assert [[i["v"] for i in r["items"]] for r in out] == [[1, 2]]
+
+
+@pytest.mark.xfail(strict=True, reason="BUG 14: the round-robin repartition(n) after the operator (isolate=True) "
+                                       "scatters a key's output rows over partitions: per-key emission order lost")
+def test_a_keys_output_rows_keep_their_emission_order(utc_spark):
+    """buffer(count=1) over one key's rows emits them one by one in event order; the output of one
+    partition reaches foreachBatch/collect in the order the operator emitted it."""
+    rows = [{"k": "a", "ts": at(i * 10), "v": i} for i in range(20)]
+    out = spark_ops.buffer(_static(utc_spark, rows), "k", count=1, event_time="ts").collect()
+    assert [r["items"][0]["v"] for r in out] == list(range(20))

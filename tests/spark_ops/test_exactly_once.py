@@ -1,0 +1,92 @@
+"""Exactly once under SIGKILL: the streaming job (exactly_once_job.py) runs in a subprocess that
+is killed — driver, JVM and Python workers together — at chosen and at random points, and is
+restarted from the same checkpointLocation until the source is drained. The final output (one
+file per batch id, replaced on re-run) must equal the models' exactly: nothing missing, nothing
+duplicated; and every attempt that got as far as the sink wrote the same rows for its batch."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from models import SessionModel, bag_by_key, run_model
+from spark_helpers import at, random_events, read_sink, write_batch_files
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+HERE = Path(__file__).parent
+GAP_MS, DELAY_MS = 1501, 500
+PLAN = [["pre", 1], ["post", 2], ["sink-before", 3], ["sink-after", 4], ["post", 6], ["pre", 7], ["sink-after", 8]]
+
+
+def _expected(batches):
+    return run_model(SessionModel(["k"], GAP_MS), batches, keys=["k"], event_time="ts", delay_ms=DELAY_MS)
+
+
+def _run_attempt(work: Path, rng: random.Random, kill_randomly: bool, log) -> int:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.Popen([sys.executable, str(HERE / "exactly_once_job.py"), str(work)], cwd=str(HERE.parent.parent),
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    runs = work / "out" / "runs.log"
+    seen = runs.read_text().count("\n") if runs.exists() else 0
+    deadline = time.monotonic() + 600
+    kill_at = None
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError("the job did not finish within 10 minutes")
+        if kill_randomly and kill_at is None and runs.exists() and runs.read_text().count("\n") > seen:
+            kill_at = time.monotonic() + rng.uniform(0.0, 2.5)   # somewhere in the following batch(es)
+        if kill_at is not None and time.monotonic() >= kill_at:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            break
+        time.sleep(0.05)
+    try:            # whatever is left of the group (the job's own kill takes everyone)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return proc.returncode
+
+
+def test_killed_and_restarted_query_outputs_every_batch_exactly_once(tmp_path):
+    rng = random.Random(2024)
+    batches = random_events(51, 9, keys="abcd", even=True) + [[{"k": "zz", "ts": at(10_000_000), "v": -1}], []]
+    write_batch_files(tmp_path / "src", batches)
+    (tmp_path / "plan.json").write_text(json.dumps(PLAN))
+    kills, attempts = 0, 0
+    with open(tmp_path / "job.log", "ab") as log:
+        while True:
+            attempts += 1
+            assert attempts <= 20, "too many attempts"
+            rc = _run_attempt(tmp_path, rng, kill_randomly=attempts in (2, 5), log=log)
+            if rc == 0:
+                break
+            assert rc == -signal.SIGKILL, f"job failed with {rc}; see {tmp_path / 'job.log'}:\n" + \
+                (tmp_path / "job.log").read_text(errors="replace")[-3000:]
+            kills += 1
+    assert kills >= 5
+    assert sorted(p.name for p in (tmp_path / "kills").iterdir()) == sorted(f"{p}-{b}" for p, b in PLAN)
+
+    got = read_sink(tmp_path / "out")
+    expected = _expected(batches)
+    assert sorted(got) == list(range(len(batches))), "a batch id is missing"
+    for b in range(len(batches)):
+        assert bag_by_key(got[b], "k") == bag_by_key(expected[b], "k"), f"batch {b}"
+    assert sum(map(len, expected)) >= 5
+
+    # batches killed after the sink ran were run again, with the same output
+    runs = [int(x) for x in (tmp_path / "out" / "runs.log").read_text().split()]
+    assert {4, 8} <= {b for b in runs if runs.count(b) > 1}
+    for d in (tmp_path / "attempts").iterdir():
+        b = int(d.name.split("-")[0])
+        for bid, rows in read_sink(d).items():
+            assert bid == b
+            assert bag_by_key(rows, "k") == bag_by_key(expected[b], "k"), f"attempt {d.name}"
