@@ -14,7 +14,9 @@ from ._api import buffer, combine_latest, delay, session_window, timeout
 from ._metrics import read_metrics, snapshot_bytes
 from ._spark import apply_operator
 from ._timers import Timer
+from .datasource import register_datasource
 from .operator import Context, Operator
 
 __all__ = ["buffer", "combine_latest", "delay", "timeout", "session_window", "apply_operator",
-           "Operator", "Context", "Timer", "read_metrics", "snapshot_bytes"]
+           "Operator", "Context", "Timer", "read_metrics", "snapshot_bytes",
+           "register_datasource"]

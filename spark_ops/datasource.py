@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import json
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+except ImportError:         # spark_ops without pyspark (the test harness): nothing to register
+    DataSource = DataSourceReader = InputPartition = object
 
 import objectspace
 
 from ._keys import from_parts
 
 NAME = "objectspace"
+_ALL = (0, 1 << 16)
 _FIELDS = ("operator string, query_id string, instance string, epoch long, key_group int, key string, "
            "object string, kind string, slot string, value string")
 READ_SCHEMA = _FIELDS
@@ -68,7 +72,7 @@ def _key_and_object(ref, name) -> tuple:
 
 class _Partition(InputPartition):
     def __init__(self, old, new, groups: tuple) -> None:
-        super().__init__(None)
+        self.value = None
         self.old, self.new, self.groups = old, new, groups
 
 
@@ -101,14 +105,14 @@ class _Reader(DataSourceReader):
     def partitions(self):
         kw = dict(instance=self.instance, **self.dkv_options)
         if self.changes_from is None:
-            parts = [_Partition(None, ref, objectspace.ALL_KEY_GROUPS)
+            parts = [_Partition(None, ref, _ALL)
                      for ref in objectspace.find_instances(self.location, epoch=self.epoch, **kw)]
         else:
             parts = [_Partition(o, n, g)
                      for o, n, g in objectspace.pair_instances(self.location, self.changes_from, self.epoch, **kw)]
         if self.operator is not None:
             parts = [p for p in parts if (p.new or p.old).operator == self.operator]
-        return parts or [_Partition(None, None, objectspace.ALL_KEY_GROUPS)]
+        return parts or [_Partition(None, None, _ALL)]
 
     def read(self, partition):
         if partition.new is None and partition.old is None:

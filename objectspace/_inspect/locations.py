@@ -183,7 +183,8 @@ def pair_instances(location, from_epoch: int, to_epoch: int, *, instance: str | 
     """What to compare to diff ``from_epoch`` with ``to_epoch``: (old InstanceRef or None,
     new InstanceRef or None, (first, end) key-group range). The same instance at both
     epochs when the layout did not change; after a rescale, each old shard with each new
-    shard whose key groups overlap (their manifests are read for the ranges). Raises
+    shard whose key groups overlap (their manifests are read for the ranges). ``to_epoch``
+    None: the newest (per operator). Raises
     dkv.CheckpointNotFoundError when no instance holds one of the epochs."""
     sides = []
     for epoch in (from_epoch, to_epoch):
