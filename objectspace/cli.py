@@ -24,7 +24,7 @@ import dkv
 
 from ._inspect import (diff_pair, find_instances, iter_slots, list_objects, name_from_json, object_info,
                        pair_instances, space_stats, spaces_of, to_jsonable)
-from ._inspect.diff import ObjectChange, SpaceStats
+from ._inspect.changes import ObjectChange, SpaceStats
 from .errors import ObjectNotFoundError, ObjectSpaceError
 
 

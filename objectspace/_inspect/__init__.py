@@ -13,12 +13,12 @@ what)``. See docs/inspection.md.
 >>> list(iter_slots(space, "q"))
 [(0, 1), (1, 2)]
 
-Modules: ``records`` (one space: JSON, objects, slots), ``diff`` (two states of a space,
+Modules: ``records`` (one space: JSON, objects, slots), ``changes`` (two states of a space:
 stats), ``locations`` (the instances and spaces of a location, plain or spark_ops).
 """
 from __future__ import annotations
 
-from .diff import ObjectChange, SlotChange, SpaceStats, diff, space_stats
+from .changes import ObjectChange, SlotChange, SpaceStats, diff, space_stats
 from .locations import (ALL_KEY_GROUPS, InstanceRef, diff_pair, find_instances, key_groups_of, pair_instances,
                         spaces_of)
 from .records import (ObjectInfo, Progress, iter_slots, list_objects, live_slots, name_from_json, object_info,

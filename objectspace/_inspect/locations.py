@@ -17,7 +17,7 @@ import dkv
 from dkv.keys import SCHEMA_STATE, key_prefix
 
 from ..errors import ObjectSpaceError
-from .diff import diff
+from .changes import diff
 from .records import Progress
 
 _LAYOUT_INSTANCE = re.compile(r"^(?:(?P<owner>.+)/)?L(?P<first>\d{12})-n(?P<shards>\d{5})/p(?P<shard>\d{5})$")
