@@ -32,7 +32,7 @@ def _run(journal, seed: int, background: bool, rounds: int = 8) -> dict:
             else:
                 db.delete(key)
                 model.pop(key, None)
-        cps.append(db.checkpoint(epoch))
+        cps.append(db.checkpoint(epoch, flush=epoch % 4 == 1))
         snaps[epoch] = dict(model)
         if rng.random() < 0.5:
             cps[-1].wait()
@@ -45,9 +45,10 @@ def _run(journal, seed: int, background: bool, rounds: int = 8) -> dict:
 
 
 @pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
-def test_every_crash_point_recovers_the_newest_manifest_present(background):
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_crash_point_recovers_the_newest_manifest_present(seed, background):
     journal = Journal()
-    snaps = _run(journal, seed=1, background=background)
+    snaps = _run(journal, seed=seed, background=background, rounds=10)
     assert any(kind == "delete" for kind, _, _ in journal.log), "the run should collect garbage"
     for n in range(len(journal.log) + 1):
         store = journal.replay(n)

@@ -313,7 +313,9 @@ def _fault_fuzz(seed: int) -> None:
                     db.delete(key)
                     model.pop(key, None)
             epoch += 1
-            cp = db.checkpoint(epoch)
+            # flush=True stays off until the reported bug is fixed
+            # (test_flush_checkpoint_fails_when_an_earlier_flush_fails): it loses records here.
+            cp = db.checkpoint(epoch, flush=False and rng.random() < 0.3)
             snaps[epoch] = dict(model)
             try:
                 cp.wait()
