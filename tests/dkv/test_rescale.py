@@ -407,3 +407,23 @@ def test_random_rescales(seed):
 @pytest.mark.parametrize("seed", range(100, 120))
 def test_random_rescales_long(seed, background):
     run_rescales(seed, 200, background)
+
+
+def test_sources_with_their_own_key_group_ranges():
+    """``(instance, epoch, (first, end))`` takes only those key groups from that source."""
+    root = MemoryStore()
+    model_a, model_b = {}, {}
+    with dkv.open(root, instance="a", **OPTS) as a:
+        ea = _populate(a, model_a, (0, 256), seed=7, rounds=2)
+    with dkv.open(root, instance="b", **OPTS) as b:
+        eb = _populate(b, model_b, (0, 256), seed=8, rounds=2)
+    log = LoggingStore(root)
+    with dkv.open(log, instance="c", sources=[("a", ea, (0, 100)), ("b", eb, (100, 256))], **OPTS) as c:
+        want = {**in_groups(model_a, 0, 100), **in_groups(model_b, 100, 256)}
+        assert contents(c) == want
+        c.checkpoint(1).wait()
+    assert _ssts_written(log) == []
+    with dkv.open(root, instance="c", **OPTS) as c:
+        assert contents(c) == want
+    with pytest.raises(ValueError, match="overlap"):
+        dkv.open(root, instance="d", sources=[("a", ea, (0, 120)), ("b", eb, (100, 256))])

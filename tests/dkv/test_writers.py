@@ -338,3 +338,83 @@ def test_checkpoint_handle_reports_bytes():
         cp3.wait()
         assert cp3.records == 0 and cp3.wal_bytes == 0
         assert db.checkpoints()[-1].name == cp3.name
+
+
+# -- refresh: a writer catches up to checkpoints another writer wrote ---------------------------
+
+@pytest.mark.parametrize("memtable_bytes", [1 << 20, 3000], ids=["no-flush", "flushes"])
+@pytest.mark.parametrize("seed", range(3))
+def test_refresh_alternating_writers(seed, memtable_bytes):
+    _alternate(seed, memtable_bytes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("memtable_bytes", [1 << 20, 3000], ids=["no-flush", "flushes"])
+@pytest.mark.parametrize("seed", range(100, 140))
+def test_refresh_alternating_writers_long(seed, memtable_bytes):
+    _alternate(seed, memtable_bytes)
+
+
+def _alternate(seed, memtable_bytes):
+    """Two workers take turns on one instance (a shard moving between Spark workers). The
+    returning one refreshes (or reopens when refresh declines) and must equal the model;
+    the one it replaced is fenced."""
+    rng = random.Random(seed)
+    store = MemoryStore()
+    opts = dict(SMALL, memtable_bytes=memtable_bytes, retain=3, background=rng.random() < 0.5)
+    dbs = [dkv.open(store, **opts), None]
+    model, epoch, turn, refreshed = {}, 0, 0, 0
+    state = [{}, None]        # what each DB holds (a fenced DB's files may be collected: not read)
+    for step in range(30):
+        db = dbs[turn]
+        for _ in range(rng.randrange(1, 3)):
+            _fill(db, model, 1000 * seed + step, n=rng.randrange(5, 40))
+            epoch += 1
+            db.checkpoint(epoch).wait()
+        state[turn] = dict(model)
+        if rng.random() < 0.6:
+            other = 1 - turn
+            before = state[other]
+            changed = dbs[other].refresh(epoch) if dbs[other] is not None else None
+            if changed is None:
+                if dbs[other] is not None:
+                    dbs[other].close()
+                dbs[other] = dkv.open(store, **opts)
+            else:
+                refreshed += 1
+                moved = {k for k in set(before) | set(model) if before.get(k) != model.get(k)}
+                assert moved <= set(changed), "refresh reports every key whose value changed"
+            assert contents(dbs[other]) == model
+            assert dbs[other].checkpoints()[-1].epoch == epoch
+            with pytest.raises(dkv.FencedError):
+                db.checkpoint(epoch + 1).wait()
+            turn = other
+    for db in dbs:
+        if db is not None:
+            db.close()
+    with dkv.open(store, read_only=True) as r:
+        assert contents(r) == model
+    if memtable_bytes > 1 << 19:
+        assert refreshed > 0, "without flushes, refresh should catch up instead of declining"
+
+
+def test_refresh_declines_with_uncommitted_work_and_checks_its_input():
+    store = MemoryStore()
+    a = dkv.open(store)
+    a.put(b"k", b"1")
+    a.checkpoint(1).wait()
+    b = dkv.open(store)
+    b.put(b"k", b"2")
+    b.checkpoint(2).wait()
+    a.put(b"dirty", b"x")
+    assert a.refresh(2) is None, "uncommitted writes: the caller must reopen"
+    with pytest.raises(dkv.ReadOnlyError):
+        dkv.open(store, read_only=True).refresh(2)
+    c = dkv.open(store, checkpoint=1, read_only=True)
+    c.close()
+    with pytest.raises(dkv.ClosedError):
+        c.refresh(2)
+    a.close()
+    a = dkv.open(store, checkpoint=2, read_only=True)
+    a.close()
+    b.close()
