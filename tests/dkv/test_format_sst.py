@@ -135,3 +135,15 @@ def test_sst_bloom_covers_every_key():
     _, data, keys, _, _ = _build(3000)
     _, _, meta = _parse(data)
     assert all(meta.bloom.may_contain(k) for k in keys)
+
+
+def test_metadata_segment_keys_are_pinned():
+    import msgpack
+    import zstandard
+    _, data, keys, _, _ = _build(100)
+    off, length, _ = sst.parse_footer(data, "t")
+    meta = msgpack.unpackb(zstandard.ZstdDecompressor().decompress(data[off:off + length]), raw=False)
+    assert set(meta) == {"n", "t", "lo", "hi", "s0", "s1", "rb", "bf", "ik", "io", "il", "ic"}
+    assert meta["n"] == len(keys) and meta["lo"] == keys[0] and meta["hi"] == keys[-1]
+    assert len(meta["ik"]) == len(meta["io"]) == len(meta["il"]) == len(meta["ic"])
+    assert meta["bf"] == bloom.build(keys)
