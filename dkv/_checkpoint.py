@@ -79,14 +79,14 @@ class Checkpoint:
 
 
 class Pinned:
-    """What a checkpoint captured in its synchronous phase."""
+    """What a checkpoint captured in its synchronous phase: the levels and the live WAL
+    segments (those still pending or failed are uploaded by this checkpoint)."""
 
-    __slots__ = ("version", "segments", "flushed_seq", "last_seq", "segment", "items")
+    __slots__ = ("version", "segments", "flushed_seq", "last_seq")
 
-    def __init__(self, version, segments, flushed_seq, last_seq, segment, items):
+    def __init__(self, version, segments, flushed_seq, last_seq):
         self.version, self.segments = version, segments
-        self.flushed_seq, self.last_seq, self.segment = flushed_seq, last_seq, segment
-        self.items = items
+        self.flushed_seq, self.last_seq = flushed_seq, last_seq
 
     def files(self) -> set:
         out = {t.path for t in self.version.tables()}
@@ -108,14 +108,10 @@ def wal_ranges(segments, flushed_seq: int) -> list:
     return out
 
 
-def encode_segment(items: dict, flushed_seq: int, level: int):
-    """Sorted, filtered record arrays and segment bytes; None if nothing is left."""
-    keys = sorted(k for k, rec in items.items() if rec[0] > flushed_seq)
-    if not keys:
-        return None
-    values = [items[k][1] for k in keys]
-    seqs = [items[k][0] for k in keys]
-    return len(keys), wal.encode(keys, values, seqs, level)
+def encode_segment(items: dict, max_seq: int, level: int) -> bytes:
+    """Segment bytes of a WAL buffer (key -> (seq, value)), records sorted by key."""
+    keys = sorted(items)
+    return wal.encode(keys, [items[k][1] for k in keys], max_seq, level)
 
 
 class CheckpointMixin:
@@ -123,16 +119,13 @@ class CheckpointMixin:
 
     def _upload(self, cp: Checkpoint, pin: Pinned) -> None:
         try:
-            seg = pin.segment
-            if seg is not None:
-                self._upload_segment(cp, seg, pin)
-            for s in pin.segments:
-                if s.state == "failed":
-                    raise DkvError(f"checkpoint {cp.epoch} depends on WAL segment {s.name}, whose upload failed: {s.error}")
+            for seg in pin.segments:
+                if seg.state in ("pending", "failed"):      # failed: an earlier checkpoint's, retried
+                    self._upload_segment(cp, seg)
             m = mf.Manifest(
                 epoch=cp.epoch, writer=self._writer, last_seq=pin.last_seq,
                 levels=[[t.ref for t in pin.version.l0]] + [[t.ref for t in lv] for lv in pin.version.levels],
-                wal=wal_ranges([s for s in pin.segments if s.state != "empty"], pin.flushed_seq),
+                wal=wal_ranges(pin.segments, pin.flushed_seq),
                 retained=[c.epoch for c in self._committed[-(self.opts.retain - 1):]] + [cp.epoch] if self.opts.retain > 1 else [cp.epoch],
                 parent=self._committed[-1].epoch if self._committed else None,
                 groups=self.groups, created_ms=int(time.time() * 1000))
@@ -192,22 +185,21 @@ class CheckpointMixin:
             with self._lock:
                 self._abandoned.append(info)
 
-    def _upload_segment(self, cp: Checkpoint, seg: Segment, pin: Pinned) -> None:
+    def _upload_segment(self, cp: Checkpoint, seg: Segment) -> None:
+        """Upload one segment. A segment whose upload failed goes again under the same
+        name: no manifest ever referred to it, so whatever a failed put left is garbage."""
         try:
-            encoded = encode_segment(pin.items, pin.flushed_seq, self.opts.wal_zstd_level)
-            if encoded is None:
-                seg.state = "empty"
-                return
-            cp.records, data = encoded
+            data = encode_segment(seg.records, seg.max_seq, self.opts.wal_zstd_level)
             self.store.put(seg.name, data)
-            cp.wal_bytes = len(data)
+            cp.records += len(seg.records)
+            cp.wal_bytes += len(data)
             self._count_bytes("wal", len(data))
             with self._lock:
                 self._known_files.add(seg.name)
-            seg.state, seg.records = "uploaded", None
+            seg.state, seg.records, seg.error = "uploaded", None, None
         except BaseException as e:
             seg.state, seg.error = "failed", e
-            raise
+            raise DkvError(f"checkpoint {cp.epoch}: uploading WAL segment {seg.name} failed: {e}") from e
 
     # -- garbage collection -------------------------------------------------------------
 

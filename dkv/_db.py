@@ -86,8 +86,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._active = restored.memtable
         self._view = ((), restored.version)
         self._segments: list[Segment] = restored.segments
-        self._wal: dict = {}
-        self._wal_base_seq = self._seq
+        self._wal: dict = {}               # WAL buffer: key -> (seq, value) since the last checkpoint or seal
+        self._wal_sealed: list = []        # (max seq, buffer) of seals since the last checkpoint
         self._next_segment = 0
         self._next_table = 0
         self.opened_from = restored.info
@@ -272,15 +272,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             if flush is None:
                 flush = 0 < self.opts.max_replay_bytes < self._replay_bytes()
             with self._lock:
-                items = self._take_wal()
-                seg = None
-                if flush:
-                    items = {}      # every record is in a memtable about to be flushed, or in an SST
-                elif items:
-                    self._next_segment += 1
-                    seg = Segment(self.ns, self._writer, self._next_segment, self._seq, 0, self.groups,
-                                  state="pending", records=items)
-                    self._segments.append(seg)
+                new = self._new_segments(flush)
                 self._last_epoch = epoch
                 last_seq = self._seq
                 # A checkpoint after a flushing one must pin after that flush too, or it would
@@ -290,7 +282,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                     self._deferred_pins += 1
                     segs = list(self._segments)   # later checkpoints' segments are not ours
                 else:
-                    pin = self._pin(seg, items, last_seq)
+                    pin = self._pin(last_seq)
             cp = Checkpoint(epoch)
             mem = self._active if flush and self._active.data else None
             if flush:
@@ -298,30 +290,49 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         if not deferred:
             self._submit_upload(cp, pin)
         elif self.opts.background:
-            self._flusher.submit(self._pin_after_flushes, cp, seg, items, last_seq, mem, segs)
+            self._flusher.submit(self._pin_after_flushes, cp, last_seq, mem, segs)
         else:
-            self._pin_after_flushes(cp, seg, items, last_seq, mem, segs)
+            self._pin_after_flushes(cp, last_seq, mem, segs)
         return cp
 
-    def _pin(self, seg, items, last_seq, segs=None) -> Pinned:
+    def _new_segments(self, flush: bool) -> list:
+        """Caller holds both locks. Turn the WAL buffers into segments: one per memtable
+        seal since the last checkpoint (a segment never straddles a seal) plus the current
+        buffer. With ``flush`` the buffers are dropped: the flush covers them."""
+        buffers = self._wal_sealed + [(self._seq, self._wal)]
+        self._wal_sealed, self._wal = [], {}
+        if flush:
+            self._segments = [s for s in self._segments if s.state != "failed"]
+            return []
+        new = []
+        for max_seq, items in buffers:
+            if items and max_seq > self._flushed_seq:       # else a flush already covers it
+                self._next_segment += 1
+                seg = Segment(self.ns, self._writer, self._next_segment, max_seq, 0, self.groups,
+                              state="pending", records=items)
+                self._segments.append(seg)
+                new.append(seg)
+        return new
+
+    def _pin(self, last_seq, segs=None) -> Pinned:
         """Caller holds the state lock. ``segs``: the segments that existed at the
         checkpoint's synchronous phase (those a flush has not truncated since are kept)."""
         live = list(self._segments)
         if segs is not None:
             mine = {id(x) for x in segs}
             live = [x for x in live if id(x) in mine]
-        pin = Pinned(self._view[1], live, self._flushed_seq, last_seq, seg, items)
+        pin = Pinned(self._view[1], live, self._flushed_seq, last_seq)
         self._pending.append(pin)
         return pin
 
-    def _pin_after_flushes(self, cp, seg, items, last_seq, mem, segs) -> None:
+    def _pin_after_flushes(self, cp, last_seq, mem, segs) -> None:
         """Runs on the flush thread after every flush queued before it."""
         with self._lock:
             self._deferred_pins -= 1
             if mem is not None and (mem in self._view[0] or self._bg_error is not None):
                 cp._finish(DkvError(f"checkpoint {cp.epoch}: the memtable flush it needs failed: {self._bg_error}"))
                 return
-            pin = self._pin(seg, items, last_seq, segs)
+            pin = self._pin(last_seq, segs)
         self._submit_upload(cp, pin)
 
     def _submit_upload(self, cp, pin) -> None:
@@ -332,22 +343,6 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
     def _replay_bytes(self) -> int:
         return self._active.nbytes + sum(m.nbytes for m in self._view[0])
-
-    def _take_wal(self) -> dict:
-        """The WAL buffer, plus records of segments whose upload failed (they go again)."""
-        items = self._wal
-        failed = [s for s in self._segments if s.state == "failed"]
-        if failed:
-            merged: dict = {}
-            for s in failed:
-                merged.update(s.records or {})
-            merged.update(items)
-            items = merged
-            self._segments = [s for s in self._segments if s.state != "failed"]
-            # The failed checkpoint's epoch may be used again.
-        self._wal = {}
-        self._wal_base_seq = self._seq
-        return items
 
     def _upload_and_log(self, cp, pin) -> None:
         try:

@@ -28,9 +28,13 @@ class FlushMixin:
         if not mem.data:
             return
         mem.max_seq = self._seq
-        sealed, version = self._view
-        self._view = ((mem,) + sealed, version)   # readers see it sealed before it leaves active
-        self._active = Memtable()
+        if self._wal:       # WAL segments must not straddle a seal (see format/wal.py)
+            self._wal_sealed.append((self._seq, self._wal))
+            self._wal = {}
+        with self._lock:        # a flush or compaction publishing concurrently must see it
+            sealed, version = self._view
+            self._view = ((mem,) + sealed, version)   # readers see it sealed before it leaves active
+            self._active = Memtable()
         if self.opts.background:
             self._flusher.submit(self._run_bg, self._flush_one)
             with self._cond:

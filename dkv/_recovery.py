@@ -125,16 +125,25 @@ def _replay(r: Restored, ranges: list, groups: tuple, store) -> None:
     else:
         with ThreadPoolExecutor(min(8, len(todo))) as pool:
             blobs = list(pool.map(lambda s: store.get(s.name), todo))
-    mem = r.memtable
     for seg, blob in zip(todo, blobs):
-        records = wal.decode(blob, f"WAL segment {seg.name}")
-        lo, hi = group_bounds(seg.groups)
-        skip = seg.skip
-        for key, value, seq in zip(records.keys, records.values, records.seqs):
-            if seq <= skip or (lo is not None and key < lo) or (hi is not None and key >= hi):
-                continue
-            cur = mem.data.get(key)
-            if cur is None or cur[0] < seq:
-                mem.put(key, (seq, value))
-        seg.max_seq = records.max_seq
+        apply_segment(r.memtable, seg, wal.decode(blob, f"WAL segment {seg.name}"))
         r.segments.append(seg)
+
+
+def apply_segment(mem, seg, records, changed: list | None = None) -> None:
+    """Replay one decoded segment into ``mem``: every record with the segment's max_seq,
+    unless a flush already covers the segment (max_seq <= skip), within the key groups.
+    Segments must be applied in their order (a later one's record for a key wins)."""
+    seg.max_seq = records.max_seq
+    if records.max_seq <= seg.skip:
+        return
+    lo, hi = group_bounds(seg.groups)
+    seq = records.max_seq
+    for key, value in zip(records.keys, records.values):
+        if (lo is not None and key < lo) or (hi is not None and key >= hi):
+            continue
+        cur = mem.data.get(key)
+        if cur is None or cur[0] <= seq:
+            mem.put(key, (seq, value))
+            if changed is not None:
+                changed.append(key)

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import _paths
 from ._checkpoint import Segment
-from ._table import group_bounds
+from ._recovery import apply_segment
 from ._timeline import Timeline, claim_writer
 from .errors import CheckpointNotFoundError, ClosedError, ReadOnlyError
 from .format import manifest as mf
@@ -88,17 +88,7 @@ class RefreshMixin:
         else:
             with ThreadPoolExecutor(min(8, len(segments))) as pool:
                 blobs = list(pool.map(lambda s: self.store.get(s.name), segments))
-        decoded = [wal.decode(b, f"WAL segment {s.name}") for s, b in zip(segments, blobs)]
-        mem = self._active
-        changed = []
-        for seg, rec in zip(segments, decoded):
-            lo, hi = group_bounds(seg.groups)
-            for key, value, seq in zip(rec.keys, rec.values, rec.seqs):
-                if seq <= seg.skip or (lo is not None and key < lo) or (hi is not None and key >= hi):
-                    continue
-                cur = mem.data.get(key)
-                if cur is None or cur[0] < seq:
-                    mem.put(key, (seq, value))
-                    changed.append(key)
-            seg.max_seq = rec.max_seq
+        changed: list = []
+        for seg, blob in zip(segments, blobs):
+            apply_segment(self._active, seg, wal.decode(blob, f"WAL segment {seg.name}"), changed)
         return changed

@@ -126,6 +126,7 @@ class Table:
             self._cache.admit(self, i, 200 + ln * 3 + 90 * len(blk[0]))
         else:
             self._ref[i] = 1
+            self._cache.hits += 1
         return blk
 
     def get(self, key: bytes):
@@ -148,6 +149,7 @@ class Table:
             blk = self.block(i)
         else:
             self._ref[i] = 1
+            self._cache.hits += 1
         pos = blk[3]
         if pos is None:   # built on the first point read: a dict probe beats a bisect
             keys = blk[0]

@@ -128,6 +128,8 @@ def decode(data: bytes, what: str = "manifest") -> Manifest:
     if flags & FLAG_ZSTD:
         raw = decompress(raw, what)
     b = unpack_obj(raw, what)
+    if not isinstance(b, dict):
+        raise CorruptionError(f"{what}: body is a {type(b).__name__}, not a map")
     try:
         levels = [[TableRef.from_list(t) for t in level] for level in b.get("l", [])]
         return Manifest(

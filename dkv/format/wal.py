@@ -16,34 +16,30 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import CorruptionError
-from ._codec import compress, crc32, decompress, pack_records, unpack_records
+from ._codec import compress, crc32, decompress, pack_obj, unpack_obj
 
 MAGIC = b"DKVW"
 VERSION = 1
 FLAG_ZSTD = 1
-_HEADER = struct.Struct("<4sBBIII")
-HEADER_SIZE = _HEADER.size  # 18
+_HEADER = struct.Struct("<4sBBIQII")
+HEADER_SIZE = _HEADER.size  # 26
 
 
 @dataclass
 class WalSegment:
     keys: list
     values: list     # None = tombstone
-    seqs: list
-
-    @property
-    def max_seq(self) -> int:
-        return max(self.seqs) if self.seqs else 0
+    max_seq: int
 
 
-def encode(keys: list, values: list, seqs: list, level: int = 3) -> bytes:
+def encode(keys: list, values: list, max_seq: int, level: int = 3) -> bytes:
     """Encode records (already sorted by key) into segment bytes."""
-    raw = pack_records(keys, values, seqs)
+    raw = pack_obj((keys, values))
     body = compress(raw, level)
     flags = FLAG_ZSTD
     if len(body) >= len(raw):
         body, flags = raw, 0
-    fields = struct.pack("<BBII", VERSION, flags, len(keys), len(body))
+    fields = struct.pack("<BBIQI", VERSION, flags, len(keys), max_seq, len(body))
     return MAGIC + fields + struct.pack("<I", crc32(body, crc32(fields))) + body
 
 
@@ -51,18 +47,21 @@ def decode(data: bytes, what: str = "WAL segment") -> WalSegment:
     """Parse and verify segment bytes. Raises CorruptionError on any mismatch."""
     if len(data) < HEADER_SIZE:
         raise CorruptionError(f"{what}: {len(data)} bytes is shorter than the header")
-    magic, ver, flags, count, blen, crc = _HEADER.unpack_from(data)
+    magic, ver, flags, count, max_seq, blen, crc = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise CorruptionError(f"{what}: bad magic {magic!r}")
     body = data[HEADER_SIZE:]
     if len(body) != blen:
         raise CorruptionError(f"{what}: body is {len(body)} bytes, header says {blen} (torn write?)")
-    if crc32(body, crc32(data[4:14])) != crc:
+    if crc32(body, crc32(data[4:HEADER_SIZE - 4])) != crc:
         raise CorruptionError(f"{what}: checksum mismatch")
     if ver != VERSION:
         raise CorruptionError(f"{what}: unsupported format version {ver}")
     raw = decompress(body, what) if flags & FLAG_ZSTD else body
-    keys, values, seqs = unpack_records(raw, what)
-    if len(keys) != count:
-        raise CorruptionError(f"{what}: {len(keys)} records, header says {count}")
-    return WalSegment(keys, values, seqs)
+    try:
+        keys, values = unpack_obj(raw, what)
+    except (TypeError, ValueError):
+        raise CorruptionError(f"{what}: body is not a [keys, values] pair") from None
+    if len(keys) != count or len(values) != count:
+        raise CorruptionError(f"{what}: {len(keys)} keys and {len(values)} values, header says {count}")
+    return WalSegment(keys, values, max_seq)
