@@ -323,9 +323,6 @@ class CrashingBuffer(Buffer):
             raise RuntimeError("simulated crash")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a layout where only some shards checkpointed a batch counts as "
-                                       "having reached it; a later shard then starts from the other shards' "
-                                       "files only and loses its key groups' state")
 def test_crash_in_the_first_batch_after_a_rescale_then_back_and_forth(tmp_path):
     """Rescale 2 -> 3, crash in batch 3 after shards 0 and 1 of the new layout checkpointed; restart
     with 2 partitions (batch 3 runs again), then with 3 again at batch 4."""
@@ -347,8 +344,6 @@ def test_crash_in_the_first_batch_after_a_rescale_then_back_and_forth(tmp_path):
         assert by_key(h.run_batch(batches[b]), "k") == by_key(expected[b], "k"), f"batch {b}"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG 13: a partly checkpointed layout ties with the current one; the "
-                                       "shards without the batch resume a batch behind and lose its updates")
 def test_two_crashes_across_a_rescale_resume_every_shard_at_the_same_batch(tmp_path):
     """3 shards; batch 6 crashes in shard 1 (shard 0 has checkpointed it); restart with 1 shard runs 6,
     then batch 7 crashes; restart with 3 shards runs 7: every shard must start from batch 6."""
