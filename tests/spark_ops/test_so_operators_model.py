@@ -333,3 +333,55 @@ def test_crashes_in_the_middle_of_batches_match_model(case, seed):
     h = OperatorHarness(Crashy(make_op()), key="k", event_time=event_time, watermark=delay if event_time else None,
                         partitions=rng.randint(1, 4), key_groups=16)
     drive(h, batches, expected, ["k"], rng, chaos=0.6, crashes=True)
+
+
+# ------------------------------------------------------------------------- hypothesis: shrinking counterexamples
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ROW = st.fixed_dictionaries({"k": st.sampled_from("abc"), "ts": st.integers(0, 6_000)})
+_STEP = st.one_of(st.tuples(st.just("run"), st.lists(_ROW, max_size=5)),
+                  st.tuples(st.just("restart"), st.none()),
+                  st.tuples(st.just("rescale"), st.integers(1, 4)),
+                  st.tuples(st.just("rerun"), st.none()))
+_HYP_CASES = {
+    "buffer count skip": (lambda: Buffer(count=2, skip=3, key_columns=("k",)), lambda: BufferModel(["k"], count=2, skip=3),
+                          None, 0),
+    "buffer duration": (lambda: Buffer(count=3, duration_ms=1000, key_columns=("k",)),
+                        lambda: BufferModel(["k"], count=3, duration_ms=1000), "ts", 300),
+    "timeout": (lambda: Timeout(800, ("k",)), lambda: TimeoutModel(["k"], 800), "ts", 0),
+    "session": (lambda: SessionWindow(500, 1500, ("k",)), lambda: SessionModel(["k"], 500, 1500), "ts", 200),
+}
+
+
+@pytest.mark.parametrize("case", list(_HYP_CASES))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(_STEP, min_size=1, max_size=14))
+def test_operator_matches_model_under_any_sequence_of_steps(case, steps):
+    """Hypothesis picks batches and restarts/rescales/re-runs of the last batch; on a failure it
+    shrinks to a minimal sequence."""
+    make_op, make_model, event_time, delay = _HYP_CASES[case]
+    batches = []
+    for kind, arg in steps:
+        if kind == "run":
+            batches.append([dict(r, v=i + 100 * len(batches)) for i, r in enumerate(arg)])
+    expected = run_model(make_model(), batches, keys=["k"], event_time=event_time, delay_ms=delay)
+    h = OperatorHarness(make_op(), key="k", event_time=event_time, watermark=delay if event_time else None,
+                        partitions=2, key_groups=8)
+    first = {}
+    for kind, arg in steps:
+        if kind == "run":
+            b = h.batch_id
+            out = h.run_batch(batches[b])
+            assert by_key(out, ["k"]) == by_key(expected[b], ["k"]), f"batch {b}"
+            first[b] = out
+        elif kind == "restart":
+            h.restart()
+        elif kind == "rescale":
+            h.rescale(arg)
+        elif kind == "rerun" and h.batch_id > 0:
+            b = h.batch_id - 1
+            h.rerun_batch(b)
+            assert by_key(h.run_batch(batches[b]), ["k"]) == by_key(first[b], ["k"]), f"re-run of batch {b}"
+    h.close()
