@@ -55,7 +55,10 @@ class _Progress:
         on = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.json)
         self.bar = None
         if on:
-            from tqdm import tqdm
+            try:
+                from tqdm import tqdm
+            except ImportError:         # progress is a nicety: no bar without tqdm
+                return
             self.bar = tqdm(total=total, desc=desc, unit="", file=sys.stderr, leave=False)
 
     def step(self, what: str = "") -> None:
