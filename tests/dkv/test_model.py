@@ -104,7 +104,7 @@ class DkvMachine(RuleBasedStateMachine):
             self.h.close()
 
 
-DkvMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=50, deadline=None,
+DkvMachine.TestCase.settings = settings(max_examples=75, stateful_step_count=50, deadline=None,
                                         suppress_health_check=[HealthCheck.too_slow])
 test_stateful_memory = DkvMachine.TestCase
 
@@ -119,10 +119,10 @@ def test_stateful_memory_long():
 # -- seeded runs --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_random_memory(seed, background):
-    h = Harness(MemoryStore(), retain=3, background=background)
-    run_random(h, random.Random(seed), 1200)
+    h = Harness(MemoryStore(), retain=3, background=background, max_replay_bytes=(0, 3000)[seed % 2])
+    run_random(h, random.Random(seed), 1500)
     h.close()
 
 
