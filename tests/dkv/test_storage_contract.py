@@ -230,3 +230,34 @@ def test_memory_store_list_while_another_thread_puts():
     finally:
         sys.setswitchinterval(old)
     assert errors == []
+
+
+def test_cached_store_under_concurrent_reads_and_eviction(tmp_path):
+    """Many threads read ranges of objects while a small budget keeps evicting them."""
+    import random as _random
+    inner = MemoryStore()
+    blobs = {f"t{i}.sst": _random.Random(i).randbytes(3000 + 100 * i) for i in range(12)}
+    for k, v in blobs.items():
+        inner.put(k, v)
+    cache = CachedStore(inner, str(tmp_path / "c"), budget_bytes=8000)
+    errors = []
+
+    def reader(seed):
+        rng = _random.Random(seed)
+        try:
+            for _ in range(300):
+                k = rng.choice(list(blobs))
+                a = rng.randrange(len(blobs[k]))
+                b = a + rng.randrange(1, 500)
+                if cache.get(k, a, b) != blobs[k][a:b]:
+                    errors.append((k, a, b))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert cache.cached_bytes <= 8000 + max(len(v) for v in blobs.values())
