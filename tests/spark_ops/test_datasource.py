@@ -134,3 +134,14 @@ def test_bad_options(ds, tmp_path):
         ds.read.format("objectspace").option("epoch", "x").load(loc).collect()
     with pytest.raises(Exception, match="retained epochs"):
         ds.read.format("objectspace").option("epoch", 9).load(loc).collect()
+
+
+@pytest.mark.s3
+def test_rows_from_s3_with_store_options(ds, s3_server):
+    loc = s3_server.url()
+    plain_space(loc)
+    opts = dict(endpoint_url=s3_server.endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                aws_secret_access_key="testing")
+    df = ds.read.format("objectspace").options(**opts).option("changes_from", 1).load(loc)
+    assert {(r.object, r.change_type) for r in df.collect()} == {
+        ("q", "removed"), ('["user",7]', "changed"), ("s", "added"), ("v", "removed")}
