@@ -131,7 +131,8 @@ def find_instances(location, *, epoch: int | None = None, instance: str | None =
                 out.append(InstanceRef(loc, n, e, epochs[n], owner, first, shards, int(m["shard"])))
     if not out:
         held = sorted({e for es in seen.values() for e in es})
-        raise dkv.CheckpointNotFoundError(f"no instance under {loc!r} holds checkpoint {epoch}; "
+        what = "a checkpoint" if epoch is None else f"checkpoint {epoch}"
+        raise dkv.CheckpointNotFoundError(f"no instance under {loc!r} holds {what}; "
                                           f"retained epochs: {held or 'none'}")
     return sorted(out, key=lambda r: r.instance)
 
