@@ -2,7 +2,7 @@
 
 Runs ``session_window`` over <workdir>/src (one file per batch) on the standalone cluster with
 state in S3, writes the foreachBatch sink files to <workdir>/out and, at the end,
-<workdir>/executors.json: the executors that ran tasks (host:port of each).
+<workdir>/executors.json: tasks run per executor id ("driver" included).
 """
 from __future__ import annotations
 
@@ -39,9 +39,9 @@ def main() -> None:
     df = read_stream(spark, work / "src")
     out = spark_ops.session_window(df, "k", GAP_MS, event_time="ts", watermark=DELAY, state=state)
     run_stream(out, work / "out", work / "cp")
-    infos = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()   # executors (and the driver) by host:port
-    names = [infos.keySet().toArray()[i] for i in range(infos.size())]
-    (work / "executors.json").write_text(json.dumps(sorted(str(n) for n in names)))
+    execs = spark.sparkContext._jsc.sc().statusStore().executorList(True)     # the driver and the executors
+    tasks = {str(execs.apply(i).id()): int(execs.apply(i).totalTasks()) for i in range(execs.size())}
+    (work / "executors.json").write_text(json.dumps(tasks))
     spark.stop()
 
 
