@@ -444,6 +444,11 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._closed = True
         self._cache = BlockCache(1)
 
+    @property
+    def key_groups(self) -> tuple[int, int]:
+        """The key groups ``(first, end)`` this instance owns (all: ``(0, 65536)``)."""
+        return tuple(self.groups)
+
     def __enter__(self) -> "DB":
         return self
 

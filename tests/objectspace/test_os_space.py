@@ -30,6 +30,10 @@ def test_public_names_are_pinned():
         "register_type", "unregister_type", "encode_key", "decode_key",
         "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
         "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
+        # inspection (objectspace/_inspect)
+        "list_objects", "object_info", "iter_slots", "walk_slots", "diff", "space_stats",
+        "find_instances", "key_groups_of", "spaces_of", "pair_instances", "diff_pair", "to_jsonable",
+        "ObjectInfo", "ObjectChange", "SlotChange", "SpaceStats", "InstanceRef",
     ])
     for name in objectspace.__all__:
         assert getattr(objectspace, name) is not None
