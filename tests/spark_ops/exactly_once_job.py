@@ -9,6 +9,9 @@ bug 10.) The
 foreachBatch sink writes <workdir>/out/<batch id>.pkl (replaced when a batch runs again) and
 keeps every attempt's copy under <workdir>/attempts/.
 
+<workdir>/partitions (if present) sets the operator's shard count for this run: a restart may
+rescale, and the batch it re-runs then runs under the new layout.
+
 <workdir>/plan.json lists kill points ``[point, batch id]``; each fires once (a marker file in
 <workdir>/kills is created first) and kills the whole process group:
   pre          in a task of the map stage, before any shard of the batch has run
@@ -59,7 +62,9 @@ def build(spark, work: Path, plan: list, pgid: int):
 
     df = read_stream(spark, work / "src")
     df = df.mapInPandas(tap("pre"), df.schema)
-    out = spark_ops.session_window(df, "k", GAP_MS, event_time="ts", watermark=DELAY, state=str(work / "state"))
+    partitions = int((work / "partitions").read_text()) if (work / "partitions").exists() else 2
+    out = spark_ops.session_window(df, "k", GAP_MS, event_time="ts", watermark=DELAY, state=str(work / "state"),
+                                   partitions=partitions)
     out = out.mapInPandas(tap("post"), out.schema)
 
     sink = file_sink(work / "out")

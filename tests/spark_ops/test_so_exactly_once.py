@@ -2,7 +2,9 @@
 is killed — driver, JVM and Python workers together — at chosen and at random points, and is
 restarted from the same checkpointLocation until the source is drained. The final output (one
 file per batch id, replaced on re-run) must equal the models' exactly: nothing missing, nothing
-duplicated; and every attempt that got as far as the sink wrote the same rows for its batch."""
+duplicated; and every attempt that got as far as the sink wrote the same rows for its batch.
+Each restart also changes the operator's partition count (2, 3, 1, 2, 4, 3, ...), so re-runs of
+a killed batch run under a new shard layout."""
 from __future__ import annotations
 
 import json
@@ -23,6 +25,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 HERE = Path(__file__).parent
 GAP_MS, DELAY_MS = 1501, 500
+PARTITIONS = [2, 3, 1, 2, 4, 3]
 PLAN = [["pre", 1], ["post", 2], ["sink-before", 3], ["sink-after", 4], ["post", 6], ["pre", 7], ["sink-after", 8]]
 
 
@@ -66,6 +69,8 @@ def test_killed_and_restarted_query_outputs_every_batch_exactly_once(tmp_path):
         while True:
             attempts += 1
             assert attempts <= 20, "too many attempts"
+            # every restart may rescale: the batch it re-runs then runs under another layout
+            (tmp_path / "partitions").write_text(str(PARTITIONS[(attempts - 1) % len(PARTITIONS)]))
             rc = _run_attempt(tmp_path, rng, kill_randomly=attempts in (2, 5), log=log)
             if rc == 0:
                 break
