@@ -195,14 +195,38 @@ def _events(pdf, keys, columns, order, event_time, to_parts, instants):
     else:
         ts = [None if v is None or v != v else int(v) for v in pdf[event_time].tolist()]
     kgs = pdf[KG].tolist()
+    parts = _plain_key if all(_native_key(pdf[k]) for k in keys) else to_parts
     keyvals = list(zip(*[values[k] for k in keys]))
-    rows = [dict(zip(columns, vals)) for vals in zip(*[values[c] for c in columns])]
-    return [(kg, to_parts(kv), t, row) for kg, kv, t, row in zip(kgs, keyvals, ts, rows)], batch_time
+    rows = list(map(_row_maker(columns), *[values[c] for c in columns])) if columns else [{}] * len(kgs)
+    return [(kg, parts(kv), t, row) for kg, kv, t, row in zip(kgs, keyvals, ts, rows)], batch_time
+
+
+def _plain_key(kv: tuple) -> tuple:
+    """Key parts of str/int keys: the key itself (see _keys.to_parts)."""
+    return kv
+
+
+def _native_key(series) -> bool:
+    """True when a key column holds only str or only int values (they are key parts as is)."""
+    import pandas as pd
+    if series.dtype.kind in "iu":
+        return True
+    return series.dtype.kind == "O" and pd.api.types.infer_dtype(series, skipna=False) == "string"
 
 
 def _utc_datetimes(micros) -> list:
     """Timezone-aware UTC datetimes from microseconds since the Unix epoch (None for nulls)."""
+    import pandas as pd
+    if micros.dtype.kind in "iu":       # no nulls: convert in C
+        return pd.DatetimeIndex(pd.to_datetime(micros.to_numpy(), unit="us", utc=True)).to_pydatetime().tolist()
     return [None if v != v else _EPOCH_UTC + _dt.timedelta(microseconds=int(v)) for v in micros.tolist()]
+
+
+def _row_maker(columns: list):
+    """A function building a row dict from column values, faster than dict(zip(...))."""
+    args = ", ".join(f"_{i}" for i in range(len(columns)))
+    body = ", ".join(f"{c!r}: _{i}" for i, c in enumerate(columns))
+    return eval(f"lambda {args}: {{{body}}}", {})  # noqa: S307 - column names are repr()-quoted
 
 
 def _python_values(series) -> list:
@@ -214,6 +238,9 @@ def _python_values(series) -> list:
         return [None if v is None or v != v else v.to_pytimedelta() for v in series.tolist()]
     values = series.tolist()
     if kind == "O":
+        import pandas as pd
+        if pd.api.types.infer_dtype(series, skipna=True) in ("string", "bytes", "empty", "boolean", "integer"):
+            return values     # plain Python values already (the common case: strings)
         return [_plain(v) for v in values]
     return values
 

@@ -62,6 +62,7 @@ class Context:
         self.watermark: int | None = None
         self.processing_time: int | None = None
         self.shard = -1
+        self._objects: dict = {}
         #: Event time (ms) of the row being processed; None in on_timer or without event_time.
         self.event_time: int | None = None
 
@@ -82,10 +83,17 @@ class Context:
 
     def value(self, name: str, default=None):
         """The key's persisted value ``name`` (``.value`` reads and writes it)."""
-        return self._space().get_or_create_value(self._name(name), default)
+        return self._get_or_create("value", name, default)
 
     def _get_or_create(self, kind: str, name: str, *args, **kwargs):
-        return getattr(self._space(), f"get_or_create_{kind}")(self._name(name), *args, **kwargs)
+        # Objects met earlier in this batch come from a dict: an operator typically asks for
+        # the same object on every event of a key, and a space lookup encodes the name.
+        memo = (self.key_group, self._parts, name)
+        obj = self._objects.get(memo)
+        if obj is None or obj.kind != kind:
+            obj = getattr(self._space(), f"get_or_create_{kind}")(self._name(name), *args, **kwargs)
+            self._objects[memo] = obj
+        return obj
 
     def queue(self, name: str):
         """The key's persisted queue (deque-like), created empty on first use."""
@@ -127,6 +135,7 @@ class Context:
         """Delete the key's object ``name`` (no error if it does not exist)."""
         space = self._space()
         full = self._name(name)
+        self._objects.pop((self.key_group, self._parts, name), None)
         if full in space:
             space.delete(full)
 
