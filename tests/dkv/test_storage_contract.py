@@ -232,18 +232,19 @@ def test_memory_store_list_while_another_thread_puts():
     assert errors == []
 
 
-def test_cached_store_under_concurrent_reads_and_eviction(tmp_path):
-    """Many threads read ranges of objects while a small budget keeps evicting them."""
+def _hammer_cache(tmp_path, seed: int):
+    """Six threads read ranges of twelve objects through a cache that holds about two."""
     import random as _random
     inner = MemoryStore()
     blobs = {f"t{i}.sst": _random.Random(i).randbytes(3000 + 100 * i) for i in range(12)}
     for k, v in blobs.items():
         inner.put(k, v)
-    cache = CachedStore(inner, str(tmp_path / "c"), budget_bytes=8000)
+    folder = tmp_path / f"c{seed}"
+    cache = CachedStore(inner, str(folder), budget_bytes=8000)
     errors = []
 
-    def reader(seed):
-        rng = _random.Random(seed)
+    def reader(n):
+        rng = _random.Random(seed * 100 + n)
         try:
             for _ in range(300):
                 k = rng.choice(list(blobs))
@@ -254,10 +255,25 @@ def test_cached_store_under_concurrent_reads_and_eviction(tmp_path):
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
-    threads = [threading.Thread(target=reader, args=(s,)) for s in range(6)]
+    threads = [threading.Thread(target=reader, args=(n,)) for n in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
-    assert cache.cached_bytes <= 8000 + max(len(v) for v in blobs.values())
+    on_disk = sum(p.stat().st_size for p in folder.iterdir())
+    return errors, cache, on_disk, max(len(v) for v in blobs.values())
+
+
+def test_cached_store_under_concurrent_reads_and_eviction(tmp_path):
+    for seed in range(3):
+        errors, cache, on_disk, biggest = _hammer_cache(tmp_path, seed)
+        assert errors == []
+        assert on_disk <= 8000 + biggest, "the cache folder keeps to its budget"
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: CachedStore.cached_bytes drifts above the bytes in its folder "
+                                        "under concurrent eviction (then it evicts down to one file)")
+def test_cached_store_accounting_under_concurrent_eviction(tmp_path):
+    for seed in range(15):
+        _, cache, on_disk, _ = _hammer_cache(tmp_path, seed)
+        assert cache.cached_bytes == on_disk, f"trial {seed}"
