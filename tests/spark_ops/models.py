@@ -16,8 +16,13 @@ The runtime rules modelled by ``run_model`` (what every operator sees):
 
 Outputs are compared per batch and per key, in order: ``by_key(rows, keys)``.
 
-Event times are ints (ms since the Unix epoch); output timestamps are naive UTC datetimes,
-as ``Context.to_datetime`` makes them and as Spark returns them in a UTC session.
+* With several inputs (``inputs`` and the ``input_column`` naming a row's input) there is one
+  basis per input and the watermark is ``min over inputs - delay``, None until every input has had
+  an event time (Spark's ``multipleWatermarkPolicy=min``).
+
+Event times are ints (ms since the Unix epoch) or datetimes (naive = UTC). Output timestamps are
+timezone-aware UTC datetimes, as ``Context.to_datetime`` makes them; comparisons go through
+``canon``, so Spark's naive values (in a UTC session) compare equal to them.
 """
 from __future__ import annotations
 
@@ -25,10 +30,12 @@ import datetime as dt
 from collections import defaultdict
 
 EPOCH = dt.datetime(1970, 1, 1)
+EPOCH_UTC = EPOCH.replace(tzinfo=dt.timezone.utc)
 
 
 def to_dt(ms: int) -> dt.datetime:
-    return EPOCH + dt.timedelta(milliseconds=ms)
+    """The instant ``ms`` as a timezone-aware UTC datetime."""
+    return EPOCH_UTC + dt.timedelta(milliseconds=ms)
 
 
 def to_ms(v) -> int | None:
@@ -53,17 +60,19 @@ def key_row(keys, key: tuple) -> dict:
 # ------------------------------------------------------------------------- the driver
 
 
-def run_model(model, batches, *, keys, event_time=None, delay_ms: int = 0, order_by=None):
+def run_model(model, batches, *, keys, event_time=None, delay_ms: int = 0, order_by=None, inputs=None,
+              input_column=None):
     """Run ``model`` over ``batches`` (lists of row dicts); one list of output rows per batch.
 
     model: has ``on_row(key, ts, row) -> [out]`` and ``on_watermark(wm) -> [out]``.
     """
     keys = [keys] if isinstance(keys, str) else list(keys)
     order = [order_by] if isinstance(order_by, str) else list(order_by or ([event_time] if event_time else []))
-    basis = None
+    bases: dict = {}        # input (None: the only one) -> max event time of earlier batches
     outputs = []
     for rows in batches:
-        wm = None if basis is None else basis - delay_ms
+        needed = list(inputs) if inputs else [None]
+        wm = min(bases[i] for i in needed) - delay_ms if all(i in bases for i in needed) else None
         per_key: dict[tuple, list] = defaultdict(list)
         times = []
         for i, row in enumerate(rows):
@@ -72,7 +81,7 @@ def run_model(model, batches, *, keys, event_time=None, delay_ms: int = 0, order
                 continue
             ts = to_ms(row.get(event_time)) if event_time else None
             if ts is not None:
-                times.append(ts)
+                times.append((row[input_column] if inputs else None, ts))
             if wm is not None and ts is not None and ts < wm:
                 continue
             sort_key = tuple((row.get(c) is not None, to_ms(row.get(c)) if c == event_time else row.get(c))
@@ -84,17 +93,17 @@ def run_model(model, batches, *, keys, event_time=None, delay_ms: int = 0, order
                 out.extend(model.on_row(key, ts, row))
         if wm is not None:
             out.extend(model.on_watermark(wm))
-        if event_time and times:
-            basis = max(times) if basis is None else max(basis, max(times))
+        for source, ts in times:
+            bases[source] = max(bases.get(source, ts), ts)
         outputs.append(out)
     return outputs
 
 
 def canon(v):
-    """A value with every timezone-aware datetime as a naive UTC one (an instant is compared as an
-    instant, whether the operator emits it aware or naive-UTC)."""
-    if isinstance(v, dt.datetime) and v.tzinfo is not None:
-        return v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    """A value with every datetime as a timezone-aware UTC one (naive ones are UTC: the harness's
+    inputs and Spark's values in a UTC session), so instants compare as instants."""
+    if isinstance(v, dt.datetime):
+        return v.replace(tzinfo=dt.timezone.utc) if v.tzinfo is None else v.astimezone(dt.timezone.utc)
     if isinstance(v, dict):
         return {k: canon(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):

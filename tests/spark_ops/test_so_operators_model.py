@@ -187,13 +187,15 @@ def test_buffer_with_two_key_columns_matches_model(seed):
 
 
 def union_batches(rng, n_batches, inputs, *, event_time=True):
+    """Rows of the inputs in one union; each input has its own pace (input i lags i seconds)."""
     batches = []
     v = 0
     for b in range(n_batches):
         rows = []
         for _ in range(rng.randint(0, 9)):
             src = rng.choice(inputs)
-            row = {"k": rng.choice(KEYS[:4]), "v": v, "ts": max(0, b * 1000 + rng.randrange(-1500, 1000))}
+            lag = 1000 * inputs.index(src)
+            row = {"k": rng.choice(KEYS[:4]), "v": v, "ts": max(0, b * 1000 - lag + rng.randrange(-1500, 1000))}
             rows.append(union_row(["k"], src, inputs, row) | ({"__et": row["ts"]} if event_time else {}))
             v += 1
         batches.append(rows)
@@ -213,14 +215,15 @@ def test_combine_latest_matches_model(seed, inputs):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_combine_latest_with_event_time_matches_model(seed):
-    """With event time (and a 1 s watermark): event order, ties by input name; late rows dropped."""
+    """With event time (and a 1 s watermark per input, the minimum wins): event order, ties by input
+    name; late rows dropped."""
     rng = random.Random(f"cl-et-{seed}")
     inputs = ["x", "y", "z"]
     batches = union_batches(rng, 14, inputs)
     expected = run_model(CombineLatestModel(["k"], inputs), batches, keys=["k"], event_time="__et",
-                         delay_ms=1000, order_by=["__et", SOURCE])
+                         delay_ms=1000, order_by=["__et", SOURCE], inputs=inputs, input_column=SOURCE)
     h = OperatorHarness(CombineLatest(inputs, ("k",)), key="k", event_time="__et", watermark=1000,
-                        order_by=["__et", SOURCE])
+                        order_by=["__et", SOURCE], inputs=inputs, input_column=SOURCE)
     drive(h, batches, expected, ["k"], rng)
 
 

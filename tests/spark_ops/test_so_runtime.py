@@ -15,7 +15,7 @@ import pytest
 import dkv
 from dkv.format import manifest as mf
 from spark_ops import Operator, read_metrics
-from spark_ops.operators import Buffer, Delay
+from spark_ops.operators import Buffer, Delay, Timeout
 from spark_ops.testing import OperatorHarness
 
 from models import BufferModel, by_key, run_model
@@ -366,3 +366,14 @@ def test_two_crashes_across_a_rescale_resume_every_shard_at_the_same_batch(tmp_p
     h.rerun_batch(7)
     for b in range(7, 10):
         assert by_key(h.run_batch(batches[b]), "k") == by_key(expected[b], "k"), f"batch {b}"
+
+
+def test_operators_emit_timezone_aware_utc_datetimes():
+    """Output timestamps are instants: timezone-aware UTC datetimes (Context.to_datetime)."""
+    utc = dt.timezone.utc
+    h = OperatorHarness(Timeout(1_000, ("k",)), key="k", event_time="ts", partitions=1)
+    h.run_batch([{"k": "a", "ts": dt.datetime(2024, 1, 1, 0, 0, 1)}])        # naive input: UTC
+    (out,) = h.run_batch([], watermark=dt.datetime(2024, 1, 1, 1, tzinfo=utc))
+    assert out["last_event"] == dt.datetime(2024, 1, 1, 0, 0, 1, tzinfo=utc)
+    assert out["timeout_at"] == dt.datetime(2024, 1, 1, 0, 0, 2, tzinfo=utc)
+    assert out["last_event"].utcoffset() == dt.timedelta(0)
