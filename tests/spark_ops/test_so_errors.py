@@ -123,3 +123,11 @@ def test_harness_row_without_the_key():
     h = OperatorHarness(Echo(), key="k")
     with pytest.raises(KeyError, match="k"):
         h.run_batch([{"v": 1}])
+
+
+def test_event_time_must_be_a_timestamp_or_integer_column(spark):
+    df = spark.createDataFrame([("a", "2024-01-01", 1.5)], "k string, day string, x double")
+    with pytest.raises(TypeError, match="day"):
+        spark_ops.delay(df, "k", "1 second", event_time="day")
+    with pytest.raises(TypeError, match="x"):
+        spark_ops.timeout(df, "k", "1 second", event_time="x")
