@@ -94,11 +94,13 @@ class Pinned:
         return out
 
 
-def wal_ranges(segments, flushed_seq: int) -> list:
-    """Compress the live segment list into manifest WalRanges (consecutive ids share one)."""
+def wal_ranges(segments, flushed_seq: int, ns: str) -> list:
+    """Compress the live segment list into manifest WalRanges (consecutive ids share one).
+    Own segments skip what this instance flushed; other instances' keep their own skip
+    (their sequence numbers are another instance's)."""
     out: list[mf.WalRange] = []
     for s in segments:
-        skip = max(s.skip, flushed_seq)
+        skip = max(s.skip, flushed_seq) if s.ns == ns else s.skip
         if out:
             r = out[-1]
             if (r.ns, r.writer, r.groups, r.skip_through) == (s.ns, s.writer, s.groups, skip) and r.last + 1 == s.id:
@@ -125,7 +127,7 @@ class CheckpointMixin:
             m = mf.Manifest(
                 epoch=cp.epoch, writer=self._writer, last_seq=pin.last_seq,
                 levels=[[t.ref for t in pin.version.l0]] + [[t.ref for t in lv] for lv in pin.version.levels],
-                wal=wal_ranges(pin.segments, pin.flushed_seq),
+                wal=wal_ranges(pin.segments, pin.flushed_seq, self.ns),
                 retained=[c.epoch for c in self._committed[-(self.opts.retain - 1):]] + [cp.epoch] if self.opts.retain > 1 else [cp.epoch],
                 parent=self._committed[-1].epoch if self._committed else None,
                 groups=self.groups, created_ms=int(time.time() * 1000))

@@ -284,7 +284,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 else:
                     pin = self._pin(last_seq)
             cp = Checkpoint(epoch)
-            mem = self._active if flush and self._active.data else None
+            mem = self._active if flush else None
             if flush:
                 self._seal()
         if not deferred:
@@ -329,8 +329,11 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         """Runs on the flush thread after every flush queued before it."""
         with self._lock:
             self._deferred_pins -= 1
-            if mem is not None and (mem in self._view[0] or self._bg_error is not None):
-                cp._finish(DkvError(f"checkpoint {cp.epoch}: the memtable flush it needs failed: {self._bg_error}"))
+            unflushed = [m for m in self._view[0] if m.max_seq <= last_seq]
+            if mem is not None and (unflushed or self._bg_error is not None):
+                # A memtable sealed before this checkpoint is still not an SST: its flush
+                # failed. The checkpoint put no WAL segment for it, so it must fail too.
+                cp._finish(DkvError(f"checkpoint {cp.epoch}: a memtable flush it needs failed: {self._bg_error}"))
                 return
             pin = self._pin(last_seq, segs)
         self._submit_upload(cp, pin)

@@ -72,7 +72,7 @@ class FlushMixin:
         table = Table(ref, self.store, self._cache)
         with self._lock:
             self._known_files.add(name)
-            self._tables[name] = table
+            self._tables[(name, ref.groups)] = table
         return table
 
     def _flush_one(self) -> None:
@@ -126,16 +126,14 @@ class FlushMixin:
     def _compact(self, task) -> None:
         log.debug("compaction to L%d of %d tables: %s", task.level, len(task.inputs), task.reason)
         outputs = _compaction.run(task, self._write_table, self.opts)
-        removed = {t.path for t in task.inputs}
         with self._lock:
             sealed, version = self._view
-            self._view = (sealed, version.replace(removed, outputs, task.level))
+            self._view = (sealed, version.replace(task.inputs, outputs, task.level))
             for t in outputs:
                 self._writing.discard(t.path)
             self.stats_counters["compactions"] += 1
         self._collect_garbage_soon()
 
     def _forget_table(self, path: str) -> None:
-        table = self._tables.pop(path, None)
-        if table is not None:
-            table.release()
+        for key in [k for k in self._tables if k[0] == path]:
+            self._tables.pop(key).release()

@@ -49,7 +49,8 @@ def load_checkpoint(store, ns: str, epoch: int | None, cache, tables: dict, time
     m = mf.decode(store.get(info.name), info.name)
     r.manifest, r.info = m, info
     _apply(r, m, m.groups, store, cache, tables)
-    r.flushed_seq = max((s.skip for s in r.segments), default=0)
+    # Segments of other instances (after a rescale) count sequence numbers of their own.
+    r.flushed_seq = max((s.skip for s in r.segments if s.ns == ns.strip("/")), default=0)
     return r
 
 
@@ -91,9 +92,9 @@ def _apply(r: Restored, m: mf.Manifest, groups: tuple, store, cache, tables: dic
             if part != ref.groups:
                 ref = mf.TableRef(ref.path, ref.size, ref.min_key, ref.max_key, ref.min_seq,
                                   ref.max_seq, ref.count, part)
-            t = tables.get(ref.path)
+            t = tables.get((ref.path, ref.groups))
             if t is None or t.ref != ref:
-                t = tables[ref.path] = Table(ref, store, cache)
+                t = tables[(ref.path, ref.groups)] = Table(ref, store, cache)
             if i == 0:
                 l0.append(t)
             else:

@@ -77,10 +77,13 @@ class Version:
                 out.append(chain.from_iterable(t.scan_blocks(start, end) for t in picked))
         return out
 
-    def replace(self, removed: set, added: list, level: int) -> "Version":
-        """A new Version without the ``removed`` tables and with ``added`` in ``level`` (>= 1)."""
-        l0 = tuple(t for t in self.l0 if t.path not in removed)
-        levels = [list(t for t in lv if t.path not in removed) for lv in self.levels]
+    def replace(self, removed: list, added: list, level: int) -> "Version":
+        """A new Version without the ``removed`` tables and with ``added`` in ``level`` (>= 1).
+        Tables are matched by identity: after a rescale one file can be two tables (two
+        clipped key-group views), and merging one must not drop the other."""
+        gone = {id(t) for t in removed}
+        l0 = tuple(t for t in self.l0 if id(t) not in gone)
+        levels = [list(t for t in lv if id(t) not in gone) for lv in self.levels]
         while len(levels) < level:
             levels.append([])
         levels[level - 1].extend(added)

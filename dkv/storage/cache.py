@@ -52,7 +52,8 @@ class CachedStore(_Forwarding):
                     return os.pread(f.fileno(), hi - lo, lo)
             except FileNotFoundError:   # evicted by another thread between ensure and open
                 with self._lock:
-                    self._files.pop(path, None)
+                    if path in self._files and not os.path.exists(path):
+                        self._bytes -= self._files.pop(path)
         return self.inner.get(key, start, end)
 
     def _ensure(self, key: str) -> str:
@@ -85,8 +86,8 @@ class CachedStore(_Forwarding):
         tmp = f"{path}.{threading.get_ident()}.tmp"
         with open(tmp, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
-        with self._lock:
+        with self._lock:        # rename and accounting together: the two always agree
+            os.replace(tmp, path)
             old = self._files.pop(path, None)
             self._bytes += len(data) - (old or 0)
             self._files[path] = len(data)

@@ -47,7 +47,9 @@ class MemoryStore(ObjectStore):
 
     def put(self, key, data):
         check_key(key)
-        self._objects[key] = bytes(data)
+        data = bytes(data)
+        with self._lock:
+            self._objects[key] = data
 
     def put_if_absent(self, key, data):
         check_key(key)
@@ -64,7 +66,8 @@ class MemoryStore(ObjectStore):
         return items
 
     def delete(self, key):
-        self._objects.pop(key, None)
+        with self._lock:
+            self._objects.pop(key, None)
 
     def size(self, key):
         data = self._objects.get(key)
@@ -72,4 +75,5 @@ class MemoryStore(ObjectStore):
 
     def total_bytes(self) -> int:
         """Sum of the sizes of all objects (used by benchmarks and tests)."""
-        return sum(len(v) for v in list(self._objects.values()))
+        with self._lock:
+            return sum(len(v) for v in self._objects.values())

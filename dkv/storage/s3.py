@@ -61,8 +61,8 @@ class S3Store(ObjectStore):
                 code = str(e.response.get("Error", {}).get("Code", ""))
                 if code in ("NoSuchKey", "404", "NotFound"):
                     raise ObjectMissingError(f"{self.location}/{key} does not exist") from None
-                if code == "PreconditionFailed" or code == "412":
-                    raise
+                if code in ("PreconditionFailed", "412", "InvalidRange", "416"):
+                    raise       # answers, not failures: the caller handles them
                 if code not in _RETRYABLE_CODES or attempt == self.max_attempts:
                     raise StorageError(f"S3 {what} {self.location}/{key} failed: {e}") from e
             except BotoCoreError as e:
@@ -84,7 +84,7 @@ class S3Store(ObjectStore):
         try:
             resp = self._call("get", key, self.client.get_object, **kwargs)
         except ClientError as e:  # InvalidRange: a start past the end of the object
-            if e.response.get("Error", {}).get("Code") == "InvalidRange":
+            if e.response.get("Error", {}).get("Code") in ("InvalidRange", "416"):
                 return b""
             raise StorageError(f"S3 get {self.location}/{key} failed: {e}") from e
         return resp["Body"].read()

@@ -352,8 +352,6 @@ def test_background_flush_failure_poisons_writes_until_reopen(caplog):
         assert contents(r) == {b"a": b"1"}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: checkpoint(flush=True) succeeds although the flush of a memtable "
-                                        "sealed before it failed (its records are lost)")
 def test_flush_checkpoint_fails_when_an_earlier_flush_fails(caplog):
     caplog.set_level(logging.CRITICAL, logger="dkv")
     store = _GatedSstPuts(armed=False)

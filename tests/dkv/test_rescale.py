@@ -232,8 +232,6 @@ def test_sources_must_exist_and_not_be_read_only():
     assert dkv.instances(root) == ["a"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a compaction that merges one clipped view of a shared SST "
-                                        "drops the other view too (data loss after split + merge)")
 def test_compaction_after_split_and_merge_keeps_both_halves_of_a_shared_sst():
     opts = dict(background=False, memtable_bytes=2000, block_bytes=256, table_bytes=1 << 20,
                 l0_trigger=3, level_base_bytes=1 << 20, level_ratio=3)
@@ -260,8 +258,6 @@ def test_compaction_after_split_and_merge_keeps_both_halves_of_a_shared_sst():
 
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: reopening a merged instance applies one source's WAL skip_through "
-                                        "to every source's segments: the next checkpoint loses records")
 def test_reopened_merge_keeps_every_sources_wal_records():
     opts = dict(background=False, memtable_bytes=2000)
     root = MemoryStore()
@@ -389,20 +385,12 @@ def run_rescales(seed: int, steps: int, background: bool = False) -> None:
         db.close()
 
 
-RESCALE_BUGS = "BUG: rescale data loss (a reopened merge skips other sources' WAL records; a compaction " \
-               "drops the other clipped view of a shared SST)"
-
-
-@pytest.mark.parametrize("seed", [0, 1, 3, pytest.param(2, marks=pytest.mark.xfail(strict=True, reason=RESCALE_BUGS)),
-                                  pytest.param(5, marks=pytest.mark.xfail(strict=True, reason=RESCALE_BUGS))])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 5])
 def test_random_rescales(seed):
     run_rescales(seed, 60)
 
 
-# Until the rescale bugs are fixed some of these seeds fail, which seeds depends on timing
-# (background): not strict. Make it strict (or drop the mark) once they are fixed.
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=RESCALE_BUGS)
 @pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
 @pytest.mark.parametrize("seed", range(100, 120))
 def test_random_rescales_long(seed, background):

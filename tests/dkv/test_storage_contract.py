@@ -43,10 +43,7 @@ def test_put_get_whole_and_ranges(store):
     assert store.get("dir/obj", n - 4, n + 100) == DATA[-4:]
 
 
-def test_range_starting_past_the_end_is_empty(store, request):
-    if isinstance(store, S3Store):
-        request.applymarker(pytest.mark.xfail(strict=True, reason="BUG: S3Store.get past the end raises "
-                                                                  "StorageError (InvalidRange) instead of b''"))
+def test_range_starting_past_the_end_is_empty(store):
     store.put("obj", DATA)
     assert store.get("obj", len(DATA) + 10, len(DATA) + 20) == b""
     assert store.get("obj", len(DATA), None) == b""
@@ -204,7 +201,6 @@ def test_s3_location_opens_through_a_cache(s3_server, tmp_path):
     assert store.location.startswith(f"s3://{s3_server.bucket}/")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: MemoryStore.list races put/delete (dictionary changed size)")
 def test_memory_store_list_while_another_thread_puts():
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
@@ -271,8 +267,6 @@ def test_cached_store_under_concurrent_reads_and_eviction(tmp_path):
         assert on_disk <= 8000 + biggest, "the cache folder keeps to its budget"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: CachedStore.cached_bytes drifts above the bytes in its folder "
-                                        "under concurrent eviction (then it evicts down to one file)")
 def test_cached_store_accounting_under_concurrent_eviction(tmp_path):
     for seed in range(15):
         _, cache, on_disk, _ = _hammer_cache(tmp_path, seed)
