@@ -40,6 +40,7 @@ class ShardSpec:
     groups: int = 256
     shards: int = 2
     dkv_options: dict = field(default_factory=dict)
+    drop_late: bool = True          # rows behind the watermark are dropped (watermark= given)
     inputs: list | None = None      # several inputs: one watermark basis each (min wins) ...
     input_column: str | None = None  # ... told apart by this column of each row
 
@@ -229,7 +230,7 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: li
     op.open(ctx)
     arity = spec.key_arity
     for kg, parts, ts, row in events:
-        if watermark is not None and ts is not None and ts < watermark:
+        if watermark is not None and ts is not None and ts < watermark and spec.drop_late:
             late += 1       # as in Spark: rows behind the watermark are dropped
             continue
         ctx.key_group, ctx._parts, ctx.key, ctx.event_time = kg, parts, user_key(parts, arity), ts

@@ -82,7 +82,9 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     under ``<state>/<query id>/<name>``. partitions: the shard count (default the session's
     ``spark.sql.shuffle.partitions``); change it between restarts to rescale. key_groups:
     fixed when the state is created. watermark: the allowed event-time delay, e.g.
-    "10 seconds" (needs ``event_time``). order_by: column(s) ordering a key's rows within
+    "10 seconds" (needs ``event_time``): rows behind the watermark are dropped. Without it
+    the watermark still advances with the event times seen (so event-time timers fire) but
+    no row is dropped as late. order_by: column(s) ordering a key's rows within
     a batch (default the event-time column). isolate: end with an exchange so that the
     output can be unioned or coalesced (set False only if you never do). Returns a
     DataFrame with ``output_schema``. A batch (non-streaming) DataFrame is the whole input:
@@ -115,6 +117,7 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
         raise ValueError(f"operator name {name!r} may use letters, digits, '_', '.' and '-' only")
     spec = ShardSpec(state=_resolve_state(state), operator=operator, key_arity=len(keys), event_time=event_time,
                      delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
+                     drop_late=watermark is not None,
                      groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
                      inputs=list(inputs) if inputs else None, input_column=input_column)
     toks = tokens(n)
@@ -132,10 +135,14 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     columns = df.columns
     fn = _partition_function(spec, name, keys, columns, order, schema.names, instants)
     out = routed.repartition(n, F.col(TOKEN)).mapInPandas(fn, schema)
+    if not isolate:
+        return out
     # A shard is identified by its task's partition number, which holds only while the
     # operator runs in its own stage: an exchange after it keeps a later union or
-    # coalesce from renumbering the partitions it runs in.
-    return out.repartition(n) if isolate else out
+    # coalesce from renumbering the partitions it runs in. Partitioning that exchange by
+    # the shard keeps each shard's rows together and in emission order.
+    shard_col = "__spark_ops_out_shard"
+    return out.withColumn(shard_col, F.spark_partition_id()).repartition(n, shard_col).drop(shard_col)
 
 
 def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_names: list,

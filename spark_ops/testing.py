@@ -55,6 +55,7 @@ class OperatorHarness:
         self.spec = ShardSpec(state=state or f"memory://harness-{uuid.uuid4().hex}", operator=operator,
                               key_arity=len(self.keys), event_time=event_time,
                               delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
+                              drop_late=watermark is not None,
                               groups=key_groups, shards=partitions, dkv_options=dict(dkv_options or {}),
                               inputs=list(inputs) if inputs else None, input_column=input_column)
         self.batch_id = 0
