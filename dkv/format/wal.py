@@ -19,7 +19,7 @@ from ..errors import CorruptionError
 from ._codec import compress, crc32, decompress, pack_obj, unpack_obj
 
 MAGIC = b"DKVW"
-VERSION = 1
+VERSION = 2          # 1 had per-record sequence numbers (a 3-array body)
 FLAG_ZSTD = 1
 _HEADER = struct.Struct("<4sBBIQII")
 HEADER_SIZE = _HEADER.size  # 26
@@ -50,13 +50,13 @@ def decode(data: bytes, what: str = "WAL segment") -> WalSegment:
     magic, ver, flags, count, max_seq, blen, crc = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise CorruptionError(f"{what}: bad magic {magic!r}")
+    if ver != VERSION:
+        raise CorruptionError(f"{what}: WAL format version {ver}, this dkv reads version {VERSION}")
     body = data[HEADER_SIZE:]
     if len(body) != blen:
         raise CorruptionError(f"{what}: body is {len(body)} bytes, header says {blen} (torn write?)")
     if crc32(body, crc32(data[4:HEADER_SIZE - 4])) != crc:
         raise CorruptionError(f"{what}: checksum mismatch")
-    if ver != VERSION:
-        raise CorruptionError(f"{what}: unsupported format version {ver}")
     raw = decompress(body, what) if flags & FLAG_ZSTD else body
     try:
         keys, values = unpack_obj(raw, what)

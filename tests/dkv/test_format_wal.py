@@ -37,9 +37,9 @@ def test_round_trip(n):
 def test_header_fields_are_pinned():
     keys, values = [b"a", b"b", b"c"], [b"1", None, b""]
     data = wal.encode(keys, values, (1 << 64) - 1)
-    assert wal.MAGIC == b"DKVW" and wal.VERSION == 1 and wal.HEADER_SIZE == struct.calcsize(HEADER) == 26
+    assert wal.MAGIC == b"DKVW" and wal.VERSION == 2 and wal.HEADER_SIZE == struct.calcsize(HEADER) == 26
     magic, ver, flags, count, max_seq, body_len, crc = struct.unpack_from(HEADER, data)
-    assert (magic, ver, count, max_seq, body_len) == (b"DKVW", 1, 3, (1 << 64) - 1, len(data) - 26)
+    assert (magic, ver, count, max_seq, body_len) == (b"DKVW", 2, 3, (1 << 64) - 1, len(data) - 26)
     body = data[26:]
     assert crc == zlib.crc32(body, zlib.crc32(data[4:22]))
     raw = zstandard.ZstdDecompressor().decompress(body) if flags & wal.FLAG_ZSTD else body
@@ -71,7 +71,7 @@ def _refresh_crc(bad: bytearray) -> bytes:
 
 def test_wrong_version_and_count_are_corruption():
     data = wal.encode(*_records(5))
-    for offset, value in ((4, 2), (6, 9)):           # version; record count
+    for offset, value in ((4, 1), (6, 9)):           # version (1: the old layout); record count
         bad = bytearray(data)
         bad[offset] = value
         with pytest.raises(dkv.CorruptionError):     # only the field is wrong: the crc matches
@@ -82,7 +82,7 @@ def test_wrong_version_and_count_are_corruption():
                                   msgpack.packb([[b"a", b"b"], [b"1"]]), b"\xc1"],
                          ids=["three-arrays", "map", "unequal", "not-msgpack"])
 def test_checksummed_but_malformed_body_is_corruption(body):
-    fields = struct.pack("<BBIQI", 1, 0, 1, 5, len(body))
+    fields = struct.pack("<BBIQI", 2, 0, 1, 5, len(body))
     data = b"DKVW" + fields + struct.pack("<I", zlib.crc32(body, zlib.crc32(fields))) + body
     with pytest.raises(dkv.CorruptionError):
         wal.decode(data)

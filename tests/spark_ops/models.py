@@ -8,7 +8,8 @@ The runtime rules modelled by ``run_model`` (what every operator sees):
 * Batches run in order. The event-time watermark of batch ``b`` is ``max(event time of every
   row of batches < b) - delay`` (None in batch 0 and while no row had an event time). Without an
   ``event_time`` column there is no watermark.
-* Rows with an event time below the batch's watermark are dropped (late), as in Spark. Rows whose
+* Rows with an event time below the batch's watermark are dropped (late), as in Spark, when the
+  operator was given ``watermark=`` (without it nothing is dropped; ``run_model(drop_late=False)``). Rows whose
   key has a null part are dropped.
 * Within a batch, each key's rows are handled in ``order_by`` order (default: event time), ties
   in input order; keys are independent of each other.
@@ -61,8 +62,10 @@ def key_row(keys, key: tuple) -> dict:
 
 
 def run_model(model, batches, *, keys, event_time=None, delay_ms: int = 0, order_by=None, inputs=None,
-              input_column=None):
+              input_column=None, drop_late: bool = True):
     """Run ``model`` over ``batches`` (lists of row dicts); one list of output rows per batch.
+    ``drop_late=False`` models an operator without ``watermark=``: the watermark (delay 0)
+    fires timers, but no row is dropped as late.
 
     model: has ``on_row(key, ts, row) -> [out]`` and ``on_watermark(wm) -> [out]``.
     """
@@ -82,7 +85,7 @@ def run_model(model, batches, *, keys, event_time=None, delay_ms: int = 0, order
             ts = to_ms(row.get(event_time)) if event_time else None
             if ts is not None:
                 times.append((row[input_column] if inputs else None, ts))
-            if wm is not None and ts is not None and ts < wm:
+            if drop_late and wm is not None and ts is not None and ts < wm:
                 continue
             sort_key = tuple((row.get(c) is not None, to_ms(row.get(c)) if c == event_time else row.get(c))
                              for c in order)

@@ -178,7 +178,8 @@ def test_buffer_with_two_key_columns_matches_model(seed):
     rng = random.Random(f"two-keys-{seed}")
     batches = random_batches(rng, 10, key_columns=("user", "dev"))
     keys = ["user", "dev"]
-    expected = run_model(BufferModel(keys, count=2, duration_ms=1000), batches, keys=keys, event_time="ts")
+    expected = run_model(BufferModel(keys, count=2, duration_ms=1000), batches, keys=keys, event_time="ts",
+                         drop_late=False)
     h = OperatorHarness(Buffer(count=2, duration_ms=1000, key_columns=tuple(keys)), key=keys, event_time="ts")
     drive(h, batches, expected, keys, rng)
 
@@ -276,7 +277,8 @@ def test_session_window_on_a_coarse_grid_matches_model(seed, gap, max_duration):
     the start and exactly at max_duration, in the same batch as the timer or a later one."""
     rng = random.Random(f"session-grid-{gap}-{max_duration}-{seed}")
     batches = random_batches(rng, 16, keys=KEYS[:3], grid=100)
-    expected = run_model(SessionModel(["k"], gap, max_duration), batches, keys=["k"], event_time="ts")
+    expected = run_model(SessionModel(["k"], gap, max_duration), batches, keys=["k"], event_time="ts",
+                         drop_late=False)
     h = OperatorHarness(SessionWindow(gap, max_duration, ("k",)), key="k", event_time="ts",
                         partitions=rng.randint(1, 3))
     drive(h, batches, expected, ["k"], rng)
@@ -297,7 +299,8 @@ def test_session_window_row_exactly_gap_later_starts_a_new_session():
     after_timer = _sessions([[{"k": "a", "ts": 10}], [{"k": "x", "ts": 15}], [], [{"k": "a", "ts": 15}],
                              [{"k": "x", "ts": 100}], []])
     model = run_model(SessionModel(["k"], 5, None, False), [[{"k": "a", "ts": 10}], [{"k": "x", "ts": 15}],
-                      [{"k": "a", "ts": 15}], [{"k": "x", "ts": 100}], []], keys=["k"], event_time="ts")
+                      [{"k": "a", "ts": 15}], [{"k": "x", "ts": 100}], []], keys=["k"], event_time="ts",
+                      drop_late=False)
     want = [(r["session_start"], r["session_end"], r["count"]) for rows in model for r in rows if r["k"] == "a"]
     assert len(want) == 2
     assert after_timer == want

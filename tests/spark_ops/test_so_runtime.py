@@ -377,3 +377,26 @@ def test_operators_emit_timezone_aware_utc_datetimes():
     assert out["last_event"] == dt.datetime(2024, 1, 1, 0, 0, 1, tzinfo=utc)
     assert out["timeout_at"] == dt.datetime(2024, 1, 1, 0, 0, 2, tzinfo=utc)
     assert out["last_event"].utcoffset() == dt.timedelta(0)
+
+
+def test_without_watermark_no_row_is_dropped_but_event_timers_still_fire():
+    """Decision (bug file #15): event_time= without watermark= drops nothing as late (as Spark
+    without withWatermark); the watermark still advances with the event times seen (delay 0),
+    so event-time timers fire."""
+    from spark_ops.operators import Buffer, Timeout
+
+    h = OperatorHarness(Buffer(count=2, key_columns=("k",)), key="k", event_time="ts", partitions=1, key_groups=4)
+    assert h.run_batch([{"k": "a", "ts": 5000}]) == []
+    out = h.run_batch([{"k": "b", "ts": 1000}, {"k": "b", "ts": 1001}])      # behind key a's time
+    assert [[r["ts"] for r in o["items"]] for o in out] == [[1000, 1001]]
+    assert h.metrics[-1]["late_rows"] == 0
+
+    t = OperatorHarness(Timeout(100, ("k",)), key="k", event_time="ts", partitions=1, key_groups=4)
+    t.run_batch([{"k": "a", "ts": 1000}])
+    t.run_batch([{"k": "z", "ts": 2000}])
+    assert [r["k"] for r in t.run_batch([])] == ["a"]      # watermark 2000 passed a's timer at 1100
+    strict = OperatorHarness(Buffer(count=2, key_columns=("k",)), key="k", event_time="ts", watermark=0,
+                             partitions=1, key_groups=4)
+    strict.run_batch([{"k": "a", "ts": 5000}])
+    assert strict.run_batch([{"k": "b", "ts": 1000}, {"k": "b", "ts": 1001}]) == []
+    assert strict.metrics[-1]["late_rows"] == 2

@@ -227,8 +227,6 @@ def test_event_order_across_a_dst_change_in_a_non_utc_session(los_angeles):
     assert [[i["v"] for i in r["items"]] for r in out] == [[1, 2]]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG 14: the round-robin repartition(n) after the operator (isolate=True) "
-                                       "scatters a key's output rows over partitions: per-key emission order lost")
 def test_a_keys_output_rows_keep_their_emission_order(utc_spark):
     """buffer(count=1) over one key's rows emits them one by one in event order; the output of one
     partition reaches foreachBatch/collect in the order the operator emitted it."""
