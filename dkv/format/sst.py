@@ -7,7 +7,8 @@ Layout (docs/format/sst.md)::
     +----------------+----------------+-----+------------------+----------------------+
 
     data block   zstd frame of a record batch [keys, values, seqs] (~4 KiB before
-                 compression, no padding); its CRC-32 is kept in the sparse index
+                 compression, no padding), or the batch itself when zstd would not save
+                 an eighth; its CRC-32 is kept in the sparse index
     metadata     zstd frame of a msgpack map: counts, min/max key, sequence range,
                  bloom filter, sparse index (first key, offset, length, crc of each block)
     footer       meta_offset u64 | meta_length u32 | meta_crc u32 | version u16 |
@@ -104,7 +105,10 @@ class SstBuilder:
     def _flush_block(self) -> None:
         if not self._bk:
             return
-        frame = compress(pack_records(self._bk, self._bv, self._bs), self.level)
+        raw = pack_records(self._bk, self._bv, self._bs)
+        frame = compress(raw, self.level)
+        if len(frame) > len(raw) - len(raw) // 8:
+            frame = raw         # incompressible (e.g. random values): skip decompression on reads
         fk, off, ln, cr = self._index
         fk.append(self._bk[0])
         off.append(self._offset)
@@ -154,6 +158,14 @@ def parse_meta(data: bytes, crc: int, what: str) -> SstMeta:
         raise CorruptionError(f"{what}: metadata is missing a field ({e})") from None
 
 
-def decode_block(frame: bytes, crc: int, what: str) -> tuple[list, list, list]:
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def decode_block(frame: bytes, crc: int, what: str) -> tuple[list, list, list, int]:
+    """(keys, values, seqs, uncompressed size) of a block: a zstd frame, or the record batch
+    itself when compression would not have saved an eighth (a msgpack array never starts
+    with the zstd magic)."""
     check_crc(frame, crc, what)
-    return unpack_records(decompress(frame, what), what)
+    raw = decompress(frame, what) if frame[:4] == ZSTD_MAGIC else frame
+    keys, values, seqs = unpack_records(raw, what)
+    return keys, values, seqs, len(raw)

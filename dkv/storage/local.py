@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import uuid
+from collections import OrderedDict
 
 from ..errors import ObjectMissingError, StorageError
 from .base import ObjectStore, check_key, clip_range
@@ -20,10 +22,14 @@ _TMP_PREFIX = ".tmp-"
 class LocalDirStore(ObjectStore):
     """A folder on a local (or mounted) file system. ``fsync=False`` trades durability for speed."""
 
+    FD_CACHE = 256       # open files kept for ranged reads (SST blocks)
+
     def __init__(self, root: str, *, fsync: bool = True) -> None:
         self.root = os.path.abspath(os.path.expanduser(root))
         self.location = self.root
         self.fsync = fsync
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._fd_lock = threading.Lock()
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as e:
@@ -33,6 +39,8 @@ class LocalDirStore(ObjectStore):
         return os.path.join(self.root, *check_key(key).split("/"))
 
     def get(self, key, start=None, end=None):
+        if start is not None or end is not None:
+            return self._get_range(key, start, end)
         path = self._path(key)
         try:
             with open(path, "rb") as f:
@@ -45,6 +53,50 @@ class LocalDirStore(ObjectStore):
             raise ObjectMissingError(f"{path} does not exist") from None
         except OSError as e:
             raise StorageError(f"cannot read {path}: {e}") from e
+
+    def _get_range(self, key: str, start, end) -> bytes:
+        """Ranged reads come from an open file kept in a small cache: objects are immutable,
+        and an SST read is a few KB, so open/close would cost more than the read."""
+        with self._fd_lock:
+            fd = self._fds.get(key)
+            if fd is not None:
+                self._fds.move_to_end(key)
+        if fd is None:
+            path = self._path(key)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise ObjectMissingError(f"{path} does not exist") from None
+            except OSError as e:
+                raise StorageError(f"cannot read {path}: {e}") from e
+            with self._fd_lock:
+                old = self._fds.get(key)
+                if old is not None:
+                    os.close(fd)
+                    fd = old
+                else:
+                    self._fds[key] = fd
+                    while len(self._fds) > self.FD_CACHE:
+                        os.close(self._fds.popitem(last=False)[1])
+        lo = 0 if start is None else max(0, start)
+        try:
+            if end is None:
+                end = os.fstat(fd).st_size
+            return os.pread(fd, max(0, end - lo), lo)
+        except OSError as e:
+            raise StorageError(f"cannot read {key} in {self.root}: {e}") from e
+
+    def _forget_fd(self, key: str) -> None:
+        with self._fd_lock:
+            fd = self._fds.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        with self._fd_lock:
+            fds, self._fds = list(self._fds.values()), OrderedDict()
+        for fd in fds:
+            os.close(fd)
 
     def _write_temp(self, path: str, data: bytes) -> str:
         folder = os.path.dirname(path)
@@ -75,6 +127,7 @@ class LocalDirStore(ObjectStore):
 
     def put(self, key, data):
         path = self._path(key)
+        self._forget_fd(key)
         try:
             tmp = self._write_temp(path, data)
             os.replace(tmp, path)
@@ -120,6 +173,7 @@ class LocalDirStore(ObjectStore):
         return out
 
     def delete(self, key):
+        self._forget_fd(key)
         try:
             _unlink(self._path(key))
         except OSError as e:

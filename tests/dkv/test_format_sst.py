@@ -35,7 +35,7 @@ def test_round_trip_through_blocks(n):
     assert off + length + sst.FOOTER_SIZE == len(data)
     got_k, got_v, got_s = [], [], []
     for i, (o, ln, c) in enumerate(zip(meta.offsets, meta.lengths, meta.crcs)):
-        k, v, s = sst.decode_block(data[o:o + ln], c, f"block {i}")
+        k, v, s, _ = sst.decode_block(data[o:o + ln], c, f"block {i}")
         assert k[0] == meta.first_keys[i], "the sparse index holds each block's first key"
         got_k += k
         got_v += v
@@ -147,3 +147,22 @@ def test_metadata_segment_keys_are_pinned():
     assert meta["n"] == len(keys) and meta["lo"] == keys[0] and meta["hi"] == keys[-1]
     assert len(meta["ik"]) == len(meta["io"]) == len(meta["il"]) == len(meta["ic"])
     assert meta["bf"] == bloom.build(keys)
+
+
+def test_incompressible_blocks_are_stored_raw_and_compressible_ones_as_zstd():
+    rng = random.Random(7)
+    for values, zstd in (([rng.randbytes(100) for _ in range(200)], False), ([b"v" * 100] * 200, True)):
+        b = sst.SstBuilder(block_bytes=1024)
+        for i, v in enumerate(values):
+            b.add(b"k%05d" % i, v, i + 1)
+        data = b.finish()
+        off, length, crc = sst.parse_footer(data, "t")
+        meta = sst.parse_meta(data[off:off + length], crc, "t")
+        got = []
+        for o, ln, c in zip(meta.offsets, meta.lengths, meta.crcs):
+            frame = data[o:o + ln]
+            assert (frame[:4] == sst.ZSTD_MAGIC) is zstd
+            keys, vals, seqs, raw_len = sst.decode_block(frame, c, "block")
+            assert raw_len >= ln
+            got += vals
+        assert got == values
