@@ -152,7 +152,7 @@ def test_metadata_segment_keys_are_pinned():
 def test_incompressible_blocks_are_stored_raw_and_compressible_ones_as_zstd():
     rng = random.Random(7)
     for values, zstd in (([rng.randbytes(100) for _ in range(200)], False), ([b"v" * 100] * 200, True)):
-        b = sst.SstBuilder(block_bytes=1024)
+        b = sst.SstBuilder(block_size=1024)
         for i, v in enumerate(values):
             b.add(b"k%05d" % i, v, i + 1)
         data = b.finish()
