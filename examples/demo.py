@@ -50,7 +50,7 @@ def write_input(folder: str, users: int, batches: int, seed: int = 7) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--users", type=int, default=500)
-    p.add_argument("--batches", type=int, default=15)
+    p.add_argument("--batches", type=int, default=30)
     args = p.parse_args(argv)
 
     from pyspark.sql import SparkSession, functions as F
