@@ -25,31 +25,6 @@ class PersistedList(SlotSequence, MutableSequence):
     kind = "list"
     __slots__ = ()
 
-    @classmethod
-    def _fresh(cls, space, name, nkey, codec):
-        self = cls()
-        self._init_base(space, name, nkey, codec, fresh=True)
-        self._init_slots(0, 0, fresh=True)
-        return self
-
-    @classmethod
-    def _load(cls, space, name, nkey, codec, meta):
-        self = cls()
-        self._init_base(space, name, nkey, codec, fresh=False)
-        self._init_slots(0, meta[0], fresh=False)
-        return self
-
-    def _meta(self) -> list:
-        return [self._tail]
-
-    def _index(self, i: int) -> int:
-        n = self._tail
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("list index out of range")
-        return i
-
     # -- reads --------------------------------------------------------------------------------
 
     def __getitem__(self, i):

@@ -25,13 +25,6 @@ class PersistedQueue(SlotSequence, Sequence):
     __slots__ = ()
 
     @classmethod
-    def _fresh(cls, space, name, nkey, codec):
-        self = cls()
-        self._init_base(space, name, nkey, codec, fresh=True)
-        self._init_slots(0, 0, fresh=True)
-        return self
-
-    @classmethod
     def _load(cls, space, name, nkey, codec, meta):
         self = cls()
         self._init_base(space, name, nkey, codec, fresh=False)
@@ -158,23 +151,6 @@ class PersistedStack(SlotSequence, Collection):
 
     kind = "stack"
     __slots__ = ()
-
-    @classmethod
-    def _fresh(cls, space, name, nkey, codec):
-        self = cls()
-        self._init_base(space, name, nkey, codec, fresh=True)
-        self._init_slots(0, 0, fresh=True)
-        return self
-
-    @classmethod
-    def _load(cls, space, name, nkey, codec, meta):
-        self = cls()
-        self._init_base(space, name, nkey, codec, fresh=False)
-        self._init_slots(0, meta[0], fresh=False)
-        return self
-
-    def _meta(self) -> list:
-        return [self._tail]
 
     def push(self, value) -> None:
         """Put value on top. O(1); one slot dirty plus the length."""

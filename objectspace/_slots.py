@@ -35,6 +35,33 @@ class SlotSequence(PersistedObject):
         self._complete = fresh or head == tail
         self._version = 0
 
+    # Kinds that keep only a length (list, stack, array) share these; queue overrides them.
+    @classmethod
+    def _fresh(cls, space, name, nkey, codec):
+        self = cls()
+        self._init_base(space, name, nkey, codec, fresh=True)
+        self._init_slots(0, 0, fresh=True)
+        return self
+
+    @classmethod
+    def _load(cls, space, name, nkey, codec, meta):
+        self = cls()
+        self._init_base(space, name, nkey, codec, fresh=False)
+        self._init_slots(0, meta[0], fresh=False)
+        return self
+
+    def _meta(self) -> list:
+        return [self._tail]
+
+    def _index(self, i: int) -> int:
+        """Slot of position i (negative from the end). IndexError outside [0, len)."""
+        n = self._tail
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"{self.kind} index out of range")
+        return i
+
     def __len__(self) -> int:
         return self._tail - self._head
 

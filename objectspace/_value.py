@@ -93,24 +93,6 @@ class PersistedArray(SlotSequence, Sequence):
         self._dirty = set(range(length))
         return self
 
-    @classmethod
-    def _load(cls, space, name, nkey, codec, meta):
-        self = cls()
-        self._init_base(space, name, nkey, codec, fresh=False)
-        self._init_slots(0, meta[0], fresh=False)
-        return self
-
-    def _meta(self) -> list:
-        return [self._tail]
-
-    def _index(self, i: int) -> int:
-        n = self._tail
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"{self.kind} index out of range")
-        return i
-
     def __getitem__(self, i):
         """O(1) per item; a slice of k items is O(k)."""
         if type(i) is int and 0 <= i < self._tail and not self._dead:
