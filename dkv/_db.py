@@ -260,7 +260,10 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
         ``flush=True`` (or, by default, memtables holding more than ``max_replay_bytes``)
         makes a checkpoint that needs no WAL replay: the memtables are flushed to SSTs
-        first and the manifest references those instead of WAL segments.
+        first and the manifest references those instead of WAL segments. With the option
+        ``wait_for_flushes``, a checkpoint taken while sealed memtables are being flushed
+        waits for those flushes and references their SSTs; their records are then never
+        uploaded as WAL.
         """
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError(f"checkpoint epoch must be a non-negative int, got {epoch!r}")
@@ -277,7 +280,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 last_seq = self._seq
                 # A checkpoint after a flushing one must pin after that flush too, or it would
                 # miss the records the flushing checkpoint did not put in a WAL segment.
-                deferred = flush or self._deferred_pins > 0
+                deferred = (flush or self._deferred_pins > 0
+                            or (self.opts.wait_for_flushes and bool(self._view[0])))
                 if deferred:
                     self._deferred_pins += 1
                     segs = list(self._segments)   # later checkpoints' segments are not ours

@@ -19,6 +19,8 @@ class Options:
     max_levels: int = 4                   # deepest sorted-run level
     max_size_amp: float = 2.0             # merge everything into the last level past this ratio
     max_replay_bytes: int = 0             # >0: a checkpoint flushes memtables past this size first
+    wait_for_flushes: bool = False        # a checkpoint references the SSTs of flushes in progress
+                                          # (waits for them) instead of uploading their WAL
     retain: int = 5                       # checkpoints kept; older ones and their files are deleted
     wal_zstd_level: int = 3
     sst_zstd_level: int = 1
