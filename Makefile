@@ -1,6 +1,7 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
 RUN := scripts/env.sh
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: setup demo test test-all bench clean
 
@@ -18,7 +19,7 @@ test-all: setup
 
 bench:
 	@EXTRAS=s3,spark,dev,bench scripts/setup_env.sh
-	$(RUN) python benchmarks/run_all.py
+	$(RUN) python benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf .venv demo-output .pytest_cache
