@@ -124,6 +124,7 @@ class CheckpointMixin:
             for seg in pin.segments:
                 if seg.state in ("pending", "failed"):      # failed: an earlier checkpoint's, retried
                     self._upload_segment(cp, seg)
+            self._grant_background_bytes(cp.wal_bytes)
             m = mf.Manifest(
                 epoch=cp.epoch, writer=self._writer, last_seq=pin.last_seq,
                 levels=[[t.ref for t in pin.version.l0]] + [[t.ref for t in lv] for lv in pin.version.levels],
@@ -178,6 +179,14 @@ class CheckpointMixin:
             self._collect_garbage()
         except Exception as e:  # noqa: BLE001 - garbage stays for the next round
             log.warning("garbage collection after checkpoint %d failed: %s", cp.epoch, e)
+
+    def _grant_background_bytes(self, wal_bytes: int) -> None:
+        """Pacing: this checkpoint interval's allowance for flush and compaction output,
+        scaled by the backlog so work that fell behind catches up."""
+        if self._pacer.enabled:
+            sealed, version = self._view
+            backlog = max(1, len(sealed)) + max(0, version.l0_runs() - self.opts.l0_trigger)
+            self._pacer.grant(wal_bytes, backlog)
 
     def _drop_failed_manifest(self, info: CheckpointInfo) -> None:
         try:

@@ -19,6 +19,7 @@ from ._refresh import RefreshMixin
 from ._memtable import Memtable
 from ._merge import merge_visible
 from ._options import Options
+from ._pacer import Pacer
 from ._table import _MISSING, BlockCache, group_bounds
 from ._timeline import CheckpointInfo, Timeline, claim_writer
 from .batch import WriteBatch, check_key, check_value
@@ -57,11 +58,14 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._bg_error: BaseException | None = None
         self._compaction_queued = False
         self._deferred_pins = 0
+        self._gen = 0       # bumped by refresh(): background work begun before it is void
         self._doomed: list = []
         self._fenced = False
         self._just_checked = False
         self._claims: list = []
         self.stats_counters: Counter = Counter()
+        # Pacing needs background threads: inline flushes would wait for themselves.
+        self._pacer = Pacer(options.pace if options.background and not read_only else 0.0)
         self._open(checkpoint, sources)
 
     # -- opening --------------------------------------------------------------------------
@@ -284,6 +288,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                             or (self.opts.wait_for_flushes and bool(self._view[0])))
                 if deferred:
                     self._deferred_pins += 1
+                    self._pacer.hurry(1)        # this checkpoint waits for flushes: unpaced
                     segs = list(self._segments)   # later checkpoints' segments are not ours
                 else:
                     pin = self._pin(last_seq)
@@ -331,6 +336,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
     def _pin_after_flushes(self, cp, last_seq, mem, segs) -> None:
         """Runs on the flush thread after every flush queued before it."""
+        self._pacer.hurry(-1)
         with self._lock:
             self._deferred_pins -= 1
             unflushed = [m for m in self._view[0] if m.max_seq <= last_seq]
@@ -379,7 +385,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._check_write()
         work = self._compact_full if full else self._compact_loop
         if self.opts.background:
-            self._compactor.submit(self._run_bg, work).result()
+            with self._pacer.hurried():
+                self._compactor.submit(self._run_bg, work).result()
         else:
             work()
         self._raise_bg_error()
@@ -387,10 +394,11 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
     def wait_idle(self) -> None:
         """Wait for queued flushes, compactions and checkpoint uploads to finish."""
         if self.opts.background and not self.read_only:
-            for _ in range(2):
-                self._flusher.submit(lambda: None).result()
-                self._compactor.submit(lambda: None).result()
-                self._uploader.submit(lambda: None).result()
+            with self._pacer.hurried():
+                for _ in range(2):
+                    self._flusher.submit(lambda: None).result()
+                    self._compactor.submit(lambda: None).result()
+                    self._uploader.submit(lambda: None).result()
         self._raise_bg_error()
 
     def _raise_bg_error(self) -> None:
@@ -428,6 +436,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 for i, lv in enumerate(version.levels)],
             "wal_segments": len(self._segments), "checkpoints": [c.epoch for c in self._committed],
             "block_cache": {"bytes": self._cache.used, "hits": self._cache.hits, "misses": self._cache.misses},
+            "pacing": {"pace": self._pacer.pace, "tokens": int(self._pacer.tokens), "waits": self._pacer.waits},
             **dict(self.stats_counters),
         }
 
@@ -443,6 +452,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             if self._deferred_pins:
                 self._flusher.submit(lambda: None).result()
             self._closing = True
+            self._pacer.stop()
             with self._cond:
                 self._cond.notify_all()
             self._flusher.shutdown(wait=True, cancel_futures=True)

@@ -37,12 +37,13 @@ class FlushMixin:
             self._active = Memtable()
         if self.opts.background:
             self._flusher.submit(self._run_bg, self._flush_one)
-            with self._cond:
-                while len(self._view[0]) > self.opts.max_sealed_memtables and not self._closing:
-                    if self._bg_error is not None:
-                        raise DkvError(f"a background flush failed, so writes cannot continue; reopen the "
-                                       f"store: {self._bg_error}") from self._bg_error
-                    self._cond.wait(0.1)
+            if len(self._view[0]) > self.opts.max_sealed_memtables:
+                with self._pacer.hurried(), self._cond:       # a stalled writer: flush unpaced
+                    while len(self._view[0]) > self.opts.max_sealed_memtables and not self._closing:
+                        if self._bg_error is not None:
+                            raise DkvError(f"a background flush failed, so writes cannot continue; reopen "
+                                           f"the store: {self._bg_error}") from self._bg_error
+                        self._cond.wait(0.1)
         else:
             self._flush_one()
 
@@ -62,14 +63,16 @@ class FlushMixin:
             self._writing.add(name)
             return name
 
-    def _write_table(self, builder: SstBuilder) -> Table:
+    def _write_table(self, builder: SstBuilder, run: int | None = None) -> Table:
         data = builder.finish()
+        self._pacer.take(len(data))
         name = self._new_table_name()
         self.store.put(name, data)
         self._count_bytes("sst", len(data))
         ref = TableRef(name, len(data), builder.first_key, builder.last_key, builder.min_seq,
                        builder.max_seq, builder.count, self.groups)
         table = Table(ref, self.store, self._cache)
+        table.run = run
         with self._lock:
             self._known_files.add(name)
             self._tables[(name, ref.groups)] = table
@@ -80,21 +83,52 @@ class FlushMixin:
         if not sealed or self._closing:
             return
         mem = sealed[-1]
-        builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
-        for key, (seq, value) in mem.items_sorted():
-            builder.add(key, value, seq)
-        table = self._write_table(builder)
-        with self._lock:
-            sealed, version = self._view
-            self._view = (tuple(m for m in sealed if m is not mem), version.with_l0(table))
-            self._writing.discard(table.path)
-            self._flushed_seq = mem.max_seq
-            # WAL truncation: segments whose records are all in SSTs are no longer needed.
-            self._segments = [s for s in self._segments if s.max_seq > mem.max_seq]
-        log.debug("flushed memtable of %d records to %s (%d B)", len(mem), table.path, table.ref.size)
+        while not self._write_flush(mem):
+            if self._closing:
+                return
+        log.debug("flushed memtable of %d records", len(mem))
         with self._cond:
             self._cond.notify_all()
         self._schedule_compaction()
+
+    def _write_flush(self, mem) -> bool:
+        """Write ``mem`` as L0 tables and publish them. False: a refresh made this writer
+        another writer meanwhile (files the old one wrote may be gone), so write it again."""
+        gen = self._gen
+        # Paced, a flush writes small tables (one sorted run of L0, disjoint key ranges) so
+        # its output can spread over several checkpoint intervals.
+        limit = self._pacer.flush_table_bytes(self.opts.table_bytes) if self._pacer.enabled else None
+        run = mem.max_seq
+        tables = []
+        builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
+        for key, (seq, value) in mem.items_sorted():
+            builder.add(key, value, seq)
+            if limit is not None and builder.estimated_size >= limit:
+                tables.append(self._write_table(builder, run))
+                builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
+                if self._closing or self._gen != gen:
+                    return self._discard(tables)
+        if builder.count or not tables:
+            tables.append(self._write_table(builder, run))
+        with self._lock:
+            if self._gen != gen:
+                return self._discard(tables)
+            sealed, version = self._view
+            self._view = (tuple(m for m in sealed if m is not mem), version.with_l0(tables))
+            for table in tables:
+                self._writing.discard(table.path)
+            self._flushed_seq = mem.max_seq
+            # WAL truncation: segments whose records are all in SSTs are no longer needed.
+            self._segments = [s for s in self._segments if s.max_seq > mem.max_seq]
+        return True
+
+    def _discard(self, tables: list) -> bool:
+        """Give up on tables written but not published: garbage for a later collection."""
+        with self._lock:
+            for t in tables:
+                self._writing.discard(t.path)
+                self._forget_table(t.path)
+        return False
 
     def _schedule_compaction(self) -> None:
         if not self.opts.compaction or self._closing:
@@ -125,8 +159,12 @@ class FlushMixin:
 
     def _compact(self, task) -> None:
         log.debug("compaction to L%d of %d tables: %s", task.level, len(task.inputs), task.reason)
+        gen = self._gen
         outputs = _compaction.run(task, self._write_table, self.opts)
         with self._lock:
+            if self._gen != gen:        # a refresh came between (see _write_flush)
+                self._discard(outputs)
+                return
             sealed, version = self._view
             self._view = (sealed, version.replace(task.inputs, outputs, task.level))
             for t in outputs:

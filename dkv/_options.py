@@ -21,6 +21,8 @@ class Options:
     max_replay_bytes: int = 0             # >0: a checkpoint flushes memtables past this size first
     wait_for_flushes: bool = False        # a checkpoint references the SSTs of flushes in progress
                                           # (waits for them) instead of uploading their WAL
+    pace: float = 0.0                     # >0: background writes per checkpoint about pace x its WAL
+                                          # bytes, in tables of table_bytes (see _pacer.py)
     retain: int = 5                       # checkpoints kept; older ones and their files are deleted
     wal_zstd_level: int = 3
     sst_zstd_level: int = 1
@@ -47,6 +49,8 @@ class Options:
             value = getattr(opts, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"dkv option {name} must be a positive int, got {value!r}")
+        if not isinstance(opts.pace, (int, float)) or isinstance(opts.pace, bool) or not 0 <= opts.pace < float("inf"):
+            raise ValueError(f"dkv option pace must be a number >= 0, got {opts.pace!r}")
         if opts.l0_trigger < 2:
             raise ValueError("dkv option l0_trigger must be at least 2")
         return opts

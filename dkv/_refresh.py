@@ -4,8 +4,11 @@ A Spark shard can run in a different Python worker from one batch to the next. T
 worker that ran it last keeps an open DB at the epoch it committed; when the shard comes
 back after another worker ran a batch or two, reopening would replay the whole WAL since
 the last flush. ``DB.refresh(epoch)`` instead applies only the WAL segments written
-since — possible when the other writer did not flush or compact (same SSTs) and its
-segment list extends ours. Otherwise it returns None and the caller reopens.
+since — possible when the other writer did not flush or compact (same SSTs as our last
+checkpoint) and its segment list extends that checkpoint's. Our own flushes may go on
+meanwhile (a paced flush spans several checkpoints): they cover only records of our last
+checkpoint or older, which the other writer's state holds too, so the result is the same
+state. Otherwise refresh returns None and the caller reopens.
 """
 from __future__ import annotations
 
@@ -44,25 +47,36 @@ class RefreshMixin:
         if self.read_only:
             raise ReadOnlyError("refresh() is for writers; reopen a read_only store instead")
         with self._wlock, self._lock:
-            if self._pending or self._wal or self._view[0] or self._deferred_pins or self._bg_error:
+            if self._pending or self._wal or self._wal_sealed or self._deferred_pins or self._bg_error:
                 return None
-            if checkpoint <= self._last_epoch:
+            if not self._committed or checkpoint <= self._committed[-1].epoch:
                 return None
             timeline = Timeline(self.store, self.ns)
             info = timeline.find(checkpoint)
             if info is None:
                 raise CheckpointNotFoundError(f"instance {self.ns!r} has no checkpoint {checkpoint}")
             m = mf.decode(self.store.get(info.name), info.name)
+            base = self._manifest_of(self._committed[-1])      # our last checkpoint
+            if _levels(base.levels) != _levels(m.levels) or tuple(m.groups) != tuple(self.groups):
+                return None
             version = self._view[1]
-            mine = _levels([[t.ref for t in version.l0]] + [[t.ref for t in lv] for lv in version.levels])
-            if mine != _levels(m.levels) or tuple(m.groups) != tuple(self.groups):
+            if _levels([[t.ref for t in version.l0]] + [[t.ref for t in lv] for lv in version.levels]) \
+                    != _levels(base.levels):
+                # Our own flush or compaction finished since that checkpoint; the other writer
+                # may have collected its files as orphans of an older writer.
                 return None
             theirs = [(r, i) for r in m.wal for i in range(r.first, r.last + 1)]
-            have = [(s.ns, s.writer, s.id) for s in self._segments]
+            have = [(r.ns, r.writer, i) for r in base.wal for i in range(r.first, r.last + 1)]
             if [(r.ns, r.writer, i) for r, i in theirs[:len(have)]] != have:
                 return None
+            if not {(s.ns, s.writer, s.id) for s in self._segments} <= set(have):
+                return None     # we wrote a segment no committed checkpoint of ours holds
+            # max_seq 0 until applied (apply_segment sets it from the segment's header)
             new = [Segment(r.ns, r.writer, i, 0, r.skip_through, r.groups) for r, i in theirs[len(have):]]
             changed = self._apply_segments(new)
+            # A flush or compaction still running began as the old writer; its files may be
+            # collected the same way: it starts again (sealed memtables stay until then).
+            self._gen += 1
             self._segments.extend(new)
             self._seq = max(self._seq, m.last_seq)
             self._writer = claim_writer(self.store, self.ns, timeline, checkpoint)

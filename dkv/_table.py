@@ -70,7 +70,7 @@ class Table:
     """One SST as seen by one checkpoint (with its key-group clip). Thread-safe, lazy."""
 
     __slots__ = ("ref", "path", "min_key", "max_key", "_store", "_cache", "_meta", "_lock",
-                 "clip_lo", "clip_hi", "_blocks", "_ref", "_first", "_bloom")
+                 "clip_lo", "clip_hi", "_blocks", "_ref", "_first", "_bloom", "run")
 
     def __init__(self, ref: TableRef, store, cache: BlockCache) -> None:
         self.ref = ref
@@ -80,6 +80,7 @@ class Table:
         self._meta = None
         self._blocks = None
         self._lock = threading.Lock()
+        self.run = None         # the flush that wrote it (its tables share one L0 run)
         self.clip_lo, self.clip_hi = group_bounds(ref.groups)
         # The effective key range: the file's range narrowed to the owned key groups.
         self.min_key = ref.min_key if self.clip_lo is None else max(ref.min_key, self.clip_lo)

@@ -89,8 +89,13 @@ class Version:
         levels[level - 1].extend(added)
         return Version(l0, levels)
 
-    def with_l0(self, table: Table) -> "Version":
-        return Version((table,) + self.l0, self.levels)
+    def with_l0(self, tables: list) -> "Version":
+        """A new Version with ``tables`` (one flush: disjoint key ranges) as the newest of L0."""
+        return Version(tuple(tables) + self.l0, self.levels)
+
+    def l0_runs(self) -> int:
+        """Sorted runs in L0: the tables of one paced flush count once."""
+        return len({id(t) if t.run is None else t.run for t in self.l0})
 
 
 def _overlaps(t: Table, start, end) -> bool:

@@ -26,7 +26,7 @@ from .operator import Context
 log = logging.getLogger(__name__)
 
 END_OF_TIME = (1 << 62)
-DKV_OPTIONS = dict(memtable_bytes=16 << 20, block_cache_bytes=32 << 20, retain=3, wait_for_flushes=True)
+DKV_OPTIONS = dict(memtable_bytes=16 << 20, block_cache_bytes=32 << 20, retain=3, pace=2.0, table_bytes=256 << 10)
 
 
 @dataclass
@@ -190,7 +190,9 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     if processing_time is None and prev_time != _watermark.NONE:
         processing_time = prev_time
     for attempt in range(3):
+        t_open = time.perf_counter()
         st = _shard_state(spec, store, groups, batch, shard, fresh=attempt > 0)
+        open_ms = (time.perf_counter() - t_open) * 1000
         try:
             emitted, metrics = _process(st, spec, batch, shard, events, watermark, processing_time, end_of_input)
             break
@@ -214,7 +216,7 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     _watermark.collect(store, batch, shard)
     metrics.update(batch=batch, shard=shard, shards=spec.shards, rows=len(events), emitted=len(emitted),
                    watermark=watermark, processing_time=processing_time,
-                   duration_ms=round((time.perf_counter() - t0) * 1000, 1))
+                   open_ms=round(open_ms, 1), duration_ms=round((time.perf_counter() - t0) * 1000, 1))
     store.put(f"metrics/{batch:012d}/p{shard:05d}-n{spec.shards:05d}", json.dumps(metrics).encode())
     log.info("spark_ops shard %d batch %d: %s", shard, batch, metrics)
     return emitted, metrics
@@ -252,8 +254,10 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: li
                 op.on_timer(ctx.key, Timer(t, name, "event" if kind == EVENT_TIME else "processing"), ctx)
                 fired += 1
     op.close(ctx)
+    t_commit = time.perf_counter()
     metrics = st.commit(batch)
-    metrics.update(late_rows=late, timers_fired=fired, state_bytes=_state_bytes(st.db))
+    metrics.update(late_rows=late, timers_fired=fired, state_bytes=_state_bytes(st.db),
+                   commit_ms=round((time.perf_counter() - t_commit) * 1000, 1))
     return st.emitted, metrics
 
 

@@ -1,0 +1,108 @@
+"""Pacing of background writes, so flushes and compactions do not land as one spike.
+
+Without pacing, a flush writes a whole memtable's SST at once, and a compaction all of
+its outputs: a host that checkpoints once per micro-batch sees one batch write many
+times what a typical batch writes. With the option ``pace`` > 0, flush and compaction
+write their output in tables (compaction: about ``table_bytes``; flush: half a grant, at
+most that) and each table spends *tokens*:
+
+- every completed WAL upload of a checkpoint grants ``pace`` × its bytes (at least
+  ``pace`` × 16 KiB), multiplied by the backlog (sealed memtables waiting, L0 runs past
+  the compaction trigger) so work that falls behind catches up instead of piling up;
+- a table may be written while the balance is positive; it may overdraw it once;
+- the balance never exceeds one grant: an idle interval's allowance is not saved up.
+
+So the background writes of one checkpoint interval stay near ``pace`` times its WAL
+bytes. Whenever a caller waits for background work (a write stalled on sealed
+memtables, ``flush()``, ``compact()``, ``wait_idle()``, a flushing checkpoint, close),
+the pacer is *hurried*: tokens are not needed until the wait is over.
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from contextlib import contextmanager
+
+MIN_GRANT = 16 << 10
+
+_live: "weakref.WeakSet[Pacer]" = weakref.WeakSet()
+
+
+def _stop_all() -> None:
+    """Interpreter exit with a store left open: paced work must not keep the exit waiting
+    (concurrent.futures joins its worker threads at exit)."""
+    for pacer in list(_live):
+        pacer.stop()
+
+
+# threading's exit hooks run before concurrent.futures joins its threads (newest first).
+getattr(threading, "_register_atexit", atexit.register)(_stop_all)
+
+
+class Pacer:
+    def __init__(self, pace: float) -> None:
+        self.pace = pace
+        self._tokens = 0.0
+        self._last_grant = 0.0
+        self._hurry = 0
+        self._stopped = False
+        self._cond = threading.Condition()
+        self.waits = 0              # tables that had to wait for a grant (for stats)
+        _live.add(self)
+
+    @property
+    def enabled(self) -> bool:
+        return self.pace > 0
+
+    def grant(self, wal_bytes: int, backlog: int = 1) -> None:
+        if not self.enabled:
+            return
+        with self._cond:
+            amount = self.pace * max(wal_bytes, MIN_GRANT) * max(1, backlog)
+            self._last_grant = amount
+            # No banking: an idle interval's allowance does not carry over, or the next
+            # flush would spend several intervals' worth at once.
+            self._tokens = min(self._tokens + amount, amount)
+            self._cond.notify_all()
+
+    def flush_table_bytes(self, table_bytes: int) -> int:
+        """Size of the tables a paced flush cuts: half a grant (so one interval's flush
+        output is spread over a few tables, not one big overdraw), at most table_bytes."""
+        return int(min(table_bytes, max(MIN_GRANT, self._last_grant / 2)))
+
+    def take(self, nbytes: int) -> None:
+        """Wait until a table of ``nbytes`` may be written, then spend the tokens."""
+        if not self.enabled:
+            return
+        with self._cond:
+            if self._tokens <= 0 and not self._hurry and not self._stopped:
+                self.waits += 1
+                while self._tokens <= 0 and not self._hurry and not self._stopped:
+                    self._cond.wait()
+            # Hurried work spends what there is but leaves no debt behind it.
+            self._tokens = self._tokens - nbytes if self._tokens > 0 or not self._hurry else 0.0
+
+    def hurry(self, delta: int) -> None:
+        """``+1`` when a caller starts waiting for background work, ``-1`` when it is done."""
+        with self._cond:
+            self._hurry += delta
+            self._cond.notify_all()
+
+    @contextmanager
+    def hurried(self):
+        self.hurry(1)
+        try:
+            yield
+        finally:
+            self.hurry(-1)
+
+    def stop(self) -> None:
+        """Closing: never wait again."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    @property
+    def tokens(self) -> float:
+        return self._tokens

@@ -1,0 +1,166 @@
+"""Paced background writes (option ``pace``): a flush spreads its tables over several
+checkpoint intervals instead of landing in one, waiting callers are never stuck behind the
+pacing, and a writer that catches up (refresh) while its paced flush is half-written ends
+with the same, complete state."""
+from __future__ import annotations
+
+import logging
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+import dkv
+from dkv._pacer import MIN_GRANT
+from dkv.storage import LoggingStore, MemoryStore
+from dkv_helpers import contents
+
+
+@pytest.fixture(autouse=True)
+def _quiet(caplog):
+    caplog.set_level(logging.CRITICAL, logger="dkv")
+
+
+PACED = dict(memtable_bytes=200_000, table_bytes=8_000, pace=2.0, compaction=False, wal_zstd_level=1)
+
+
+def fill(db, model, rng, n, space=100_000):
+    for _ in range(n):
+        k, v = b"\x00\x01k%07d" % rng.randrange(space), rng.randbytes(40)
+        db.put(k, v)
+        model[k] = v
+
+
+def _sst_bytes(store: LoggingStore) -> int:
+    return sum(c.nbytes for c in store.calls if c.kind == "put" and "/sst/" in "/" + c.key)
+
+
+def _settle(db, seconds=0.3):
+    """Give the flush thread time to spend what it was granted (pacing is about bytes,
+    not time: waiting longer must not let it write more)."""
+    time.sleep(seconds)
+
+
+def test_a_paced_flush_spreads_over_checkpoints_and_keeps_every_record():
+    store = LoggingStore(MemoryStore())
+    rng, model = random.Random(1), {}
+    db = dkv.open(store, **PACED)
+    per_interval, wal = [], []
+    for epoch in range(1, 40):
+        fill(db, model, rng, 300)
+        store.clear()
+        cp = db.checkpoint(epoch)
+        cp.wait()
+        _settle(db)
+        per_interval.append(_sst_bytes(store))
+        wal.append(cp.wal_bytes)
+    flushing = [b for b in per_interval if b]
+    assert len(flushing) >= 4, per_interval           # the flushes took several intervals each
+    # each interval writes about pace x its WAL bytes, plus at most one table past that
+    allowance = PACED["pace"] * max(max(wal), MIN_GRANT) + 2 * PACED["table_bytes"]
+    assert max(per_interval) <= allowance, (per_interval, wal)
+    assert db.stats()["pacing"]["waits"] > 0
+    assert contents(db) == model
+    last = db.checkpoints()[-1].epoch
+    db.close()
+    with dkv.open(store.inner, checkpoint=last, read_only=True) as r:
+        assert contents(r) == model
+    dkv.verify(store.inner)
+
+
+def test_unpaced_the_same_flush_lands_in_one_interval():
+    store = LoggingStore(MemoryStore())
+    rng, model = random.Random(1), {}
+    db = dkv.open(store, **{**PACED, "pace": 0.0})
+    per_interval, wal = [], []
+    for epoch in range(1, 40):
+        fill(db, model, rng, 300)
+        store.clear()
+        cp = db.checkpoint(epoch)
+        cp.wait()
+        db.wait_idle()
+        per_interval.append(_sst_bytes(store))
+        wal.append(cp.wal_bytes)
+    # the bound the paced run keeps is broken: a whole memtable lands in one interval
+    assert max(per_interval) > PACED["pace"] * max(max(wal), MIN_GRANT) + 2 * PACED["table_bytes"], (per_interval, wal)
+    assert contents(db) == model
+    db.close()
+
+
+@pytest.mark.parametrize("how", ["flush", "wait_idle", "compact", "flushing checkpoint", "stalled writes"])
+def test_waiting_callers_hurry_the_pacer(how):
+    """No checkpoint ever grants tokens here: each way of waiting must still finish."""
+    rng, model = random.Random(2), {}
+    db = dkv.open(MemoryStore(), **{**PACED, "max_sealed_memtables": 1, "compaction": True})
+    fill(db, model, rng, 4000 if how == "stalled writes" else 2500)   # seals (and stalls) on its own
+    if how == "flush":
+        db.flush()
+        assert db.stats()["sealed_memtables"] == 0
+    elif how == "wait_idle":
+        db.wait_idle()
+        assert db.stats()["sealed_memtables"] == 0
+    elif how == "compact":
+        db.flush()
+        db.compact(full=True)
+        assert db.stats()["levels"][0]["tables"] == 0
+    elif how == "flushing checkpoint":
+        db.checkpoint(1, flush=True).wait()
+        assert db.stats()["sealed_memtables"] == 0
+    assert contents(db) == model
+    db.close()
+
+
+def test_close_and_interpreter_exit_do_not_wait_for_pacing(tmp_path):
+    code = f"""
+import random, dkv
+db = dkv.open({str(tmp_path)!r}, memtable_bytes=100_000, table_bytes=4_000, pace=1.0, fsync=False)
+rng = random.Random(3)
+for i in range(3000):
+    db.put(b"k%07d" % rng.randrange(10**6), rng.randbytes(40))
+db.checkpoint(1).wait()
+print("sealed", db.stats()["sealed_memtables"])
+# left open on purpose: the paced flush waits for tokens that never come
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("sealed ")
+    db = dkv.open(str(tmp_path), memtable_bytes=100_000, pace=1.0)
+    assert len(contents(db)) > 2900
+    db.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_refresh_while_a_paced_flush_is_half_written(seed):
+    """Writer A's flush is half-written (waiting for tokens) when writer B takes over the
+    instance; B collects A's unpublished tables as orphans. A catches up by refresh: its
+    flush must start again, and everything stays readable and complete."""
+    rng, model = random.Random(seed), {}
+    store = MemoryStore()
+    a = dkv.open(store, **PACED)
+    epoch = 0
+    while not (a.stats()["sealed_memtables"] and a._writing):
+        fill(a, model, rng, 400)
+        epoch += 1
+        a.checkpoint(epoch).wait()
+        _settle(a, 0.1)
+    b = dkv.open(store, **PACED)              # takes over: A is fenced
+    for _ in range(rng.randrange(1, 4)):
+        fill(b, model, rng, 200)
+        epoch += 1
+        b.checkpoint(epoch).wait()
+    b.close()
+    changed = a.refresh(epoch)
+    assert changed is not None, "A's version is still its last checkpoint's: refresh applies"
+    for _ in range(30):                        # grants let the restarted flush finish
+        fill(a, model, rng, 100)
+        epoch += 1
+        a.checkpoint(epoch).wait()
+        _settle(a, 0.05)
+    a.wait_idle()
+    assert contents(a) == model
+    a.close()
+    with dkv.open(store, read_only=True) as r:
+        assert contents(r) == model
+    dkv.verify(store)
