@@ -131,7 +131,7 @@ class CheckpointMixin:
                 wal=wal_ranges(pin.segments, pin.flushed_seq, self.ns),
                 retained=[c.epoch for c in self._committed[-(self.opts.retain - 1):]] + [cp.epoch] if self.opts.retain > 1 else [cp.epoch],
                 parent=self._committed[-1].epoch if self._committed else None,
-                groups=self.groups, created_ms=int(time.time() * 1000))
+                groups=self.groups, created_ms=int(time.time() * 1000), reserved=self._reserved())
             data = mf.encode(m)
             name = _paths.manifest_name(self.ns, cp.epoch, self._writer)
             try:
@@ -174,18 +174,39 @@ class CheckpointMixin:
         finally:
             with self._lock:
                 self._pending.remove(pin)
+        if not self._orphans_listed:
+            # A new writer adopts older writers' unreferenced files once, inside its first
+            # checkpoint, so the adoption is over when that checkpoint returns: a writer that
+            # catches up to it later (refresh) can tell what of its unfinished work survived.
+            try:
+                self._collect_garbage(orphans=True)
+            except Exception as e:  # noqa: BLE001 - retried with the next checkpoint
+                log.warning("garbage collection in checkpoint %d failed: %s", cp.epoch, e)
         cp._finish()
         try:
             self._collect_garbage()
         except Exception as e:  # noqa: BLE001 - garbage stays for the next round
             log.warning("garbage collection after checkpoint %d failed: %s", cp.epoch, e)
 
+    def _reserved(self) -> dict:
+        """SST numbers a flush or compaction in progress (or to come) may still publish:
+        per writer epoch, the lowest one. Only these writers' files are in flight here."""
+        with self._lock:
+            out = {self._writer: self._next_table + 1}
+            for name in self._writing:
+                parsed = _paths.parse_file_name(name)
+                if parsed is not None and parsed[0] == "sst":
+                    out[parsed[1]] = min(out.get(parsed[1], parsed[2]), parsed[2])
+            return out
+
     def _grant_background_bytes(self, wal_bytes: int) -> None:
         """Pacing: this checkpoint interval's allowance for flush and compaction output,
         scaled by the backlog so work that fell behind catches up."""
         if self._pacer.enabled:
             sealed, version = self._view
-            backlog = max(1, len(sealed)) + max(0, version.l0_runs() - self.opts.l0_trigger)
+            backlog = max(1, len(sealed))
+            if self.opts.compaction:
+                backlog += max(0, version.l0_runs() - self.opts.l0_trigger)
             self._pacer.grant(wal_bytes, backlog)
 
     def _drop_failed_manifest(self, info: CheckpointInfo) -> None:
@@ -220,7 +241,7 @@ class CheckpointMixin:
             m = self._manifests[info.name] = mf.decode(self.store.get(info.name), info.name)
         return m
 
-    def _collect_garbage(self) -> None:
+    def _collect_garbage(self, orphans: bool = False) -> None:
         """Delete manifests past retention (and abandoned ones), then own files that no
         retained checkpoint, pending checkpoint or live state needs. A manifest that could
         not be deleted stays doomed and keeps its files until a later round deletes it."""
@@ -264,7 +285,7 @@ class CheckpointMixin:
             for info in doomed_manifests:
                 if info not in still_there:
                     self._manifests.pop(info.name, None)
-            if not self._orphans_listed:
+            if orphans and not self._orphans_listed:
                 self._list_orphans()
             with self._lock:
                 live = self._live_files()
@@ -286,14 +307,21 @@ class CheckpointMixin:
         return files
 
     def _list_orphans(self) -> None:
-        """Once per writer: adopt files of older writers that no manifest refers to."""
+        """Once per writer: adopt files of older writers that no manifest refers to, except
+        SSTs the checkpoint we opened reserves (its writer may still publish them: a Spark
+        shard that moved to another worker and comes back catches up with refresh)."""
         own = _paths.ns_prefix(self.ns)
+        reserved = self._base_reserved      # the work in flight of the writer we opened from
         found = []
         for d in (_paths.SST_DIR, _paths.WAL_DIR):
             for name, _ in self.store.list(own + d):
                 parsed = _paths.parse_file_name(name)
-                if parsed is not None and parsed[1] < self._writer:
-                    found.append(name)
+                if parsed is None or parsed[1] >= self._writer:
+                    continue
+                kind, writer, number = parsed
+                if kind == "sst" and writer in reserved and number >= reserved[writer]:
+                    continue
+                found.append(name)
         with self._lock:
             self._known_files.update(found)
         self._orphans_listed = True

@@ -95,6 +95,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._next_segment = 0
         self._next_table = 0
         self.opened_from = restored.info
+        # SSTs the checkpoint we opened reserves (see _list_orphans)
+        self._base_reserved = dict(restored.manifest.reserved) if sources is None and restored.manifest else {}
         if self.read_only:
             self._writer = 0
             self._committed = [c for c in timeline.valid() if start < 0 or c.epoch <= start]

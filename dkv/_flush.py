@@ -83,9 +83,10 @@ class FlushMixin:
         if not sealed or self._closing:
             return
         mem = sealed[-1]
-        while not self._write_flush(mem):
-            if self._closing:
-                return
+        with self._pacer.working():
+            while not self._write_flush(mem):
+                if self._closing:
+                    return
         log.debug("flushed memtable of %d records", len(mem))
         with self._cond:
             self._cond.notify_all()
@@ -160,7 +161,8 @@ class FlushMixin:
     def _compact(self, task) -> None:
         log.debug("compaction to L%d of %d tables: %s", task.level, len(task.inputs), task.reason)
         gen = self._gen
-        outputs = _compaction.run(task, self._write_table, self.opts)
+        with self._pacer.working():
+            outputs = _compaction.run(task, self._write_table, self.opts)
         with self._lock:
             if self._gen != gen:        # a refresh came between (see _write_flush)
                 self._discard(outputs)

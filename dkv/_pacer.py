@@ -10,7 +10,8 @@ most that) and each table spends *tokens*:
   ``pace`` × 16 KiB), multiplied by the backlog (sealed memtables waiting, L0 runs past
   the compaction trigger) so work that falls behind catches up instead of piling up;
 - a table may be written while the balance is positive; it may overdraw it once;
-- the balance never exceeds one grant: an idle interval's allowance is not saved up.
+- nothing is banked: a grant replaces what is left of the previous one, and goes only to
+  work in progress, so one interval spends at most one grant plus one table.
 
 So the background writes of one checkpoint interval stay near ``pace`` times its WAL
 bytes. Whenever a caller waits for background work (a write stalled on sealed
@@ -46,6 +47,7 @@ class Pacer:
         self._tokens = 0.0
         self._last_grant = 0.0
         self._hurry = 0
+        self._working = 0           # flushes and compactions in progress
         self._stopped = False
         self._cond = threading.Condition()
         self.waits = 0              # tables that had to wait for a grant (for stats)
@@ -61,9 +63,9 @@ class Pacer:
         with self._cond:
             amount = self.pace * max(wal_bytes, MIN_GRANT) * max(1, backlog)
             self._last_grant = amount
-            # No banking: an idle interval's allowance does not carry over, or the next
-            # flush would spend several intervals' worth at once.
-            self._tokens = min(self._tokens + amount, amount)
+            # No banking: an allowance is for the work in progress now. Saved up by an idle
+            # interval, it would let the next flush write two intervals' worth in one.
+            self._tokens = min(self._tokens, 0.0) + (amount if self._working else 0.0)
             self._cond.notify_all()
 
     def flush_table_bytes(self, table_bytes: int) -> int:
@@ -82,6 +84,17 @@ class Pacer:
                     self._cond.wait()
             # Hurried work spends what there is but leaves no debt behind it.
             self._tokens = self._tokens - nbytes if self._tokens > 0 or not self._hurry else 0.0
+
+    @contextmanager
+    def working(self):
+        """Around a flush or compaction: grants go to work in progress only."""
+        with self._cond:
+            self._working += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._working -= 1
 
     def hurry(self, delta: int) -> None:
         """``+1`` when a caller starts waiting for background work, ``-1`` when it is done."""

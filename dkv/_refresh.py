@@ -59,11 +59,12 @@ class RefreshMixin:
             base = self._manifest_of(self._committed[-1])      # our last checkpoint
             if _levels(base.levels) != _levels(m.levels) or tuple(m.groups) != tuple(self.groups):
                 return None
-            version = self._view[1]
-            if _levels([[t.ref for t in version.l0]] + [[t.ref for t in lv] for lv in version.levels]) \
-                    != _levels(base.levels):
-                # Our own flush or compaction finished since that checkpoint; the other writer
-                # may have collected its files as orphans of an older writer.
+            # Our own flushes and compactions may have changed our levels since that
+            # checkpoint; their files are reserved in it, so the other writer left them alone.
+            # Check rather than trust (an older manifest or a third writer may not have).
+            in_base = {t.path for t in base.tables()}
+            ours = {t.path for t in self._view[1].tables()} - in_base
+            if any(not self.store.exists(name) for name in ours):
                 return None
             theirs = [(r, i) for r in m.wal for i in range(r.first, r.last + 1)]
             have = [(r.ns, r.writer, i) for r in base.wal for i in range(r.first, r.last + 1)]
@@ -74,9 +75,11 @@ class RefreshMixin:
             # max_seq 0 until applied (apply_segment sets it from the segment's header)
             new = [Segment(r.ns, r.writer, i, 0, r.skip_through, r.groups) for r, i in theirs[len(have):]]
             changed = self._apply_segments(new)
-            # A flush or compaction still running began as the old writer; its files may be
-            # collected the same way: it starts again (sealed memtables stay until then).
-            self._gen += 1
+            # A flush or compaction still running began as the old writer. If any of its
+            # files were collected after all (it was not reserved, or a third writer came
+            # between), that work starts again from its inputs.
+            if any(not self.store.exists(name) for name in self._written_unpublished()):
+                self._gen += 1
             self._segments.extend(new)
             self._seq = max(self._seq, m.last_seq)
             self._writer = claim_writer(self.store, self.ns, timeline, checkpoint)
@@ -91,8 +94,15 @@ class RefreshMixin:
             self._orphans_listed = False
             self._fenced = False
             self.opened_from = info
+            self._base_reserved = dict(m.reserved)
         log.debug("refreshed %r to epoch %d: %d segments, %d keys", self.ns, checkpoint, len(new), len(changed))
         return changed
+
+    def _written_unpublished(self) -> list[str]:
+        """Tables a flush or compaction in progress has stored but not yet published."""
+        with self._lock:
+            stored = {path for path, _ in self._tables}
+            return [name for name in self._writing if name in stored]
 
     def _apply_segments(self, segments: list) -> list[bytes]:
         if not segments:

@@ -10,7 +10,10 @@ Layout (docs/format/manifest.md)::
 Body keys are one or two letters to keep a manifest at ~100 bytes when the level list
 is empty: ``e`` epoch, ``w`` writer epoch, ``p`` parent epoch, ``s`` last sequence
 number, ``l`` levels (L0 first; each a list of tables), ``r`` WAL ranges to replay,
-``k`` retained epochs, ``g`` owned key-group range, ``t`` creation time (ms).
+``k`` retained epochs, ``g`` owned key-group range, ``t`` creation time (ms), ``v``
+reserved table numbers (``[writer, first]`` pairs: SSTs of that writer numbered ``first``
+or more may still be published by this checkpoint's writer, so a writer that opens this
+checkpoint must not collect them as orphans).
 """
 from __future__ import annotations
 
@@ -88,6 +91,7 @@ class Manifest:
     parent: int | None = None
     groups: tuple = ALL_KEY_GROUPS
     created_ms: int = 0
+    reserved: dict = field(default_factory=dict)     # writer -> first SST number still in flight
 
     def tables(self):
         for level in self.levels:
@@ -106,6 +110,8 @@ def encode(m: Manifest) -> bytes:
         body["k"] = list(m.retained)
     if tuple(m.groups) != ALL_KEY_GROUPS:
         body["g"] = list(m.groups)
+    if m.reserved:
+        body["v"] = [[w, n] for w, n in sorted(m.reserved.items())]
     raw = pack_obj(body)
     flags = 0
     if len(raw) > COMPRESS_OVER:
@@ -135,6 +141,7 @@ def decode(data: bytes, what: str = "manifest") -> Manifest:
         return Manifest(
             epoch=b["e"], writer=b["w"], last_seq=b["s"], levels=levels,
             wal=[WalRange.from_list(r) for r in b.get("r", [])], retained=b.get("k", []),
-            parent=b.get("p"), groups=tuple(b.get("g", ALL_KEY_GROUPS)), created_ms=b.get("t", 0))
+            parent=b.get("p"), groups=tuple(b.get("g", ALL_KEY_GROUPS)), created_ms=b.get("t", 0),
+            reserved={int(w): int(n) for w, n in b.get("v", [])})
     except (KeyError, TypeError, IndexError, ValueError) as e:
         raise CorruptionError(f"{what}: malformed body ({e!r})") from None
