@@ -43,19 +43,29 @@ def _settle(db, seconds=0.3):
     time.sleep(seconds)
 
 
-def test_a_paced_flush_spreads_over_checkpoints_and_keeps_every_record():
+def _intervals(pace: float):
+    """39 checkpoint intervals of 300 writes each: (store, db, model, SST bytes written in each
+    interval, WAL bytes of each checkpoint)."""
     store = LoggingStore(MemoryStore())
     rng, model = random.Random(1), {}
-    db = dkv.open(store, **PACED)
+    db = dkv.open(store, **{**PACED, "pace": pace})
     per_interval, wal = [], []
     for epoch in range(1, 40):
         fill(db, model, rng, 300)
         store.clear()
         cp = db.checkpoint(epoch)
         cp.wait()
-        _settle(db)
+        if pace:
+            _settle(db)
+        else:
+            db.wait_idle()
         per_interval.append(_sst_bytes(store))
         wal.append(cp.wal_bytes)
+    return store, db, model, per_interval, wal
+
+
+def test_a_paced_flush_spreads_over_checkpoints_and_keeps_every_record():
+    store, db, model, per_interval, wal = _intervals(PACED["pace"])
     flushing = [b for b in per_interval if b]
     assert len(flushing) >= 4, per_interval           # the flushes took several intervals each
     # each interval writes about pace x its WAL bytes: at most one grant, plus one table past
@@ -72,18 +82,7 @@ def test_a_paced_flush_spreads_over_checkpoints_and_keeps_every_record():
 
 
 def test_unpaced_the_same_flush_lands_in_one_interval():
-    store = LoggingStore(MemoryStore())
-    rng, model = random.Random(1), {}
-    db = dkv.open(store, **{**PACED, "pace": 0.0})
-    per_interval, wal = [], []
-    for epoch in range(1, 40):
-        fill(db, model, rng, 300)
-        store.clear()
-        cp = db.checkpoint(epoch)
-        cp.wait()
-        db.wait_idle()
-        per_interval.append(_sst_bytes(store))
-        wal.append(cp.wal_bytes)
+    store, db, model, per_interval, wal = _intervals(0.0)
     # the bound the paced run keeps is broken: a whole memtable lands in one interval
     assert max(per_interval) > PACED["pace"] * max(max(wal), MIN_GRANT) + 2 * PACED["table_bytes"], (per_interval, wal)
     assert contents(db) == model
