@@ -165,13 +165,14 @@ def drop_cached(state_location: str | None = None) -> None:
 
 def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, batch_time: int | None = None,
                     watermark: int | None = None, processing_time: int | None = None,
-                    end_of_input: bool = False) -> tuple[list, dict]:
+                    end_of_input: bool = False, heartbeat_time: int | None = None) -> tuple[list, dict]:
     """Run one shard of one batch. ``events``: (key group, key parts, event ms or None, row)
     sorted in processing order. Returns (emitted rows, metrics).
 
     The watermark and processing time come from the previous batch's records unless given
     (the test harness gives them). ``end_of_input``: no more rows will come (a batch
-    DataFrame), so after the rows every timer fires."""
+    DataFrame), so after the rows every timer fires. ``heartbeat_time``: the largest event
+    time of rows without a key (dropped), which advances every input's watermark."""
     t0 = time.perf_counter()
     store = _store(spec.state, spec.dkv_options)
     groups = _CONFIG.get(spec.state)
@@ -205,6 +206,8 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     with _LOCK:
         _SHARDS[(spec.state, shard, spec.shards)] = st
     new_basis = list(basis)
+    if heartbeat_time is not None:
+        new_basis = [max(b, heartbeat_time) for b in new_basis]
     index = {name: i for i, name in enumerate(inputs)}
     for _, _, ts, row in events:
         if ts is not None:

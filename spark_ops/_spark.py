@@ -175,8 +175,9 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
         else:
             local = ShardSpec(**{**spec.__dict__, "state": f"{spec.state}/{query}/{name}"})
             batch_id = int(batch)
-        events, batch_time = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
-        emitted, _ = run_shard_batch(local, batch_id, shard, events, batch_time=batch_time, end_of_input=final)
+        events, batch_time, heartbeat = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
+        emitted, _ = run_shard_batch(local, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
+                                     heartbeat_time=heartbeat)
         if final:
             from ._runtime import drop_cached
             drop_cached(local.state)
@@ -186,11 +187,19 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
 
 
 def _events(pdf, keys, columns, order, event_time, to_parts, instants):
-    """Rows as (key group, key parts, event ms, row dict), in processing order."""
+    """Rows as (key group, key parts, event ms, row dict), in processing order, the batch
+    time, and the largest event time (ms) of rows with a null key, or None. Those rows (a
+    heartbeat) are dropped, but their event times advance the watermark."""
     if pdf is None:
-        return [], None
+        return [], None, None
     batch_time = int(pdf[BATCH_TS].max())
-    pdf = pdf[pdf[keys].notna().all(axis=1)]          # null keys (e.g. heartbeat rows) are dropped
+    keyed = pdf[keys].notna().all(axis=1)
+    heartbeat = None
+    if event_time is not None and not keyed.all():
+        col = pdf.loc[~keyed, instants.get(event_time, event_time)]
+        if col.notna().any():
+            heartbeat = int(col.max()) // (1000 if event_time in instants else 1)
+    pdf = pdf[keyed]
     sortable = [c for c in columns if c not in keys and c not in order and _sortable(pdf[c])]
     by = [instants.get(c, c) for c in [KG] + keys + order + sortable]
     pdf = pdf.sort_values(by, kind="mergesort", na_position="first")
@@ -205,7 +214,7 @@ def _events(pdf, keys, columns, order, event_time, to_parts, instants):
     parts = _plain_key if all(_native_key(pdf[k]) for k in keys) else to_parts
     keyvals = list(zip(*[values[k] for k in keys]))
     rows = list(map(_row_maker(columns), *[values[c] for c in columns])) if columns else [{}] * len(kgs)
-    return [(kg, parts(kv), t, row) for kg, kv, t, row in zip(kgs, keyvals, ts, rows)], batch_time
+    return [(kg, parts(kv), t, row) for kg, kv, t, row in zip(kgs, keyvals, ts, rows)], batch_time, heartbeat
 
 
 def _plain_key(kv: tuple) -> tuple:

@@ -70,12 +70,17 @@ class OperatorHarness:
         watermark / processing_time (ms or datetime) override the values the runtime
         derives from the previous batch, like a Spark driver would have set them."""
         per_shard: dict[int, list] = {s: [] for s in range(self.spec.shards)}
+        heartbeat = None
         for i, row in enumerate(rows):
             missing = [k for k in self.keys if k not in row]
             if missing:
                 raise KeyError(f"row {i} has no key column(s) {missing}: {row!r}")
             kv = tuple(row[k] for k in self.keys)
             if any(v is None for v in kv):
+                # a heartbeat row: dropped, but its event time advances the watermark
+                ts = _ms(row.get(self.event_time)) if self.event_time else None
+                if ts is not None:
+                    heartbeat = ts if heartbeat is None else max(heartbeat, ts)
                 continue
             parts = to_parts(kv)
             kg = self.key_group(parts)
@@ -86,7 +91,8 @@ class OperatorHarness:
         for s in range(self.spec.shards):
             events = [ev for _, ev in sorted(per_shard[s], key=lambda x: x[0])]
             emitted, metrics = run_shard_batch(self.spec, self.batch_id, s, events, batch_time=_ms(batch_time),
-                                               watermark=_ms(watermark), processing_time=_ms(processing_time))
+                                               watermark=_ms(watermark), processing_time=_ms(processing_time),
+                                               heartbeat_time=heartbeat)
             out.extend(emitted)
             self.metrics.append(metrics)
         self.batch_id += 1

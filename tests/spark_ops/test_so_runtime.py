@@ -14,7 +14,7 @@ import pytest
 
 import dkv
 from dkv.format import manifest as mf
-from spark_ops import Operator, read_metrics
+from spark_ops import Context, Operator, read_metrics
 from spark_ops.operators import Buffer, Delay, Timeout
 from spark_ops.testing import OperatorHarness
 
@@ -400,3 +400,20 @@ def test_without_watermark_no_row_is_dropped_but_event_timers_still_fire():
     strict.run_batch([{"k": "a", "ts": 5000}])
     assert strict.run_batch([{"k": "b", "ts": 1000}, {"k": "b", "ts": 1001}]) == []
     assert strict.metrics[-1]["late_rows"] == 2
+
+
+@pytest.mark.parametrize("heartbeat", [True, False], ids=["heartbeat", "idle"])
+def test_a_heartbeat_row_without_a_key_advances_the_watermark_and_fires_timers(heartbeat):
+    """Rows whose key is null are dropped, but their event times move the watermark: an idle
+    stream with a heartbeat still times keys out; without one, nothing fires."""
+    h = OperatorHarness(Timeout(5_000, ("k",)), key="k", event_time="ts", partitions=2, key_groups=16)
+    assert h.run_batch([{"k": "a", "ts": 1_000}, {"k": "b", "ts": 2_000}]) == []
+    beat = [{"k": None, "ts": 60_000}] if heartbeat else []
+    assert h.run_batch(beat) == []                   # the watermark lags one batch
+    out = h.run_batch([])
+    if heartbeat:
+        assert sorted((r["k"], r["timeout_at"]) for r in out) == [("a", Context.to_datetime(6_000)),
+                                                                    ("b", Context.to_datetime(7_000))]
+    else:
+        assert out == []
+    assert sum(m["rows"] for m in h.metrics) == 2     # the heartbeat row is not an event

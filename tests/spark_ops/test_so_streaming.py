@@ -239,3 +239,19 @@ def test_a_keys_output_rows_keep_their_emission_order(utc_spark):
     rows = [{"k": "a", "ts": at(i * 10), "v": i} for i in range(20)]
     out = spark_ops.buffer(_static(utc_spark, rows), "k", count=1, event_time="ts").collect()
     assert [r["items"][0]["v"] for r in out] == list(range(20))
+
+
+def test_a_heartbeat_keeps_timers_firing_on_an_idle_stream(utc_spark, tmp_path):
+    """docs/spark_ops.md: union a heartbeat with a null key. Its rows are dropped, but their
+    event times advance the watermark, so keys still time out while no keyed row arrives."""
+    batches = [[{"k": "a", "ts": at(1_000), "v": 1}, {"k": "b", "ts": at(2_000), "v": 2}],
+               [{"k": None, "ts": at(60_000), "v": None}], [{"k": None, "ts": at(61_000), "v": None}]]
+    write_batch_files(tmp_path / "src", batches)
+    out = spark_ops.timeout(read_stream(utc_spark, tmp_path / "src"), "k", "5 seconds", event_time="ts",
+                            state=str(tmp_path / "state"))
+    run_stream(out, tmp_path / "out", tmp_path / "cp")
+    got = read_sink(tmp_path / "out")
+    assert got[0] == [] and got[1] == []
+    assert sorted((r["k"], r["timeout_at"]) for r in got[2]) == [("a", at(6_000)), ("b", at(7_000))]
+    recs = spark_ops.read_metrics(str(tmp_path / "state"))
+    assert sum(r["rows"] for r in recs) == 2 and sum(r["timers_fired"] for r in recs) == 2
