@@ -204,9 +204,12 @@ class CheckpointMixin:
         scaled by the backlog so work that fell behind catches up."""
         if self._pacer.enabled:
             sealed, version = self._view
-            backlog = max(1, len(sealed))
+            # Half a grant more per memtable or L0 run waiting beyond the first: enough to
+            # catch up over a few intervals without one interval doubling its bytes.
+            behind = max(0, len(sealed) - 1)
             if self.opts.compaction:
-                backlog += max(0, version.l0_runs() - self.opts.l0_trigger)
+                behind += max(0, version.l0_runs() - self.opts.l0_trigger)
+            backlog = 1 + 0.5 * behind
             self._pacer.grant(wal_bytes, backlog)
 
     def _drop_failed_manifest(self, info: CheckpointInfo) -> None:

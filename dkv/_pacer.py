@@ -7,8 +7,9 @@ write their output in tables (compaction: about ``table_bytes``; flush: half a g
 most that) and each table spends *tokens*:
 
 - every completed WAL upload of a checkpoint grants ``pace`` × its bytes (at least
-  ``pace`` × 16 KiB), multiplied by the backlog (sealed memtables waiting, L0 runs past
-  the compaction trigger) so work that falls behind catches up instead of piling up;
+  ``pace`` × 16 KiB), plus half of that for each sealed memtable beyond the first and each
+  L0 run past the compaction trigger, so work that falls behind catches up instead of
+  piling up (without one interval doubling its bytes);
 - a table may be written while the balance is positive; it may overdraw it once;
 - nothing is banked: a grant replaces what is left of the previous one, and goes only to
   work in progress, so one interval spends at most one grant plus one table.
@@ -57,7 +58,7 @@ class Pacer:
     def enabled(self) -> bool:
         return self.pace > 0
 
-    def grant(self, wal_bytes: int, backlog: int = 1) -> None:
+    def grant(self, wal_bytes: int, backlog: float = 1.0) -> None:
         if not self.enabled:
             return
         with self._cond:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import chain
 
+from ._paths import parse_file_name
 from ._table import _MISSING, Table
 
 
@@ -94,8 +95,26 @@ class Version:
         return Version(tuple(tables) + self.l0, self.levels)
 
     def l0_runs(self) -> int:
-        """Sorted runs in L0: the tables of one paced flush count once."""
-        return len({id(t) if t.run is None else t.run for t in self.l0})
+        """Sorted runs in L0: the tables of one paced flush count once. A flush publishes its
+        tables together in ascending key order; after a reopen (when the flush that wrote
+        them is not known) consecutive tables of one writer in ascending, disjoint key
+        ranges are taken for one run."""
+        runs, prev = 0, None
+        for t in self.l0:
+            if prev is None:
+                same = False
+            elif t.run is not None or prev.run is not None:
+                same = t.run == prev.run
+            else:
+                same = t.min_key > prev.max_key and _writer(t) == _writer(prev)
+            runs += not same
+            prev = t
+        return runs
+
+
+def _writer(t: Table):
+    parsed = parse_file_name(t.path)
+    return None if parsed is None else parsed[1]
 
 
 def _overlaps(t: Table, start, end) -> bool:

@@ -26,7 +26,7 @@ from .operator import Context
 log = logging.getLogger(__name__)
 
 END_OF_TIME = (1 << 62)
-DKV_OPTIONS = dict(memtable_bytes=16 << 20, block_cache_bytes=32 << 20, retain=3, pace=2.0, table_bytes=256 << 10)
+DKV_OPTIONS = dict(memtable_bytes=16 << 20, block_cache_bytes=32 << 20, retain=3, pace=2.5, table_bytes=256 << 10)
 
 
 @dataclass

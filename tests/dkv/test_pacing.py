@@ -178,3 +178,24 @@ def test_refresh_while_a_paced_flush_is_half_written(seed, between):
     with dkv.open(store, read_only=True) as r:
         assert contents(r) == model
     dkv.verify(store)
+
+
+def test_a_paced_flush_counts_as_one_l0_run_also_after_a_reopen():
+    """The L0 compaction trigger counts sorted runs: the many small tables of one paced flush
+    are one run, before and after a reopen (else a reopen would start a needless compaction)."""
+    rng, model = random.Random(5), {}
+    store = MemoryStore()
+    db = dkv.open(store, **PACED)
+    epoch = 0
+    while db.stats()["levels"][0]["tables"] < 5 or db.stats()["sealed_memtables"]:
+        fill(db, model, rng, 300)
+        epoch += 1
+        db.checkpoint(epoch).wait()
+        _settle(db, 0.05)
+    version = db._view[1]
+    assert len(version.l0) >= 5 and version.l0_runs() == 1
+    db.checkpoint(epoch + 1).wait()         # references the flushed tables
+    db.close()
+    with dkv.open(store, read_only=True) as r:
+        assert len(r._view[1].l0) >= 5 and r._view[1].l0_runs() == 1
+        assert contents(r) == model
