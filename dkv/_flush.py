@@ -13,7 +13,8 @@ from . import _compaction, _paths
 from ._memtable import Memtable
 from ._table import Table
 from .format.manifest import TableRef
-from .errors import DkvError
+from ._timeline import check_not_fenced
+from .errors import DkvError, FencedError
 from .format.sst import SstBuilder
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class FlushMixin:
     def _write_table(self, builder: SstBuilder, run: int | None = None) -> Table:
         data = builder.finish()
         self._pacer.take(len(data))
+        if self._pacer.enabled:
+            self._pause_while_fenced()
         name = self._new_table_name()
         self.store.put(name, data)
         self._count_bytes("sst", len(data))
@@ -77,6 +80,22 @@ class FlushMixin:
             self._known_files.add(name)
             self._tables[(name, ref.groups)] = table
         return table
+
+    def _pause_while_fenced(self) -> None:
+        """Paced work of a writer that another writer replaced (a Spark shard now running in
+        another Python worker) would only duplicate that writer's flushes: it waits until a
+        refresh makes this writer current again (it goes on under the new writer epoch), or
+        until close or a caller waiting for it. One listing of the claims per table."""
+        writer = self._writer
+        try:
+            check_not_fenced(self.store, self.ns, writer)
+            return
+        except FencedError:
+            pass
+        except Exception:  # noqa: BLE001 - cannot tell: carry on, a later check decides
+            return
+        log.debug("writer %d of %r is fenced: paced background work waits", writer, self.ns)
+        self._pacer.pause_until(lambda: self._writer != writer or self._closing)
 
     def _flush_one(self) -> None:
         sealed, _ = self._view

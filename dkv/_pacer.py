@@ -97,6 +97,17 @@ class Pacer:
             with self._cond:
                 self._working -= 1
 
+    def pause_until(self, ready) -> None:
+        """Wait until ``ready()`` (checked on every wake and twice a second), unless hurried
+        or stopped."""
+        with self._cond:
+            while not ready() and not self._hurry and not self._stopped:
+                self._cond.wait(0.5)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
     def hurry(self, delta: int) -> None:
         """``+1`` when a caller starts waiting for background work, ``-1`` when it is done."""
         with self._cond:

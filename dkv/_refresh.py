@@ -95,6 +95,7 @@ class RefreshMixin:
             self._fenced = False
             self.opened_from = info
             self._base_reserved = dict(m.reserved)
+        self._pacer.wake()          # paced work paused while this writer was fenced goes on
         log.debug("refreshed %r to epoch %d: %d segments, %d keys", self.ns, checkpoint, len(new), len(changed))
         return changed
 

@@ -199,3 +199,47 @@ def test_a_paced_flush_counts_as_one_l0_run_also_after_a_reopen():
     with dkv.open(store, read_only=True) as r:
         assert len(r._view[1].l0) >= 5 and r._view[1].l0_runs() == 1
         assert contents(r) == model
+
+
+def test_a_replaced_writer_pauses_its_paced_flush_until_it_catches_up():
+    """When another writer takes the instance over (the shard runs in another Spark worker),
+    the old writer's paced flush stops writing tables — they would duplicate the new writer's
+    work — and goes on after a refresh makes it current again."""
+    rng, model = random.Random(9), {}
+    store = MemoryStore()
+    a = dkv.open(store, **PACED)
+    epoch = 0
+    while not (a.stats()["sealed_memtables"] and a._writing):
+        fill(a, model, rng, 400)
+        epoch += 1
+        a.checkpoint(epoch).wait()
+        _settle(a, 0.1)
+    b = dkv.open(store, **PACED)
+    fill(b, model, rng, 100)
+    epoch += 1
+    b.checkpoint(epoch).wait()
+    b.close()
+    old_writer = a._writer
+
+    def a_tables():
+        return {n for n, _ in store.list("sst/") if n.split("/")[-1].startswith("%010d-" % old_writer)}
+
+    time.sleep(0.3)                      # a table being written when B claimed may land
+    before = a_tables()
+    a._pacer.grant(10 << 20)             # plenty of allowance: only the fence holds it back
+    time.sleep(1.2)
+    assert a_tables() == before, "a fenced writer wrote flush tables"
+    assert a.stats()["sealed_memtables"] >= 1
+    assert a.refresh(epoch) is not None
+    for _ in range(30):
+        fill(a, model, rng, 100)
+        epoch += 1
+        a.checkpoint(epoch).wait()
+        _settle(a, 0.05)
+    a.wait_idle()
+    assert a.stats()["sealed_memtables"] == 0
+    assert contents(a) == model
+    a.close()
+    with dkv.open(store, read_only=True) as r:
+        assert contents(r) == model
+    dkv.verify(store)
