@@ -35,11 +35,12 @@ def _overlapping(run, lo: bytes, hi: bytes) -> list:
 def pick(version, opts) -> Compaction | None:
     levels = version.levels
     n = len(levels)
-    if version.l0_runs() >= opts.l0_trigger:
+    runs = version.l0_runs()
+    if runs >= opts.l0_trigger:
         lo = min(t.min_key for t in version.l0)
         hi = max(t.max_key for t in version.l0)
         inputs = list(version.l0) + (_overlapping(levels[0], lo, hi) if n >= 1 else [])
-        return Compaction(inputs, 1, n <= 1, f"L0 has {version.l0_runs()} runs")
+        return Compaction(inputs, 1, n <= 1, f"L0 has {runs} runs")
     if n >= 1:
         last = version.level_bytes(n)
         upper = sum(version.level_bytes(i) for i in range(n))

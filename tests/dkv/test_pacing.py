@@ -131,6 +131,40 @@ print("sealed", db.stats()["sealed_memtables"])
     db.close()
 
 
+def _half_flushed(seed):
+    """A paced writer whose flush is half-written, waiting for tokens:
+    (store, db, model, rng, last epoch)."""
+    rng, model = random.Random(seed), {}
+    store = MemoryStore()
+    db = dkv.open(store, **PACED)
+    epoch = 0
+    while not (db.stats()["sealed_memtables"] and db._writing):
+        fill(db, model, rng, 400)
+        epoch += 1
+        db.checkpoint(epoch).wait()
+        _settle(db, 0.1)
+    return store, db, model, rng, epoch
+
+
+def _checkpoint_on(db, model, rng, epoch):
+    """Write and checkpoint on, so the grants let the flush finish; then wait for it."""
+    for _ in range(30):
+        fill(db, model, rng, 100)
+        epoch += 1
+        db.checkpoint(epoch).wait()
+        _settle(db, 0.05)
+    db.wait_idle()
+
+
+def _check_all(store, db, model):
+    """The writer, a reopened reader and verify() all agree with the model."""
+    assert contents(db) == model
+    db.close()
+    with dkv.open(store, read_only=True) as r:
+        assert contents(r) == model
+    dkv.verify(store)
+
+
 @pytest.mark.parametrize("between", [1, 2], ids=["one-writer-between", "two-writers-between"])
 @pytest.mark.parametrize("seed", range(3))
 def test_refresh_while_a_paced_flush_is_half_written(seed, between):
@@ -139,15 +173,7 @@ def test_refresh_while_a_paced_flush_is_half_written(seed, between):
     flight, so B leaves them alone and A, catching up by refresh, goes on with its flush. With
     a third writer C between (opened from B's checkpoint), C collects them: A's refresh
     notices and writes them again, or declines and A reopens. Either way nothing is lost."""
-    rng, model = random.Random(seed), {}
-    store = MemoryStore()
-    a = dkv.open(store, **PACED)
-    epoch = 0
-    while not (a.stats()["sealed_memtables"] and a._writing):
-        fill(a, model, rng, 400)
-        epoch += 1
-        a.checkpoint(epoch).wait()
-        _settle(a, 0.1)
+    store, a, model, rng, epoch = _half_flushed(seed)
     in_flight = set(a._written_unpublished())
     for _ in range(between):
         b = dkv.open(store, **PACED)              # takes over: A is fenced
@@ -167,17 +193,8 @@ def test_refresh_while_a_paced_flush_is_half_written(seed, between):
     if changed is None:
         a.close()
         a = dkv.open(store, **PACED)
-    for _ in range(30):                        # grants let the restarted flush finish
-        fill(a, model, rng, 100)
-        epoch += 1
-        a.checkpoint(epoch).wait()
-        _settle(a, 0.05)
-    a.wait_idle()
-    assert contents(a) == model
-    a.close()
-    with dkv.open(store, read_only=True) as r:
-        assert contents(r) == model
-    dkv.verify(store)
+    _checkpoint_on(a, model, rng, epoch)
+    _check_all(store, a, model)
 
 
 def test_a_paced_flush_counts_as_one_l0_run_also_after_a_reopen():
@@ -205,15 +222,7 @@ def test_a_replaced_writer_pauses_its_paced_flush_until_it_catches_up():
     """When another writer takes the instance over (the shard runs in another Spark worker),
     the old writer's paced flush stops writing tables — they would duplicate the new writer's
     work — and goes on after a refresh makes it current again."""
-    rng, model = random.Random(9), {}
-    store = MemoryStore()
-    a = dkv.open(store, **PACED)
-    epoch = 0
-    while not (a.stats()["sealed_memtables"] and a._writing):
-        fill(a, model, rng, 400)
-        epoch += 1
-        a.checkpoint(epoch).wait()
-        _settle(a, 0.1)
+    store, a, model, rng, epoch = _half_flushed(9)
     b = dkv.open(store, **PACED)
     fill(b, model, rng, 100)
     epoch += 1
@@ -231,15 +240,6 @@ def test_a_replaced_writer_pauses_its_paced_flush_until_it_catches_up():
     assert a_tables() == before, "a fenced writer wrote flush tables"
     assert a.stats()["sealed_memtables"] >= 1
     assert a.refresh(epoch) is not None
-    for _ in range(30):
-        fill(a, model, rng, 100)
-        epoch += 1
-        a.checkpoint(epoch).wait()
-        _settle(a, 0.05)
-    a.wait_idle()
+    _checkpoint_on(a, model, rng, epoch)
     assert a.stats()["sealed_memtables"] == 0
-    assert contents(a) == model
-    a.close()
-    with dkv.open(store, read_only=True) as r:
-        assert contents(r) == model
-    dkv.verify(store)
+    _check_all(store, a, model)
