@@ -172,17 +172,12 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             raise TypeError(f"write() takes a dkv.WriteBatch, got {type(batch).__name__}")
         with self._wlock:
             self._check_write()
-            if self._glo is not None or self._ghi is not None:
-                for key, _ in batch:
-                    self._check_group(key)
-            seq = self._seq
-            wal, mem = self._wal, self._active
-            for key, value in batch:
-                seq += 1
-                rec = (seq, value)
-                wal[key] = rec
-                mem.put(key, rec)
-            self._seq = seq
+            if (self._glo is not None or self._ghi is not None) and len(batch):
+                keys = [key for key, _ in batch]
+                self._check_group(min(keys))        # min and max run in C
+                self._check_group(max(keys))
+            mem = self._active
+            self._seq = mem.apply(batch, self._seq, self._wal)
             if mem.nbytes >= self.opts.memtable_bytes:
                 self._seal()
 

@@ -1,8 +1,9 @@
 """Memtable: the in-memory sorted map that writes go through to.
 
 A dict gives O(1) puts and gets; the sorted order that scans and flushes need is built
-lazily (a SortedList made on the first scan and kept up to date from then on), so a
-write-only memtable never pays for ordering. Each entry is ``key -> (seq, value)`` with
+lazily (a SortedList made on the first scan and kept up to date while scans keep coming;
+dropped once a quarter of the keys were added without a scan), so a write-only memtable
+never pays for ordering. Each entry is ``key -> (seq, value)`` with
 ``value is None`` for a tombstone. Size accounting counts each key once, so overwriting a
 key does not grow the memtable.
 """
@@ -14,11 +15,12 @@ ENTRY_OVERHEAD = 48  # bytes charged per key besides key and value, roughly dict
 
 
 class Memtable:
-    __slots__ = ("data", "_sorted", "nbytes", "max_seq")
+    __slots__ = ("data", "_sorted", "_adds", "nbytes", "max_seq")
 
     def __init__(self) -> None:
         self.data: dict[bytes, tuple[int, bytes | None]] = {}
         self._sorted: SortedList | None = None
+        self._adds = 0     # keys added to the sorted view since the last scan used it
         self.nbytes = 0
         self.max_seq = 0   # set when sealed: every record here has seq <= max_seq
 
@@ -32,8 +34,36 @@ class Memtable:
             self.nbytes += len(key) + ENTRY_OVERHEAD + (0 if value is None else len(value))
             if self._sorted is not None:
                 self._sorted.add(key)
+                self._adds += 1
+                if self._adds > 4096 and self._adds * 4 > len(data):
+                    self._sorted = None     # unused lately: rebuilding later costs less
         else:
             self.nbytes += (0 if value is None else len(value)) - (0 if old[1] is None else len(old[1]))
+
+    def apply(self, ops, seq: int, wal: dict) -> int:
+        """Put every (key, value-or-None) of ``ops`` with the sequence numbers after ``seq``,
+        recording each in ``wal`` too; returns the last sequence number. put() inlined, as a
+        batch is the hot path of a commit."""
+        data, add, grow = self.data, (None if self._sorted is None else self._sorted.add), 0
+        n0 = len(data)
+        for key, value in ops:
+            seq += 1
+            rec = (seq, value)
+            wal[key] = rec
+            old = data.get(key)
+            data[key] = rec
+            if old is None:
+                grow += len(key) + ENTRY_OVERHEAD + (0 if value is None else len(value))
+                if add is not None:
+                    add(key)
+            else:
+                grow += (0 if value is None else len(value)) - (0 if old[1] is None else len(old[1]))
+        self.nbytes += grow
+        if add is not None:
+            self._adds += len(data) - n0
+            if self._adds > 4096 and self._adds * 4 > len(data):
+                self._sorted = None
+        return seq
 
     def __len__(self) -> int:
         return len(self.data)
@@ -41,6 +71,7 @@ class Memtable:
     def sorted_keys(self) -> SortedList:
         if self._sorted is None:
             self._sorted = SortedList(self.data)
+        self._adds = 0
         return self._sorted
 
     def items_sorted(self) -> list:

@@ -54,6 +54,21 @@ class WriteBatch:
         self._ops.append((key, None))
         self._nbytes += len(key)
 
+    def extend(self, ops) -> None:
+        """Append (key, value-or-None) pairs in order (None deletes), as put/delete would,
+        checked before any is added. O(len(ops))."""
+        ops = list(ops)
+        nbytes = 0
+        for i, (key, value) in enumerate(ops):
+            if type(key) is not bytes or not key or (value is not None and type(value) is not bytes):
+                key = check_key(key)
+                if value is not None:
+                    value = check_value(value)
+                ops[i] = (key, value)
+            nbytes += len(key) if value is None else len(key) + len(value)
+        self._ops.extend(ops)
+        self._nbytes += nbytes
+
     def clear(self) -> None:
         self._ops.clear()
         self._nbytes = 0

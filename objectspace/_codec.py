@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import logging
+import struct
 import uuid
 
 import msgpack
@@ -90,11 +91,46 @@ _BUILTIN_ENCODERS = {
 }
 
 
+def _ext(code: int, data: bytes):
+    # ExtType without its argument checks (ours are always an int code and bytes).
+    return tuple.__new__(msgpack.ExtType, (code, data))
+
+
+_UTC = _dt.timezone.utc
+_DT_HEAD = struct.Struct(">BBHBBBBB").pack    # fixarray(9), uint16 year, month .. second
+_U16 = struct.Struct(">BH").pack
+_U32 = struct.Struct(">BI").pack
+
+
+def _encode_datetime(o):
+    """The datetime ext, byte for byte what the generic path packs, built directly for the
+    common case (naive or UTC, year >= 256): rows full of timestamps are what operators store."""
+    tz = o.tzinfo
+    if (tz is None or tz is _UTC) and o.year >= 256:
+        us = o.microsecond
+        if us < 128:
+            mid = bytes((us,))
+        elif us < 256:
+            mid = bytes((0xcc, us))
+        elif us < 65536:
+            mid = _U16(0xcd, us)
+        else:
+            mid = _U32(0xce, us)
+        tail = (b"\xc0" if tz is None else b"\x00") + (b"\x01" if o.fold else b"\x00")
+        return _ext(EXT_DATETIME, _DT_HEAD(0x99, 0xcd, o.year, o.month, o.day, o.hour, o.minute, o.second)
+                    + mid + tail)
+    return _ext(*_BUILTIN_ENCODERS[_dt.datetime](o))
+
+
+_EXT_ENCODERS = {t: (lambda enc: lambda o: _ext(*enc(o)))(enc) for t, enc in _BUILTIN_ENCODERS.items()}
+_EXT_ENCODERS[_dt.datetime] = _encode_datetime
+
+
 def _default(obj):
     t = type(obj)
-    enc = _BUILTIN_ENCODERS.get(t)
+    enc = _EXT_ENCODERS.get(t)
     if enc is not None:
-        return msgpack.ExtType(*enc(obj))
+        return enc(obj)
     user = _user_by_type.get(t)
     if user is not None:
         return msgpack.ExtType(user[0], _pack_nested(user[1](obj)))

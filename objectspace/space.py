@@ -294,12 +294,7 @@ class ObjectSpace(KindMethods):
             self._collect_clean(out)
         if batch is None:
             batch = WriteBatch()
-        put, delete = batch.put, batch.delete
-        for k, v in out:
-            if v is None:
-                delete(k)
-            else:
-                put(k, v)
+        batch.extend(out)
         for obj in objs:
             obj._promote()
         self._last_saved = (objs, graves)

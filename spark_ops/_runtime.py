@@ -26,6 +26,7 @@ from .operator import Context
 log = logging.getLogger(__name__)
 
 END_OF_TIME = (1 << 62)
+MEMO_OBJECTS = 1 << 17
 DKV_OPTIONS = dict(memtable_bytes=16 << 20, block_cache_bytes=32 << 20, retain=3, pace=2.5, table_bytes=256 << 10)
 
 
@@ -67,6 +68,7 @@ class ShardState:
         self.spaces: dict[int, ObjectSpace] = {}
         self.timers = TimerService(self.db, self.key_groups)
         self.emitted: list = []
+        self.objects: dict = {}     # (key group, key parts, name) -> object handle (see Context)
         log.debug("shard %d opened %s at epoch %s", shard, plan.instance, self.epoch)
 
     def catch_up(self, store, spec: ShardSpec, batch: int) -> bool:
@@ -78,6 +80,7 @@ class ShardState:
         changed = self.db.refresh(plan.checkpoint)
         if changed is None:
             return False
+        self.timers.forget()
         for kg in {(k[0] << 8) | k[1] for k in changed if len(k) >= 2}:
             sp = self.spaces.get(kg)
             if sp is not None:
@@ -163,6 +166,16 @@ def drop_cached(state_location: str | None = None) -> None:
         st.close()
 
 
+def evict_idle(seconds: float) -> None:
+    """Close cached shard states not used for ``seconds``."""
+    now = time.monotonic()
+    with _LOCK:
+        keys = [k for k, st in _SHARDS.items() if now - getattr(st, "last_used", now) > seconds]
+        items = [_SHARDS.pop(k) for k in keys]
+    for st in items:
+        st.close()
+
+
 def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, batch_time: int | None = None,
                     watermark: int | None = None, processing_time: int | None = None,
                     end_of_input: bool = False, heartbeat_time: int | None = None) -> tuple[list, dict]:
@@ -203,6 +216,7 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
             st.close()
             if attempt == 2:
                 raise
+    st.last_used = time.monotonic()
     with _LOCK:
         _SHARDS[(spec.state, shard, spec.shards)] = st
     new_basis = list(basis)
@@ -257,6 +271,8 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: li
                 op.on_timer(ctx.key, Timer(t, name, "event" if kind == EVENT_TIME else "processing"), ctx)
                 fired += 1
     op.close(ctx)
+    if len(st.objects) > MEMO_OBJECTS:
+        st.objects.clear()          # bounded: the spaces' own caches decide what stays loaded
     t_commit = time.perf_counter()
     metrics = st.commit(batch)
     metrics.update(late_rows=late, timers_fired=fired, state_bytes=_state_bytes(st.db),

@@ -13,6 +13,7 @@ import os
 import re
 import uuid
 
+from . import _host
 from ._runtime import ShardSpec, run_shard_batch
 from ._shards import tokens
 
@@ -75,7 +76,7 @@ def check_columns(df, key, event_time=None) -> list:
 def apply_operator(df, operator, key, *, output_schema, event_time: str | None = None, watermark=None,
                    order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None, isolate: bool = True,
-                   inputs: list | None = None, input_column: str | None = None):
+                   inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None):
     """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
 
     state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
@@ -91,6 +92,9 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     its state lives for the run only and every timer fires at its end. inputs /
     input_column: for operators over several unioned inputs, the input names and the
     column naming each row's input; the watermark then follows the slowest input.
+    shard_host: keep each shard's open state in a helper process per executor and shard
+    (default: on unless the environment sets SPARK_OPS_SHARD_HOST=0), so a shard stays hot
+    whichever Python worker Spark runs its task in; see docs/spark_ops.md.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
@@ -133,7 +137,7 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
                                                     (shard + 1).cast("int")))
                     .withColumn(BATCH_TS, F.unix_millis(F.current_timestamp())))
     columns = df.columns
-    fn = _partition_function(spec, name, keys, columns, order, schema.names, instants)
+    fn = _partition_function(spec, name, keys, columns, order, schema.names, instants, _host.enabled(shard_host))
     out = routed.repartition(n, F.col(TOKEN)).mapInPandas(fn, schema)
     if not isolate:
         return out
@@ -146,14 +150,12 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
 
 
 def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_names: list,
-                        instants: dict):
+                        instants: dict, shard_host: bool):
     n = spec.shards
 
     def run(iterator):
         import pandas as pd
         from pyspark import TaskContext
-
-        from ._keys import to_parts
 
         ctx = TaskContext.get()
         batch = ctx.getLocalProperty("streaming.sql.batchId")
@@ -175,15 +177,31 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
         else:
             local = ShardSpec(**{**spec.__dict__, "state": f"{spec.state}/{query}/{name}"})
             batch_id = int(batch)
-        events, batch_time, heartbeat = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
-        emitted, _ = run_shard_batch(local, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
-                                     heartbeat_time=heartbeat)
-        if final:
-            from ._runtime import drop_cached
-            drop_cached(local.state)
+        args = (local, batch_id, shard, pdf, keys, columns, order, instants, final)
+        emitted = None
+        if shard_host and not final:
+            try:
+                emitted = _host.call(shard, run_task, args)
+            except _host.HostError as e:
+                log.warning("spark_ops: running shard %d in this worker: %s", shard, e)
+        if emitted is None:
+            emitted = run_task(*args)
         yield pd.DataFrame.from_records(emitted, columns=out_names) if emitted else \
             pd.DataFrame({c: pd.Series([], dtype=object) for c in out_names})
     return run
+
+
+def run_task(spec: ShardSpec, batch_id: int, shard: int, pdf, keys, columns, order, instants, final: bool) -> list:
+    """One shard's task after Spark's part: the rows in order, the operator, the checkpoint.
+    Runs in the task's Python worker or in the shard's host (see _host)."""
+    from ._keys import to_parts
+    events, batch_time, heartbeat = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
+    emitted, _ = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
+                                 heartbeat_time=heartbeat)
+    if final:
+        from ._runtime import drop_cached
+        drop_cached(spec.state)
+    return emitted
 
 
 def _events(pdf, keys, columns, order, event_time, to_parts, instants):

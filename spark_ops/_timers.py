@@ -19,6 +19,7 @@ import dkv
 
 EVENT_TIME, PROCESSING_TIME = 0, 1
 _OFFSET = 1 << 63
+_INFINITY = 1 << 63
 
 
 @dataclass(frozen=True, order=True)
@@ -55,10 +56,22 @@ class TimerService:
         self.groups = groups
         self.registered = 0
         self.deleted = 0
+        # Per kind, a lower bound on the due time of every stored timer (None: unknown). A
+        # batch whose watermark is below it fires nothing and need not scan 2 x groups
+        # ranges (which also makes the memtable keep a sorted view of every key).
+        self._next: dict[int, int | None] = {EVENT_TIME: None, PROCESSING_TIME: None}
+
+    def forget(self) -> None:
+        """The store changed underneath (another process wrote it): scan next time."""
+        self._next = {EVENT_TIME: None, PROCESSING_TIME: None}
 
     def register(self, kg: int, kind: int, due: int, key: tuple, name: str = "") -> None:
-        self.db.put(timer_key(kg, kind, int(due), key, name), b"")
+        due = int(due)
+        self.db.put(timer_key(kg, kind, due, key, name), b"")
         self.registered += 1
+        nxt = self._next[kind]
+        if nxt is not None and due < nxt:
+            self._next[kind] = due
 
     def delete(self, kg: int, kind: int, due: int, key: tuple, name: str = "") -> None:
         self.db.delete(timer_key(kg, kind, int(due), key, name))
@@ -67,14 +80,22 @@ class TimerService:
     def due(self, kind: int, limit: int) -> list[tuple[int, int, tuple, str]]:
         """All timers of ``kind`` with due time <= ``limit``, as (due, kg, key, name), in
         due order (ties by key group, then key). Does not delete them."""
+        nxt = self._next[kind]
+        if nxt is not None and limit < nxt:
+            return []
         runs = []
-        stop = (limit + 1 + _OFFSET).to_bytes(8, "big") if limit + 1 + _OFFSET < (1 << 64) else None
+        later = _INFINITY             # the earliest due time beyond limit
         for kg in self.groups:
             p = _prefix(kg, kind)
             run = []
-            for raw, _ in self.db.scan(p, p + stop if stop else dkv.prefix_end(p)):
+            for raw, _ in self.db.scan(p, dkv.prefix_end(p)):
                 _, _, due, key, name = parse_timer_key(raw)
+                if due > limit:
+                    later = min(later, due)
+                    break
                 run.append((due, kg, key, name))
             if run:
                 runs.append(run)
+        # What is returned may stay stored (the caller deletes what it fires): count it.
+        self._next[kind] = min([later] + [run[0][0] for run in runs])
         return list(heapq.merge(*runs, key=lambda t: (t[0], t[1], repr(t[2]), t[3])))

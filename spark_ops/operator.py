@@ -62,7 +62,10 @@ class Context:
         self.watermark: int | None = None
         self.processing_time: int | None = None
         self.shard = -1
-        self._objects: dict = {}
+        # Objects met earlier (this batch or, while the shard stays open, earlier ones).
+        self._objects: dict = getattr(shard, "objects", None)
+        if self._objects is None:
+            self._objects = {}
         #: Event time (ms) of the row being processed; None in on_timer or without event_time.
         self.event_time: int | None = None
 
@@ -86,11 +89,12 @@ class Context:
         return self._get_or_create("value", name, default)
 
     def _get_or_create(self, kind: str, name: str, *args, **kwargs):
-        # Objects met earlier in this batch come from a dict: an operator typically asks for
-        # the same object on every event of a key, and a space lookup encodes the name.
+        # Objects met earlier come from a dict: an operator typically asks for the same
+        # object on every event of a key, and a space lookup encodes the name. A handle
+        # that stopped working (deleted, or the space refreshed) is looked up again.
         memo = (self.key_group, self._parts, name)
         obj = self._objects.get(memo)
-        if obj is None or obj.kind != kind:
+        if obj is None or obj.kind != kind or obj._dead:
             obj = getattr(self._space(), f"get_or_create_{kind}")(self._name(name), *args, **kwargs)
             self._objects[memo] = obj
         return obj

@@ -265,3 +265,18 @@ def test_instances_and_list_checkpoints():
         assert info.epoch == 4 and info.writer == 1 and isinstance(info, dkv.CheckpointInfo)
         with dkv.open(root, instance=ns, read_only=True) as db:
             assert db.get(b"k") == (ns.encode() or b"root")
+
+
+def test_write_batch_extend_checks_everything_before_adding_anything():
+    b = dkv.WriteBatch()
+    b.put(b"a", b"1")
+    b.extend([(b"b", b"2"), (bytearray(b"c"), None), (b"d", memoryview(b"4"))])
+    assert list(b) == [(b"a", b"1"), (b"b", b"2"), (b"c", None), (b"d", b"4")]
+    assert b.nbytes == 2 + 2 + 1 + 2
+    for bad in ([(b"e", b"5"), (b"", b"x")], [(b"e", b"5"), ("str", b"x")], [(b"e", 5)]):
+        with pytest.raises((TypeError, ValueError)):
+            b.extend(bad)
+        assert len(b) == 4 and b.nbytes == 7        # nothing of the bad list was added
+    db = dkv.open("memory://extend")
+    db.write(b)
+    assert list(db.scan()) == [(b"a", b"1"), (b"b", b"2"), (b"d", b"4")]

@@ -115,6 +115,36 @@ def test_overwrites_do_not_grow_the_memtable():
     db.close()
 
 
+def test_memtable_sorted_view_dropped_after_many_unscanned_writes_then_rebuilt():
+    """The memtable keeps a sorted view only while scans use it: a scan, then many new keys
+    through put() and write() without one (the view is dropped), then scans again — each
+    sees exactly the dict's keys in order, a scan started before the drop included."""
+    rng = random.Random(3)
+    db = dkv.open(MemoryStore(), background=False, memtable_bytes=64 << 20)
+    model = {}
+    for i in range(50):
+        model[b"a%05d" % i] = b"v"
+        db.put(b"a%05d" % i, b"v")
+    it = db.scan()
+    first = next(it)
+    for round_ in range(3):
+        wb = dkv.WriteBatch()
+        for _ in range(6000):
+            k = b"k%06d" % rng.randrange(10 ** 6)
+            model[k] = b"%d" % round_
+            if rng.random() < 0.5:
+                wb.put(k, model[k])
+            else:
+                db.put(k, model[k])
+        db.write(wb)
+        assert db._active._sorted is None          # dropped: 6000 adds without a scan
+        assert list(db.scan()) == sorted(model.items())
+        db.put(b"z%d" % round_, b"after")           # maintained again after a scan
+        model[b"z%d" % round_] = b"after"
+        assert db._active._sorted is not None
+    assert first == (b"a00000", b"v") and len(list(it)) >= 49     # the early scan still works
+
+
 @pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
 def test_scan_while_deleting_every_key_seen(background):
     db = dkv.open(MemoryStore(), background=background, **SMALL)

@@ -124,3 +124,21 @@ def test_raw_codec_stores_bytes_as_is(space, db):
         again.save()
     with pytest.raises(ValueError, match="unknown codec"):
         space.create_queue("x", codec="pickle")
+
+
+def test_datetime_fast_path_writes_the_generic_bytes():
+    """Naive and UTC datetimes are packed directly; the bytes must equal the generic ext's
+    (stored state must not depend on which path wrote it) across msgpack's int widths."""
+    import msgpack
+
+    from objectspace import _codec
+    generic = _codec._BUILTIN_ENCODERS[dt.datetime]
+    zones = [None, dt.timezone.utc, dt.timezone(dt.timedelta(hours=2)), dt.timezone(dt.timedelta(hours=-5))]
+    for year in (1, 127, 128, 255, 256, 1970, 9999):
+        for us in (0, 127, 128, 255, 256, 65535, 65536, 999999):
+            for tz in zones:
+                for fold in (0, 1):
+                    d = dt.datetime(year, 12, 31, 23, 59, 58, us, tz, fold=fold)
+                    assert encode(d) == _codec._pack_nested(msgpack.ExtType(*generic(d))), d
+                    back = decode(encode(d))
+                    assert back == d and back.fold == fold and back.utcoffset() == d.utcoffset()

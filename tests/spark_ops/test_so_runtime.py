@@ -417,3 +417,61 @@ def test_a_heartbeat_row_without_a_key_advances_the_watermark_and_fires_timers(h
     else:
         assert out == []
     assert sum(m["rows"] for m in h.metrics) == 2     # the heartbeat row is not an event
+
+
+class _CountingDb:
+    """A dkv instance that counts range scans (TimerService.due skips them when it can)."""
+
+    def __init__(self, db):
+        self.db, self.scans = db, 0
+
+    def scan(self, start, end):
+        self.scans += 1
+        return self.db.scan(start, end)
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def test_timer_service_matches_a_model_and_skips_scans_when_nothing_can_be_due():
+    from spark_ops._timers import EVENT_TIME, PROCESSING_TIME, TimerService
+    rng = random.Random(7)
+    db = _CountingDb(dkv.open("memory://timers", instance="t"))
+    ts = TimerService(db, range(0, 4))
+    model: set = set()
+    for step in range(600):
+        op = rng.random()
+        kind = rng.choice((EVENT_TIME, PROCESSING_TIME))
+        if op < 0.45:
+            t = (kind, rng.randrange(0, 400), rng.randrange(4), (f"k{rng.randrange(5)}",), rng.choice(("", "x")))
+            ts.register(t[2], kind, t[1], t[3], t[4])
+            model.add(t)
+        elif op < 0.6 and model:
+            t = rng.choice(sorted(model))
+            ts.delete(t[2], t[0], t[1], t[3], t[4])
+            model.discard(t)
+        elif op < 0.62:
+            ts.forget()         # as after a refresh: the next due() must scan
+        else:
+            limit = rng.randrange(-10, 420)
+            before = db.scans
+            got = ts.due(kind, limit)
+            want = sorted((d, kg, k, n) for (kd, d, kg, k, n) in model if kd == kind and d <= limit)
+            assert sorted(got) == want, f"step {step}"
+            assert [g[0] for g in got] == sorted(g[0] for g in got)     # due order
+            if rng.random() < 0.7:      # fire them, as the runtime does
+                for d, kg, k, n in got:
+                    ts.delete(kg, kind, d, k, n)
+                    model.discard((kind, d, kg, k, n))
+            if not want and db.scans == before:
+                continue                # skipped: nothing stored can be due
+    # after firing everything up to a limit, asking again up to that limit does not scan
+    ts.forget()
+    for d, kg, k, n in ts.due(EVENT_TIME, 1000):
+        ts.delete(kg, EVENT_TIME, d, k, n)
+    assert ts.due(EVENT_TIME, 1000) == []
+    before = db.scans
+    assert ts.due(EVENT_TIME, 1000) == [] and ts.due(EVENT_TIME, 500) == []
+    assert db.scans == before
+    ts.register(1, EVENT_TIME, 700, ("late",), "")     # a new timer lowers the bound
+    assert ts.due(EVENT_TIME, 800) == [(700, 1, ("late",), "")]

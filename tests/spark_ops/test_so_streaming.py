@@ -63,6 +63,16 @@ def _data(seed, shape):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_streaming_operator_matches_model(utc_spark, tmp_path, case):
+    _check_case(utc_spark, tmp_path, case)
+
+
+def test_without_shard_hosts_the_python_worker_runs_the_shard(utc_spark, tmp_path, monkeypatch):
+    """SPARK_OPS_SHARD_HOST=0 (read when the query is built): the in-worker path, same output."""
+    monkeypatch.setenv("SPARK_OPS_SHARD_HOST", "0")
+    _check_case(utc_spark, tmp_path, "session gap")
+
+
+def _check_case(utc_spark, tmp_path, case):
     build, model, event_time, delay, shape = CASES[case]
     batches = _data(zlib.crc32(case.encode()), shape)
     write_batch_files(tmp_path / "src", batches)

@@ -1,0 +1,289 @@
+"""Shard hosts: long-lived helper processes that keep shards' open state hot.
+
+Spark hands a task to whichever of an executor's Python workers is idle, so shard 0 runs
+in worker A in one batch and in worker B in the next. Each worker caches the states it
+opened, but a shard that moved has to catch up on what the other worker wrote and reload
+its objects — on a steady stream that is half of the batches. A shard host is a process
+per executor (the workers' parent process, the "owner") and shard index: the worker that
+runs a shard's task sends it the task's rows and gets the emitted rows back, so the shard's
+state stays open in one process whichever worker Spark picked.
+
+A host serves one request at a time. A client claims a host slot with a file lock held
+for the request; when slot 0 of a shard index is busy (two queries running the same shard
+index at once) it takes slot 1, and so on. A host exits when its owner is gone or it has
+been idle for ``SPARK_OPS_HOST_IDLE`` seconds (default 600). If a host cannot be started
+the worker runs the shard itself, as it would without hosts.
+
+Frames on the Unix socket: an 8-byte big-endian length, then a pickle. Requests are
+``(function, args)`` pickled with cloudpickle (the operator may be defined in a notebook);
+replies are ``("ok", result)`` or ``("error", exception or None, traceback text)``.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import gc
+import hashlib
+import logging
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+log = logging.getLogger(__name__)
+
+IDLE_SECONDS = 600.0
+FULL_GC_EVERY = 200
+START_SECONDS = 60.0
+_HEADER = struct.Struct(">Q")
+_CHILDREN: list = []        # hosts this process started (reaped when they exit)
+
+
+class HostError(RuntimeError):
+    """A shard host could not be reached or died while running a request."""
+
+
+def enabled(flag: bool | None) -> bool:
+    """Whether to use shard hosts: ``flag`` if given, else SPARK_OPS_SHARD_HOST (default on)."""
+    if flag is not None:
+        return bool(flag)
+    return os.environ.get("SPARK_OPS_SHARD_HOST", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def host_dir() -> str:
+    d = os.environ.get("SPARK_OPS_HOST_DIR") or os.path.join(tempfile.gettempdir(), f"spark-ops-{os.getuid()}")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    return d
+
+
+def _paths(owner: int, shard: int, slot: int) -> tuple[str, str]:
+    base = os.path.join(host_dir(), f"h{owner}-{shard}-{slot}")
+    return base + ".sock", base + ".lock"
+
+
+def call(shard: int, fn, args: tuple, *, owner: int | None = None, max_slots: int = 64):
+    """Run ``fn(*args)`` in the host of ``shard`` (started if needed) and return its result.
+    ``fn`` must be importable by the host (a module-level function). Raises what ``fn``
+    raised, or HostError when no host could run it."""
+    owner = os.getppid() if owner is None else owner
+    payload = _cloudpickle().dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
+    for slot in range(max_slots):
+        sock_path, lock_path = _paths(owner, shard, slot)
+        lock = open(lock_path, "a+b")
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue            # another task uses this host: try the next slot
+            return _request(sock_path, owner, payload)
+        finally:
+            lock.close()            # closing releases the lock
+    raise HostError(f"all {max_slots} host slots of shard {shard} are busy")
+
+
+def _cloudpickle():
+    """cloudpickle (pyspark ships a copy): plain pickle cannot carry classes defined in a
+    notebook or a driver script, which operators often are."""
+    try:
+        from pyspark import cloudpickle
+    except ImportError:
+        import cloudpickle
+    return cloudpickle
+
+
+def call_at(sock_path: str, fn, args: tuple = ()):
+    """Run ``fn(*args)`` in the host listening at ``sock_path``, without starting one."""
+    return _request(sock_path, None, _cloudpickle().dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _request(sock_path: str, owner: int | None, payload: bytes):
+    conn = _connect(sock_path)
+    if conn is None:
+        if owner is None:
+            raise HostError(f"no shard host listens at {sock_path}")
+        _start(sock_path, owner)
+        conn = _connect(sock_path, wait=START_SECONDS)
+        if conn is None:
+            raise HostError(f"the shard host at {sock_path} did not start; see {sock_path[:-5]}.log")
+    with conn:
+        try:
+            _send(conn, payload)
+            reply = pickle.loads(_recv(conn))
+        except (OSError, EOFError) as e:
+            raise HostError(f"the shard host at {sock_path} failed while running the request ({e}); "
+                            f"see {sock_path[:-5]}.log") from e
+    if reply[0] == "ok":
+        return reply[1]
+    _, exc, text = reply
+    if exc is None:
+        raise HostError(f"the shard host raised an exception that cannot be sent back:\n{text}")
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"raised in the spark_ops shard host:\n{text}")
+    raise exc
+
+
+def _connect(path: str, wait: float = 0.0):
+    deadline = time.monotonic() + wait
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+            return s
+        except (FileNotFoundError, ConnectionRefusedError):
+            s.close()
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+
+def _start(sock_path: str, owner: int) -> None:
+    for p in list(_CHILDREN):       # reap hosts that exited (idle or orphaned)
+        if p.poll() is not None:
+            _CHILDREN.remove(p)
+    if os.path.lexists(sock_path):
+        os.unlink(sock_path)        # a host that died; we hold its slot lock
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)   # what this worker can import
+    idle = os.environ.get("SPARK_OPS_HOST_IDLE", str(IDLE_SECONDS))
+    with open(sock_path[:-5] + ".log", "ab") as err:
+        _CHILDREN.append(subprocess.Popen(
+            [sys.executable, "-c", "import sys; from spark_ops._host import main; main(sys.argv[1:])", "--socket", sock_path, "--owner", str(owner), "--idle", idle],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env, close_fds=True,
+            start_new_session=True))
+    log.info("started shard host %s for owner %d", sock_path, owner)
+
+
+def _send(conn, data: bytes) -> None:
+    conn.sendall(_HEADER.pack(len(data)))
+    conn.sendall(data)
+
+
+def _recv(conn) -> bytes:
+    (n,) = _HEADER.unpack(_read(conn, _HEADER.size))
+    return _read(conn, n)
+
+
+def _read(conn, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = conn.recv_into(view[got:], n - got)
+        if k == 0:
+            raise EOFError(f"connection closed after {got} of {n} bytes")
+        got += k
+    return bytes(buf)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def serve(sock_path: str, owner: int, idle: float) -> None:
+    """The host's loop: one request at a time until the owner is gone or idle expires."""
+    from ._runtime import drop_cached, evict_idle
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = f"{sock_path}.{os.getpid()}"
+    server.bind(tmp)
+    server.listen(16)
+    os.replace(tmp, sock_path)      # visible only once it accepts connections
+    inode = os.stat(sock_path).st_ino
+    server.settimeout(1.0)
+    last = time.monotonic()
+    served = 0
+    log.info("shard host %s serving owner %d", sock_path, owner)
+    try:
+        while _alive(owner) and time.monotonic() - last < idle:
+            try:
+                conn, _ = server.accept()
+            except socket.timeout:
+                continue
+            with conn:
+                conn.settimeout(None)
+                _handle(conn)
+            last = time.monotonic()
+            evict_idle(idle)
+            served += 1
+            _tidy_heap(served)
+    finally:
+        server.close()
+        drop_cached()
+        _remove_files(sock_path, inode)
+
+
+def _remove_files(sock_path: str, inode: int) -> None:
+    """Remove the host's socket (unless a newer host replaced it), its lock and an empty log."""
+    base = sock_path[:-5]
+    try:
+        if os.stat(sock_path).st_ino != inode:
+            return
+        os.unlink(sock_path)
+        os.unlink(base + ".lock")
+        if os.path.getsize(base + ".log") == 0:
+            os.unlink(base + ".log")
+    except OSError:
+        pass
+
+
+def _tidy_heap(served: int) -> None:
+    """Keep Python's cyclic GC off the state: a host holds millions of long-lived objects
+    (every key's buffered rows), and a full collection walks them all (~0.3 s at 10k keys)
+    in whichever batch it happens to hit. After each request the survivors are frozen
+    (young collections skip them); every FULL_GC_EVERY requests, between batches, one full
+    collection reclaims cycles that died since."""
+    if served % FULL_GC_EVERY == 0:
+        gc.unfreeze()
+        gc.collect()
+    gc.freeze()
+
+
+def _handle(conn) -> None:
+    try:
+        fn, args = pickle.loads(_recv(conn))
+    except (OSError, EOFError) as e:
+        log.warning("dropped a request: %s", e)
+        return
+    except Exception as e:  # noqa: BLE001 - cannot unpickle: tell the client
+        reply = _error_reply(e)
+    else:
+        try:
+            reply = pickle.dumps(("ok", fn(*args)), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001 - the task's error goes back to its worker
+            reply = _error_reply(e)
+    try:
+        _send(conn, reply)
+    except OSError as e:
+        log.warning("the worker went away before the reply: %s", e)
+
+
+def _error_reply(e: BaseException) -> bytes:
+    text = traceback.format_exc()
+    try:
+        return pickle.dumps(("error", e, text), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - the exception itself does not pickle
+        return pickle.dumps(("error", None, text))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="spark_ops shard host (started by spark_ops itself)")
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--owner", type=int, required=True)
+    ap.add_argument("--idle", type=float, default=IDLE_SECONDS)
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    serve(a.socket, a.owner, a.idle)
+
+
+if __name__ == "__main__":
+    main()

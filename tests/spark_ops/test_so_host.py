@@ -1,0 +1,141 @@
+"""Shard hosts (spark_ops/_host.py): a real helper process per owner and shard index that
+runs a task's shard so its state stays open whichever Python worker Spark picked."""
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spark_ops import _host
+from spark_ops._runtime import ShardSpec, drop_cached
+from spark_ops._spark import run_task
+from spark_ops.operators import Buffer
+
+
+@pytest.fixture
+def owner(tmp_path, monkeypatch):
+    """A stand-in for the Spark worker daemon that owns the hosts: a sleeping process."""
+    monkeypatch.setenv("SPARK_OPS_HOST_DIR", str(tmp_path / "hosts"))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+    _wait_for(lambda: not _host_pids(tmp_path / "hosts"), "hosts to exit after their owner")
+
+
+def _host_pids(folder) -> list:
+    if not folder.exists():
+        return []
+    out = []
+    for sock in folder.glob("*.sock"):
+        pid = _pid_of(sock)
+        if pid is not None:
+            out.append(pid)
+    return out
+
+
+def _pid_of(sock):
+    try:
+        return _host.call_at(str(sock), os.getpid)
+    except _host.HostError:
+        return None
+
+
+def _wait_for(cond, what: str, seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_call_runs_in_a_host_process_that_stays(owner):
+    first = _host.call(0, os.getpid, (), owner=owner.pid)
+    assert first != os.getpid()
+    assert _host.call(0, os.getpid, (), owner=owner.pid) == first     # the same host again
+    other = _host.call(1, os.getpid, (), owner=owner.pid)
+    assert other not in (first, os.getpid())                          # one host per shard index
+    assert _host.call(0, math.hypot, (3, 4), owner=owner.pid) == 5.0
+
+
+def test_the_task_error_comes_back_with_its_type_and_message(owner):
+    with pytest.raises(ValueError, match="math domain error") as info:
+        _host.call(0, math.sqrt, (-1,), owner=owner.pid)
+    assert "raised in the spark_ops shard host" in "".join(getattr(info.value, "__notes__", []))
+    assert _host.call(0, math.sqrt, (4,), owner=owner.pid) == 2.0     # the host survived it
+
+
+def test_a_busy_slot_sends_the_task_to_the_next_host(owner, tmp_path):
+    first = _host.call(0, os.getpid, (), owner=owner.pid)
+    _, lock_path = _host._paths(owner.pid, 0, 0)
+    with open(lock_path, "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)      # as a task running in slot 0 would
+        second = _host.call(0, os.getpid, (), owner=owner.pid)
+    assert second != first
+    assert os.path.exists(_host._paths(owner.pid, 0, 1)[0])
+    assert _host.call(0, os.getpid, (), owner=owner.pid) == first     # slot 0 is free again
+
+
+def test_a_killed_host_is_replaced_on_the_next_call(owner):
+    first = _host.call(0, os.getpid, (), owner=owner.pid)
+    os.kill(first, signal.SIGKILL)
+    _wait_for(lambda: not _alive(first), "the killed host to go")
+    second = _host.call(0, os.getpid, (), owner=owner.pid)
+    assert second not in (first, os.getpid())
+
+
+def test_hosts_exit_and_clean_up_when_their_owner_dies(owner, tmp_path):
+    pids = [_host.call(s, os.getpid, (), owner=owner.pid) for s in range(2)]
+    owner.kill()
+    owner.wait()
+    _wait_for(lambda: not any(_alive(p) for p in pids), "the hosts to exit")
+    assert not list((tmp_path / "hosts").glob("*.sock"))
+    assert not list((tmp_path / "hosts").glob("*.lock"))
+
+
+def test_hosts_exit_when_idle(owner, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_OPS_HOST_IDLE", "1")
+    pid = _host.call(0, os.getpid, (), owner=owner.pid)
+    _wait_for(lambda: not _alive(pid), "the idle host to exit")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)     # reap it if it is our child
+    except ChildProcessError:
+        pass
+    return _host._alive(pid)
+
+
+def test_a_shard_runs_the_same_in_a_host_as_in_the_worker(owner, tmp_path):
+    """run_task through the host and in this process: same emitted rows, same state."""
+    import pandas as pd
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+    def batch(b):
+        rows = [{"user": f"u{k}", "ts": t0 + dt.timedelta(seconds=b * 10 + j), "__spark_ops_kg": 0,
+                 "__spark_ops_token": 0, "__spark_ops_ts": 1000 * b, "__spark_ops_us0": 0}
+                for k in range(3) for j in range(2)]
+        pdf = pd.DataFrame(rows)
+        pdf["__spark_ops_us0"] = [int((r["ts"] - t0).total_seconds() * 1e6) + 1_704_067_200_000_000 for r in rows]
+        return pdf
+
+    out = {}
+    for mode in ("host", "worker"):
+        spec = ShardSpec(state=str(tmp_path / mode), operator=Buffer(count=3, key_columns=("user",)),
+                         event_time="ts", groups=4, shards=1)
+        got = []
+        for b in range(4):
+            args = (spec, b, 0, batch(b), ["user"], ["user", "ts"], ["ts"], {"ts": "__spark_ops_us0"}, False)
+            got.append(_host.call(0, run_task, args, owner=owner.pid) if mode == "host" else run_task(*args))
+        drop_cached(spec.state)
+        out[mode] = got
+    assert out["host"] == out["worker"]
+    assert sum(len(g) for g in out["host"]) == 6      # 3 keys x 8 rows -> two buffers of 3 each
