@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from zlib import crc32
 
+try:        # optional: builds large filters ~5x faster, with the same bits
+    import numpy as _np
+except ImportError:     # pragma: no cover - numpy comes with the spark and bench extras
+    _np = None
+
 SEED2 = 0x9E3779B9
 BITS_PER_KEY = 10
 
@@ -21,6 +26,8 @@ def build(keys, bits_per_key: int = BITS_PER_KEY) -> bytes:
     # k = 5 at 10 bits/key gives ~0.9% false positives (k = 7, the optimum, gives 0.8%)
     # for two fewer probes on every lookup.
     k = max(1, min(30, round(bits_per_key * 0.5)))
+    if _np is not None and n >= 256:
+        return bytes((k,)) + _build_np(keys, m, k)
     bits = bytearray(m >> 3)
     for key in keys:
         h1 = crc32(key)
@@ -29,6 +36,18 @@ def build(keys, bits_per_key: int = BITS_PER_KEY) -> bytes:
             p = (h1 + i * h2) % m
             bits[p >> 3] |= 1 << (p & 7)
     return bytes((k,)) + bytes(bits)
+
+
+def _build_np(keys, m: int, k: int) -> bytes:
+    """The bit array of ``build``, computed with numpy (same positions, same bytes)."""
+    n = len(keys)
+    h1 = _np.fromiter(map(crc32, keys), dtype=_np.uint64, count=n)
+    h2 = _np.fromiter((crc32(key, SEED2) | 1 for key in keys), dtype=_np.uint64, count=n)
+    steps = _np.arange(k, dtype=_np.uint64)
+    pos = (h1[:, None] + steps[None, :] * h2[:, None]) % _np.uint64(m)     # < 2**37: no overflow
+    bits = _np.zeros(m, dtype=_np.uint8)
+    bits[pos.ravel()] = 1
+    return _np.packbits(bits, bitorder="little").tobytes()
 
 
 class Bloom:

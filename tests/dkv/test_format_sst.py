@@ -166,3 +166,14 @@ def test_incompressible_blocks_are_stored_raw_and_compressible_ones_as_zstd():
             assert raw_len >= ln
             got += vals
         assert got == values
+
+
+def test_bloom_built_with_numpy_has_the_pure_python_bits():
+    rng = random.Random(5)
+    keys = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 30))) for _ in range(3000)]
+    fast = bloom.build(keys)
+    saved, bloom._np = bloom._np, None
+    try:
+        assert bloom.build(keys) == fast
+    finally:
+        bloom._np = saved
