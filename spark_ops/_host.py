@@ -21,7 +21,6 @@ replies are ``("ok", result)`` or ``("error", exception or None, traceback text)
 from __future__ import annotations
 
 import argparse
-import fcntl
 import gc
 import hashlib
 import logging
@@ -34,6 +33,11 @@ import sys
 import tempfile
 import time
 import traceback
+
+try:
+    import fcntl
+except ImportError:     # pragma: no cover - Windows: no shard hosts, workers run shards
+    fcntl = None
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,8 @@ class HostError(RuntimeError):
 
 def enabled(flag: bool | None) -> bool:
     """Whether to use shard hosts: ``flag`` if given, else SPARK_OPS_SHARD_HOST (default on)."""
+    if fcntl is None or not hasattr(socket, "AF_UNIX"):
+        return False
     if flag is not None:
         return bool(flag)
     return os.environ.get("SPARK_OPS_SHARD_HOST", "1").strip().lower() not in ("0", "false", "no", "off")

@@ -178,14 +178,16 @@ def evict_idle(seconds: float) -> None:
 
 def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, batch_time: int | None = None,
                     watermark: int | None = None, processing_time: int | None = None,
-                    end_of_input: bool = False, heartbeat_time: int | None = None) -> tuple[list, dict]:
+                    end_of_input: bool = False, heartbeat_time: int | None = None,
+                    prepare_ms: float | None = None) -> tuple[list, dict]:
     """Run one shard of one batch. ``events``: (key group, key parts, event ms or None, row)
     sorted in processing order. Returns (emitted rows, metrics).
 
     The watermark and processing time come from the previous batch's records unless given
     (the test harness gives them). ``end_of_input``: no more rows will come (a batch
     DataFrame), so after the rows every timer fires. ``heartbeat_time``: the largest event
-    time of rows without a key (dropped), which advances every input's watermark."""
+    time of rows without a key (dropped), which advances every input's watermark.
+    ``prepare_ms``: what the caller spent turning its rows into ``events`` (a metric)."""
     t0 = time.perf_counter()
     store = _store(spec.state, spec.dkv_options)
     groups = _CONFIG.get(spec.state)
@@ -222,18 +224,23 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     new_basis = list(basis)
     if heartbeat_time is not None:
         new_basis = [max(b, heartbeat_time) for b in new_basis]
-    index = {name: i for i, name in enumerate(inputs)}
-    for _, _, ts, row in events:
-        if ts is not None:
-            i = index.get(row.get(spec.input_column)) if spec.input_column else 0
-            if i is not None and ts > new_basis[i]:
-                new_basis[i] = ts
+    if spec.input_column:
+        index = {name: i for i, name in enumerate(inputs)}
+        for _, _, ts, row in events:
+            if ts is not None:
+                i = index.get(row.get(spec.input_column))
+                if i is not None and ts > new_basis[i]:
+                    new_basis[i] = ts
+    else:
+        new_basis[0] = max([new_basis[0]] + [ts for _, _, ts, _ in events if ts is not None])
     _watermark.write(store, batch, spec.shards, shard, new_basis,
                      batch_time if batch_time is not None else max(prev_time, 0))
     _watermark.collect(store, batch, shard)
     metrics.update(batch=batch, shard=shard, shards=spec.shards, rows=len(events), emitted=len(emitted),
                    watermark=watermark, processing_time=processing_time,
                    open_ms=round(open_ms, 1), duration_ms=round((time.perf_counter() - t0) * 1000, 1))
+    if prepare_ms is not None:
+        metrics["prepare_ms"] = round(prepare_ms, 1)
     store.put(f"metrics/{batch:012d}/p{shard:05d}-n{spec.shards:05d}", json.dumps(metrics).encode())
     log.info("spark_ops shard %d batch %d: %s", shard, batch, metrics)
     return emitted, metrics
@@ -248,12 +255,17 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: li
     late = 0
     op.open(ctx)
     arity = spec.key_arity
+    drop_below = watermark if watermark is not None and spec.drop_late else None
+    on_event = op.on_event
+    last_parts, key = None, None
     for kg, parts, ts, row in events:
-        if watermark is not None and ts is not None and ts < watermark and spec.drop_late:
+        if drop_below is not None and ts is not None and ts < drop_below:
             late += 1       # as in Spark: rows behind the watermark are dropped
             continue
-        ctx.key_group, ctx._parts, ctx.key, ctx.event_time = kg, parts, user_key(parts, arity), ts
-        op.on_event(ctx.key, row, ctx)
+        if parts != last_parts:     # a key's rows come together: convert its key once
+            last_parts, key = parts, user_key(parts, arity)
+        ctx.key_group, ctx._parts, ctx.key, ctx.event_time = kg, parts, key, ts
+        on_event(key, row, ctx)
     ctx.event_time = None
     fired = 0
     if end_of_input:

@@ -194,10 +194,13 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
 def run_task(spec: ShardSpec, batch_id: int, shard: int, pdf, keys, columns, order, instants, final: bool) -> list:
     """One shard's task after Spark's part: the rows in order, the operator, the checkpoint.
     Runs in the task's Python worker or in the shard's host (see _host)."""
+    import time
+
     from ._keys import to_parts
+    t0 = time.perf_counter()
     events, batch_time, heartbeat = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
     emitted, _ = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
-                                 heartbeat_time=heartbeat)
+                                 heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000)
     if final:
         from ._runtime import drop_cached
         drop_cached(spec.state)
