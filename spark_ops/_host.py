@@ -208,6 +208,7 @@ def serve(sock_path: str, owner: int, idle: float) -> None:
     server.settimeout(1.0)
     last = time.monotonic()
     served = 0
+    gc.disable()                    # see _tidy_heap
     log.info("shard host %s serving owner %d", sock_path, owner)
     try:
         while _alive(owner) and time.monotonic() - last < idle:
@@ -243,11 +244,13 @@ def _remove_files(sock_path: str, inode: int) -> None:
 
 
 def _tidy_heap(served: int) -> None:
-    """Keep Python's cyclic GC off the state: a host holds millions of long-lived objects
-    (every key's buffered rows), and a full collection walks them all (~0.3 s at 10k keys)
-    in whichever batch it happens to hit. After each request the survivors are frozen
-    (young collections skip them); every FULL_GC_EVERY requests, between batches, one full
-    collection reclaims cycles that died since."""
+    """Keep Python's cyclic GC off the requests: a host holds millions of long-lived
+    objects (every key's buffered rows), a full collection walks them all (~0.3 s at 10k
+    keys) in whichever batch it happens to hit, and a request allocates ~100k containers,
+    enough for several collections of its own. The automatic GC is off (``serve``); after
+    each request the survivors are frozen, and every FULL_GC_EVERY requests, between
+    batches, one full collection reclaims the cycles that died since (a request makes
+    none on the normal path; an error's traceback does)."""
     if served % FULL_GC_EVERY == 0:
         gc.unfreeze()
         gc.collect()

@@ -214,13 +214,14 @@ def _events(pdf, keys, columns, order, event_time, to_parts, instants):
     if pdf is None:
         return [], None, None
     batch_time = int(pdf[BATCH_TS].max())
-    keyed = pdf[keys].notna().all(axis=1)
     heartbeat = None
-    if event_time is not None and not keyed.all():
-        col = pdf.loc[~keyed, instants.get(event_time, event_time)]
-        if col.notna().any():
-            heartbeat = int(col.max()) // (1000 if event_time in instants else 1)
-    pdf = pdf[keyed]
+    if any(pdf[k].hasnans for k in keys):
+        keyed = pdf[keys].notna().all(axis=1)
+        if event_time is not None:
+            col = pdf.loc[~keyed, instants.get(event_time, event_time)]
+            if col.notna().any():
+                heartbeat = int(col.max()) // (1000 if event_time in instants else 1)
+        pdf = pdf[keyed]
     sortable = [c for c in columns if c not in keys and c not in order and _sortable(pdf[c])]
     by = [instants.get(c, c) for c in [KG] + keys + order + sortable]
     pdf = pdf.sort_values(by, kind="mergesort", na_position="first")
@@ -228,14 +229,18 @@ def _events(pdf, keys, columns, order, event_time, to_parts, instants):
     if event_time is None:
         ts = [None] * len(pdf)
     elif event_time in instants:
-        ts = [None if v != v else int(v) // 1000 for v in pdf[instants[event_time]].tolist()]
+        micros = pdf[instants[event_time]]
+        ts = ((micros.to_numpy() // 1000).tolist() if micros.dtype.kind in "iu"      # no nulls
+              else [None if v != v else int(v) // 1000 for v in micros.tolist()])
     else:
         ts = [None if v is None or v != v else int(v) for v in pdf[event_time].tolist()]
     kgs = pdf[KG].tolist()
     parts = _plain_key if all(_native_key(pdf[k]) for k in keys) else to_parts
-    keyvals = list(zip(*[values[k] for k in keys]))
+    keyvals = [(v,) for v in values[keys[0]]] if len(keys) == 1 else list(zip(*[values[k] for k in keys]))
     rows = list(map(_row_maker(columns), *[values[c] for c in columns])) if columns else [{}] * len(kgs)
-    return [(kg, parts(kv), t, row) for kg, kv, t, row in zip(kgs, keyvals, ts, rows)], batch_time, heartbeat
+    if parts is not _plain_key:
+        keyvals = list(map(parts, keyvals))
+    return list(zip(kgs, keyvals, ts, rows)), batch_time, heartbeat
 
 
 def _plain_key(kv: tuple) -> tuple:
