@@ -92,6 +92,25 @@ def call(shard: int, fn, args: tuple, *, owner: int | None = None, max_slots: in
     raise HostError(f"all {max_slots} host slots of shard {shard} are busy")
 
 
+def first_run_in_task(state: str, shard: int, attempt: int, *, owner: int | None = None) -> bool:
+    """False when this Spark task attempt already ran ``shard`` of ``state``: the stage that
+    runs the operator was merged with another (a coalesce runs several partitions, one
+    after the other, in one task, all under the task's partition number). A small file per
+    owner, state and shard holds the last task attempt that ran it."""
+    owner = os.getppid() if owner is None else owner
+    digest = hashlib.sha1(state.encode()).hexdigest()[:16]
+    path = os.path.join(host_dir(), f"t{owner}-{digest}-{shard}")
+    try:
+        with open(path) as f:
+            if f.read() == str(attempt):
+                return False
+    except FileNotFoundError:
+        pass
+    with open(path, "w") as f:
+        f.write(str(attempt))
+    return True
+
+
 def _cloudpickle():
     """cloudpickle (pyspark ships a copy): plain pickle cannot carry classes defined in a
     notebook or a driver script, which operators often are."""
@@ -227,6 +246,13 @@ def serve(sock_path: str, owner: int, idle: float) -> None:
         server.close()
         drop_cached()
         _remove_files(sock_path, inode)
+        if not _alive(owner):
+            for name in os.listdir(os.path.dirname(sock_path)):
+                if name.startswith(f"t{owner}-"):
+                    try:
+                        os.unlink(os.path.join(os.path.dirname(sock_path), name))
+                    except OSError:
+                        pass
 
 
 def _remove_files(sock_path: str, inode: int) -> None:

@@ -75,7 +75,7 @@ def check_columns(df, key, event_time=None) -> list:
 
 def apply_operator(df, operator, key, *, output_schema, event_time: str | None = None, watermark=None,
                    order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
-                   key_groups: int = 256, dkv_options: dict | None = None, isolate: bool = True,
+                   key_groups: int = 256, dkv_options: dict | None = None, isolate: bool | None = None,
                    inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None):
     """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
 
@@ -87,7 +87,9 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     the watermark still advances with the event times seen (so event-time timers fire) but
     no row is dropped as late. order_by: column(s) ordering a key's rows within
     a batch (default the event-time column). isolate: end with an exchange so that the
-    output can be unioned or coalesced (set False only if you never do). Returns a
+    output can be unioned or coalesced in the same stage; the default (None) adds it only
+    without shard hosts — with them, a merged stage is detected and fails the batch with
+    an error that says to pass isolate=True (see docs/spark_ops.md). Returns a
     DataFrame with ``output_schema``. A batch (non-streaming) DataFrame is the whole input:
     its state lives for the run only and every timer fires at its end. inputs /
     input_column: for operators over several unioned inputs, the input names and the
@@ -137,7 +139,10 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
                                                     (shard + 1).cast("int")))
                     .withColumn(BATCH_TS, F.unix_millis(F.current_timestamp())))
     columns = df.columns
-    fn = _partition_function(spec, name, keys, columns, order, schema.names, instants, _host.enabled(shard_host))
+    hosts = _host.enabled(shard_host)
+    if isolate is None:
+        isolate = not hosts
+    fn = _partition_function(spec, name, keys, columns, order, schema.names, instants, hosts, isolate)
     out = routed.repartition(n, F.col(TOKEN)).mapInPandas(fn, schema)
     if not isolate:
         return out
@@ -150,7 +155,7 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
 
 
 def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_names: list,
-                        instants: dict, shard_host: bool):
+                        instants: dict, shard_host: bool, isolated: bool):
     n = spec.shards
 
     def run(iterator):
@@ -163,14 +168,19 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
         shard = ctx.partitionId()
         frames = [f for f in iterator if len(f)]
         pdf = pd.concat(frames, ignore_index=True) if frames else None
+        final = batch is None
         if pdf is not None:
             found = set(pdf[KG].map(lambda kg: ((kg + 1) * n - 1) // spec.groups))
-            if found != {shard}:
+            if final and len(found) == 1:
+                shard = found.pop()     # a batch DataFrame's state is the task's own: only rows count
+            elif found != {shard}:
                 raise RuntimeError(f"spark_ops: task {shard} got rows of shards {sorted(found)}: the operator's "
-                                   f"stage was merged with another (union/coalesce) — keep isolate=True")
+                                   f"stage was merged with another (union/coalesce) — pass isolate=True")
+        elif final:
+            return                      # nothing to do: no rows, and no state beyond this task
         elif shard >= n:
-            raise RuntimeError(f"spark_ops: task partition {shard} is not a shard of {n}: keep isolate=True")
-        final = batch is None
+            raise RuntimeError(f"spark_ops: task partition {shard} is not a shard of {n}: the operator's "
+                               f"stage was merged with another (union/coalesce) — pass isolate=True")
         if final:       # a batch (non-streaming) DataFrame: state lives for this task only
             local = ShardSpec(**{**spec.__dict__, "state": f"memory://spark-ops-batch-{uuid.uuid4().hex}"})
             batch_id = 0
@@ -180,9 +190,17 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
         args = (local, batch_id, shard, pdf, keys, columns, order, instants, final)
         emitted = None
         if shard_host and not final:
+            if not isolated and not _host.first_run_in_task(local.state, shard, ctx.taskAttemptId()):
+                # Several partitions ran in this one task (a coalesce after the operator,
+                # in its stage): this one is not shard `shard`, whatever its number says.
+                raise RuntimeError(f"spark_ops: partition {shard} ran twice in one Spark task: the "
+                                   f"operator's stage was merged with another (coalesce/union) — "
+                                   f"pass isolate=True")
             try:
                 emitted = _host.call(shard, run_task, args)
             except _host.HostError as e:
+                if not isolated:    # only a host can tell a merged stage apart: fail the task
+                    raise
                 log.warning("spark_ops: running shard %d in this worker: %s", shard, e)
         if emitted is None:
             emitted = run_task(*args)

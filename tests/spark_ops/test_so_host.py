@@ -139,3 +139,12 @@ def test_a_shard_runs_the_same_in_a_host_as_in_the_worker(owner, tmp_path):
         out[mode] = got
     assert out["host"] == out["worker"]
     assert sum(len(g) for g in out["host"]) == 6      # 3 keys x 8 rows -> two buffers of 3 each
+
+
+def test_a_task_attempt_runs_a_shard_once(owner):
+    """What detects a coalesce after the operator: one task attempt running a shard twice."""
+    assert _host.first_run_in_task("/s/a", 0, 101, owner=owner.pid)
+    assert not _host.first_run_in_task("/s/a", 0, 101, owner=owner.pid)     # merged partitions
+    assert _host.first_run_in_task("/s/a", 1, 101, owner=owner.pid)         # another shard
+    assert _host.first_run_in_task("/s/b", 0, 101, owner=owner.pid)         # another state
+    assert _host.first_run_in_task("/s/a", 0, 102, owner=owner.pid)         # a retry / next batch

@@ -219,11 +219,29 @@ def test_combine_latest_watermark_follows_the_slowest_input(utc_spark, tmp_path)
 def test_operator_output_composes_with_union(utc_spark):
     rows = [r for batch in random_events(5, 2, late=False) for r in batch]
     df = _static(utc_spark, rows)
-    first = spark_ops.buffer(df, "k", count=1)
-    second = spark_ops.buffer(df, "k", count=1, name="second")
+    first = spark_ops.buffer(df, "k", count=1, isolate=True)
+    second = spark_ops.buffer(df, "k", count=1, name="second", isolate=True)
     assert len(first.union(second).collect()) == 2 * len(rows)
     other = utc_spark.createDataFrame([("x", [])], first.schema).repartition(2)
     assert len(other.union(first).collect()) == 1 + len(rows)
+
+
+@pytest.mark.parametrize("merge", ["union", "coalesce"])
+def test_a_merged_stage_without_isolation_fails_with_a_clear_error(utc_spark, tmp_path, merge):
+    """Without the closing exchange (the default with shard hosts) a union or coalesce after
+    the operator runs in its stage and renumbers its partitions: every batch must fail and
+    say to pass isolate=True, never run a shard as another. Streaming, as only there a
+    shard's state outlives the task (one key, so the other shard's partition is empty)."""
+    write_batch_files(tmp_path / "src", [[{"k": "a", "ts": at(0), "v": 1}], [{"k": "a", "ts": at(1000), "v": 2}]])
+    out = spark_ops.buffer(read_stream(utc_spark, tmp_path / "src"), "k", count=1, state=str(tmp_path / "st"))
+    if merge == "union":
+        other = spark_ops.buffer(read_stream(utc_spark, tmp_path / "src"), "k", count=1, name="other",
+                                 state=str(tmp_path / "st"))
+        merged = other.union(out)
+    else:
+        merged = out.coalesce(1)
+    with pytest.raises(Exception, match="pass isolate=True"):
+        run_stream(merged, tmp_path / "out", tmp_path / "cp")
 
 
 @pytest.fixture
