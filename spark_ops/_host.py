@@ -131,8 +131,8 @@ def _request(sock_path: str, owner: int | None, payload: bytes):
     if conn is None:
         if owner is None:
             raise HostError(f"no shard host listens at {sock_path}")
-        _start(sock_path, owner)
-        conn = _connect(sock_path, wait=START_SECONDS)
+        proc = _start(sock_path, owner)
+        conn = _connect(sock_path, wait=START_SECONDS, proc=proc)
         if conn is None:
             raise HostError(f"the shard host at {sock_path} did not start; see {sock_path[:-5]}.log")
     with conn:
@@ -152,7 +152,9 @@ def _request(sock_path: str, owner: int | None, payload: bytes):
     raise exc
 
 
-def _connect(path: str, wait: float = 0.0):
+def _connect(path: str, wait: float = 0.0, proc=None):
+    """A connection to the host at ``path``; None if none answers within ``wait`` seconds
+    (or as soon as ``proc``, the host being started, has exited)."""
     deadline = time.monotonic() + wait
     while True:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -161,12 +163,12 @@ def _connect(path: str, wait: float = 0.0):
             return s
         except (FileNotFoundError, ConnectionRefusedError):
             s.close()
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (proc is not None and proc.poll() is not None):
                 return None
             time.sleep(0.02)
 
 
-def _start(sock_path: str, owner: int) -> None:
+def _start(sock_path: str, owner: int) -> subprocess.Popen:
     for p in list(_CHILDREN):       # reap hosts that exited (idle or orphaned)
         if p.poll() is not None:
             _CHILDREN.remove(p)
@@ -176,11 +178,14 @@ def _start(sock_path: str, owner: int) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)   # what this worker can import
     idle = os.environ.get("SPARK_OPS_HOST_IDLE", str(IDLE_SECONDS))
     with open(sock_path[:-5] + ".log", "ab") as err:
-        _CHILDREN.append(subprocess.Popen(
-            [sys.executable, "-c", "import sys; from spark_ops._host import main; main(sys.argv[1:])", "--socket", sock_path, "--owner", str(owner), "--idle", idle],
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from spark_ops._host import main; main(sys.argv[1:])",
+             "--socket", sock_path, "--owner", str(owner), "--idle", idle],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env, close_fds=True,
-            start_new_session=True))
+            start_new_session=True)
+    _CHILDREN.append(proc)
     log.info("started shard host %s for owner %d", sock_path, owner)
+    return proc
 
 
 def _send(conn, data: bytes) -> None:

@@ -148,3 +148,13 @@ def test_a_task_attempt_runs_a_shard_once(owner):
     assert _host.first_run_in_task("/s/a", 1, 101, owner=owner.pid)         # another shard
     assert _host.first_run_in_task("/s/b", 0, 101, owner=owner.pid)         # another state
     assert _host.first_run_in_task("/s/a", 0, 102, owner=owner.pid)         # a retry / next batch
+
+
+def test_a_host_that_cannot_start_is_reported_at_once(owner, tmp_path, monkeypatch):
+    """A host that dies at start (here its "interpreter" exits at once) is a HostError
+    naming its log, without waiting out the start timeout."""
+    monkeypatch.setattr(_host.sys, "executable", "/bin/false")
+    t0 = time.monotonic()
+    with pytest.raises(_host.HostError, match=r"did not start; see .*\.log"):
+        _host.call(3, os.getpid, (), owner=owner.pid)
+    assert time.monotonic() - t0 < _host.START_SECONDS / 2
