@@ -102,6 +102,9 @@ def _enc(k, out: list) -> None:
                             "bytes, str or tuples of them")
 
 
+_SHORT_STRS: dict = {}    # str -> encoding (only str keys: 1 == 1.0 == True are distinct keys)
+
+
 def encode_key(k) -> bytes:
     """The order-preserving encoding of ``k``. O(size of k).
 
@@ -111,11 +114,20 @@ def encode_key(k) -> bytes:
     True
     """
     t = type(k)
-    if t is str:   # fast path: the common key
+    if t is str:   # fast path: the common key; short ones (names, fields) are remembered
+        ek = _SHORT_STRS.get(k)
+        if ek is not None:
+            return ek
         try:
-            return _STR + _escape(k.encode())
+            ek = _STR + _escape(k.encode())
         except UnicodeEncodeError:
             pass
+        else:
+            if len(k) <= 32:
+                if len(_SHORT_STRS) >= 4096:
+                    _SHORT_STRS.clear()
+                _SHORT_STRS[k] = ek
+            return ek
     elif t is int:
         return _enc_int(k)
     out: list = []

@@ -305,17 +305,33 @@ def _python_values(series) -> list:
     return values
 
 
+_PASS = frozenset({str, int, float, bool, type(None), bytes, _dt.datetime, _dt.date, _dt.time, _dt.timedelta})
+
+
 def _plain(v):
+    """``v`` with pandas/numpy values (Timestamp, ndarray, numpy scalars) made plain Python
+    ones, in nested lists and dicts (struct and array columns) too. Values that are plain
+    already pass with one type lookup: struct columns hold many of them."""
+    t = type(v)
+    if t in _PASS:
+        return v
+    if t is dict:
+        return {k: x if type(x) in _PASS else _plain(x) for k, x in v.items()}
+    if t is list or t is tuple:
+        return [x if type(x) in _PASS else _plain(x) for x in v]
     import numpy as np
     import pandas as pd
     if isinstance(v, np.ndarray):
-        return [_plain(x) for x in v.tolist()]
+        # tolist() gives Python scalars for every dtype but object (whose items may nest)
+        return v.tolist() if v.dtype.kind != "O" else [_plain(x) for x in v.tolist()]
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
+    if v is pd.NaT:
+        return None
     if isinstance(v, pd.Timestamp):
-        return None if v is pd.NaT else v.to_pydatetime()
+        return v.to_pydatetime()
     if isinstance(v, np.generic):
         return v.item()
     return v
