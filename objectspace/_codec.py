@@ -4,7 +4,7 @@ The msgpack codec stores None, bool, int, float, str, bytes, list and dict nativ
 these through ext codes (docs/format/objectspace.md lists the payloads)::
 
     1 tuple  2 set  3 frozenset  4 datetime  5 date  6 Decimal  7 UUID  8 int beyond 64 bits
-    9 time  10 timedelta  11 UTC datetime (microseconds since the Unix epoch)
+    9 time  10 timedelta
 
 User types get codes 16..127 with ``register_type``. Types are matched exactly (a
 subclass of dict or int is not silently stored as its base: register it), so nothing is
@@ -23,7 +23,7 @@ import msgpack
 log = logging.getLogger(__name__)
 
 EXT_TUPLE, EXT_SET, EXT_FROZENSET, EXT_DATETIME, EXT_DATE = 1, 2, 3, 4, 5
-EXT_DECIMAL, EXT_UUID, EXT_BIGINT, EXT_TIME, EXT_TIMEDELTA, EXT_UTC = 6, 7, 8, 9, 10, 11
+EXT_DECIMAL, EXT_UUID, EXT_BIGINT, EXT_TIME, EXT_TIMEDELTA = 6, 7, 8, 9, 10
 FIRST_USER_CODE, LAST_USER_CODE = 16, 127
 
 _user_by_type: dict[type, tuple[int, object]] = {}
@@ -102,19 +102,11 @@ _U16 = struct.Struct(">BH").pack
 _U32 = struct.Struct(">BI").pack
 
 
-_I64 = struct.Struct(">q")
-_EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
-_ONE_US = _dt.timedelta(microseconds=1)
-
-
 def _encode_datetime(o):
-    """The common datetimes packed directly (rows full of timestamps are what operators
-    store): a UTC one (Spark's timestamps) as ext 11, 8 bytes of microseconds since the
-    Unix epoch; a naive one (year >= 256) as the generic ext 4, byte for byte."""
+    """The datetime ext, byte for byte what the generic path packs, built directly for the
+    common case (naive or UTC, year >= 256): rows full of timestamps are what operators store."""
     tz = o.tzinfo
-    if tz is _UTC and not o.fold:
-        return _ext(EXT_UTC, _I64.pack((o - _EPOCH_UTC) // _ONE_US))
-    if tz is None and o.year >= 256:
+    if (tz is None or tz is _UTC) and o.year >= 256:
         us = o.microsecond
         if us < 128:
             mid = bytes((us,))
@@ -124,8 +116,9 @@ def _encode_datetime(o):
             mid = _U16(0xcd, us)
         else:
             mid = _U32(0xce, us)
+        tail = (b"\xc0" if tz is None else b"\x00") + (b"\x01" if o.fold else b"\x00")
         return _ext(EXT_DATETIME, _DT_HEAD(0x99, 0xcd, o.year, o.month, o.day, o.hour, o.minute, o.second)
-                    + mid + (b"\xc0\x01" if o.fold else b"\xc0\x00"))
+                    + mid + tail)
     return _ext(*_BUILTIN_ENCODERS[_dt.datetime](o))
 
 
@@ -152,13 +145,6 @@ def _tz(seconds):
 
 
 def _ext_hook(code: int, data: bytes):
-    if code == EXT_UTC:
-        if len(data) != 8:
-            raise ValueError(f"a UTC datetime (ext {EXT_UTC}) has 8 bytes, got {len(data)}")
-        try:
-            return _EPOCH_UTC + _dt.timedelta(microseconds=_I64.unpack(data)[0])
-        except OverflowError:
-            raise ValueError(f"a UTC datetime (ext {EXT_UTC}) out of range: {data.hex()}") from None
     if code == EXT_TUPLE:
         return tuple(_unpack(data))
     if code == EXT_SET:

@@ -98,20 +98,25 @@ class ShardState:
 
     def commit(self, batch: int) -> dict:
         """Save dirty slots of every space into one write batch, checkpoint epoch ``batch``."""
+        t0 = time.perf_counter()
         wb = dkv.WriteBatch()
         for sp in self.spaces.values():
             sp.save(batch=wb)
         before = dict(self.db.stats_counters)
+        t1 = time.perf_counter()
         self.db.write(wb)
+        t2 = time.perf_counter()
         cp = self.db.checkpoint(batch)
         cp.wait()
+        t3 = time.perf_counter()
         for sp in self.spaces.values():
             sp.on_saved()
         self.epoch = batch
         after = self.db.stats_counters
         sst = after.get("sst_bytes", 0) - before.get("sst_bytes", 0)
         return {"dirty_slots": len(wb), "checkpoint_bytes": cp.bytes_written, "wal_bytes": cp.wal_bytes,
-                "manifest_bytes": cp.manifest_bytes, "sst_bytes": sst}
+                "manifest_bytes": cp.manifest_bytes, "sst_bytes": sst, "save_ms": round((t1 - t0) * 1000, 1),
+                "write_ms": round((t2 - t1) * 1000, 1), "checkpoint_ms": round((t3 - t2) * 1000, 1)}
 
     def close(self) -> None:
         try:

@@ -2,8 +2,9 @@
 
 ``apply_operator`` adds three columns on the driver's plan — the key group
 ``pmod(hash(key), G)``, a routing token that sends each key-group range to its shard's
-partition, and the batch timestamp — then ``repartition(n, token).mapInPandas(...)``. In
-each task the rows are sorted by key and event time and handed to ``run_shard_batch``.
+partition, and the batch timestamp — then ``repartition(n, token).mapInArrow(...)``. In
+each task the rows are sorted by key and event time and handed to ``run_shard_batch``;
+the emitted rows go back to Spark as one Arrow record batch built where the shard ran.
 """
 from __future__ import annotations
 
@@ -142,8 +143,10 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     hosts = _host.enabled(shard_host)
     if isolate is None:
         isolate = not hosts
-    fn = _partition_function(spec, name, keys, columns, order, schema.names, instants, hosts, isolate)
-    out = routed.repartition(n, F.col(TOKEN)).mapInPandas(fn, schema)
+    from pyspark.sql.pandas.types import to_arrow_schema
+    out_arrow = to_arrow_schema(schema, timezone="UTC")
+    fn = _partition_function(spec, name, keys, columns, order, out_arrow, instants, hosts, isolate)
+    out = routed.repartition(n, F.col(TOKEN)).mapInArrow(fn, schema)
     if not isolate:
         return out
     # A shard is identified by its task's partition number, which holds only while the
@@ -154,20 +157,18 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     return out.withColumn(shard_col, F.spark_partition_id()).repartition(n, shard_col).drop(shard_col)
 
 
-def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_names: list,
+def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_schema,
                         instants: dict, shard_host: bool, isolated: bool):
     n = spec.shards
 
     def run(iterator):
-        import pandas as pd
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         batch = ctx.getLocalProperty("streaming.sql.batchId")
         query = ctx.getLocalProperty("sql.streaming.queryId")
         shard = ctx.partitionId()
-        frames = [f for f in iterator if len(f)]
-        pdf = pd.concat(frames, ignore_index=True) if frames else None
+        pdf = _arrow_to_pandas([b for b in iterator if b.num_rows])
         final = batch is None
         if pdf is not None:
             found = set(pdf[KG].map(lambda kg: ((kg + 1) * n - 1) // spec.groups))
@@ -187,7 +188,7 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
         else:
             local = ShardSpec(**{**spec.__dict__, "state": f"{spec.state}/{query}/{name}"})
             batch_id = int(batch)
-        args = (local, batch_id, shard, pdf, keys, columns, order, instants, final)
+        args = (local, batch_id, shard, pdf, keys, columns, order, instants, final, out_schema)
         emitted = None
         if shard_host and not final:
             if not isolated and not _host.first_run_in_task(local.state, shard, ctx.taskAttemptId()):
@@ -204,14 +205,15 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
                 log.warning("spark_ops: running shard %d in this worker: %s", shard, e)
         if emitted is None:
             emitted = run_task(*args)
-        yield pd.DataFrame.from_records(emitted, columns=out_names) if emitted else \
-            pd.DataFrame({c: pd.Series([], dtype=object) for c in out_names})
+        yield emitted
     return run
 
 
-def run_task(spec: ShardSpec, batch_id: int, shard: int, pdf, keys, columns, order, instants, final: bool) -> list:
+def run_task(spec: ShardSpec, batch_id: int, shard: int, pdf, keys, columns, order, instants, final: bool,
+             out_schema=None):
     """One shard's task after Spark's part: the rows in order, the operator, the checkpoint.
-    Runs in the task's Python worker or in the shard's host (see _host)."""
+    Runs in the task's Python worker or in the shard's host (see _host). Returns the
+    emitted rows: a list of dicts, or with ``out_schema`` (an Arrow schema) one record batch."""
     import time
 
     from ._keys import to_parts
@@ -222,7 +224,60 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, pdf, keys, columns, ord
     if final:
         from ._runtime import drop_cached
         drop_cached(spec.state)
-    return emitted
+    return emitted if out_schema is None else rows_to_arrow(emitted, out_schema)
+
+
+def _naive_timestamps(ty):
+    """``ty`` with every zoned timestamp made a plain (UTC) one: the values are UTC
+    instants either way, and pandas then gives naive UTC datetimes."""
+    import pyarrow as pa
+    if pa.types.is_timestamp(ty):
+        return pa.timestamp(ty.unit) if ty.tz is not None else ty
+    if pa.types.is_struct(ty):
+        return pa.struct([f.with_type(_naive_timestamps(f.type)) for f in ty])
+    if pa.types.is_map(ty):
+        return pa.map_(ty.key_field.with_type(_naive_timestamps(ty.key_type)),
+                       ty.item_field.with_type(_naive_timestamps(ty.item_type)))
+    if pa.types.is_list(ty):
+        return pa.list_(ty.value_field.with_type(_naive_timestamps(ty.value_type)))
+    if pa.types.is_large_list(ty):
+        return pa.large_list(ty.value_field.with_type(_naive_timestamps(ty.value_type)))
+    return ty
+
+
+def _arrow_to_pandas(batches: list):
+    """A task's Arrow record batches as one pandas DataFrame (None without rows), as
+    mapInPandas would give them except that timestamps nested in structs, arrays and maps
+    are naive UTC datetimes, whatever the session time zone (top-level timestamp columns
+    are read from their exact instants; see apply_operator) and maps are dicts."""
+    if not batches:
+        return None
+    import pyarrow as pa
+    table = pa.Table.from_batches(batches)
+    plain = pa.schema([f.with_type(_naive_timestamps(f.type)) for f in table.schema])
+    if plain != table.schema:
+        table = table.cast(plain)
+    return table.to_pandas(maps_as_pydicts="strict")
+
+
+def rows_to_arrow(rows: list, schema):
+    """The operator's emitted rows (dicts) as a record batch of the output ``schema``
+    (Arrow; timestamps in UTC, and naive datetimes taken as UTC). A value that does not
+    fit its column is a TypeError naming the column."""
+    import pyarrow as pa
+    names = schema.names
+    if any(type(r) is not dict for r in rows):
+        rows = [r if isinstance(r, dict) else dict(zip(names, r)) for r in rows]
+    try:
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+        for f in schema:
+            try:
+                pa.array([r.get(f.name) for r in rows], type=f.type)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as ce:
+                raise TypeError(f"spark_ops: the operator emitted a value that does not fit output column "
+                                f"{f.name!r} ({f.type}): {ce}") from e
+        raise TypeError(f"spark_ops: the operator's rows do not fit the output schema {schema}: {e}") from e
 
 
 def _events(pdf, keys, columns, order, event_time, to_parts, instants):
@@ -323,6 +378,9 @@ def _plain(v):
     import pandas as pd
     if isinstance(v, np.ndarray):
         # tolist() gives Python scalars for every dtype but object (whose items may nest)
+        # and datetime64[ns] (ints: datetimes hold microseconds)
+        if v.dtype.kind == "M":
+            v = v.astype("datetime64[us]")
         return v.tolist() if v.dtype.kind != "O" else [_plain(x) for x in v.tolist()]
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]

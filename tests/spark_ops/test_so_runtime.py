@@ -306,8 +306,11 @@ def test_metrics_are_recorded_per_batch_and_shard(tmp_path):
     assert sum(r["timers_fired"] for r in recs if r["batch"] == 2) == 6
     assert sum(r["emitted"] for r in recs if r["batch"] == 2) == 6
     for r in recs:
-        for field in ("dirty_slots", "checkpoint_bytes", "state_bytes", "late_rows", "duration_ms"):
+        for field in ("dirty_slots", "checkpoint_bytes", "state_bytes", "late_rows", "duration_ms", "commit_ms",
+                      "save_ms", "write_ms", "checkpoint_ms"):
             assert isinstance(r[field], (int, float)) and r[field] >= 0, (field, r)
+        # the commit's parts add up to (about: rounding) the commit, and it is part of the duration
+        assert r["save_ms"] + r["write_ms"] + r["checkpoint_ms"] <= r["commit_ms"] + 0.3 <= r["duration_ms"] + 0.3
     assert all(r["checkpoint_bytes"] > 0 for r in recs if r["batch"] == 0 and r["rows"])
 
 
@@ -526,4 +529,6 @@ def test_struct_and_array_values_become_plain_python_values():
             return [types(y) for y in x]
         return type(x)
     assert types(_plain(values[1])) == {"f": float, "b": bool, "n": int, "d": decimal.Decimal}
+    stamps = np.array(["2024-03-01T12:00:00.123456", "NaT"], dtype="datetime64[ns]")
+    assert _plain(stamps) == [dt.datetime(2024, 3, 1, 12, 0, 0, 123456), None]   # not ns ints
     assert types(_plain(values[0]))["t"] is dt.datetime and types(_plain(values[0]))["inner"]["t2"] is dt.datetime
