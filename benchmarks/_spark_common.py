@@ -147,6 +147,7 @@ class RunResult:
     keys: int
     batches: list[BatchStat] = field(default_factory=list)
     skipped: str | None = None
+    round: int = 0
 
     def summary(self, warmup: int) -> dict:
         """Steady-state figures over the batches after `warmup`."""

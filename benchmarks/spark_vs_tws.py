@@ -13,6 +13,10 @@ Reported per contender: steady events/s and mean ms per batch (batches after --w
 triggerExecution time), and bytes written per batch under its state location (the peers'
 checkpointLocation/state, our `state=` folder): steady mean and max (background snapshot
 spikes). Ratios: each contender against the floor (time), ours against each peer.
+With --rounds N every contender runs N times, the contenders taking turns (floor, peers,
+ours, floor, ...), so that the machine's drift hits all of them alike; the table shows each
+contender's median run, the spread of its rounds, and time/floor as the median of the
+per-round ratios.
 Writes bench-output/spark_vs_tws.json and bench-output/spark_vs_tws.png.
 
 To add a contender, append a Contender to CONTENDERS; its build(inputs, ctx) returns the
@@ -87,6 +91,7 @@ def parse_args(argv=None):
     ap.add_argument("--count", type=int, default=100, help="buffer size")
     ap.add_argument("--events-per-key", type=int, default=2, help="events per key per batch")
     ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1, help="runs per contender, taking turns (median reported)")
     ap.add_argument("--scenarios", default="buffer,combine_latest")
     ap.add_argument("--only", default="", help="comma-separated substrings of contender names to run")
     ap.add_argument("--out", default="bench-output", help="where the JSON and the PNG go")
@@ -103,6 +108,8 @@ def parse_args(argv=None):
         ap.error(f"unknown scenario(s) {sorted(unknown)}; choose from {sorted(common.SCENARIOS)}")
     if args.warmup >= args.batches:
         ap.error("--warmup must be smaller than --batches")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     return args
 
 
@@ -129,17 +136,20 @@ def run(args) -> dict:
                 file_bytes = common.write_source(scenario, source, args.batches, keys, args.events_per_key)
                 sources[f"{scenario_name}/{keys}"] = {"events_per_batch": keys * args.events_per_key,
                                                       "source_file_bytes": file_bytes}
-                for i, contender in enumerate(c for c in selected(args) if c.scenario == scenario_name):
-                    run_dir = work / f"run-{scenario_name}-{keys}-{i}"
-                    ctx = RunContext(keys=keys, count=args.count, partitions=args.partitions,
-                                     state_dir=run_dir / "state", key=scenario.key)
-                    log(f"{scenario_name} K={keys:,}: {contender.name} ...")
-                    result = common.run_contender(spark, contender, scenario, source, run_dir, ctx,
-                                                  keys * args.events_per_key)
-                    log(f"    {result.skipped or _short(result.summary(args.warmup))}")
-                    results.append(result)
-                    if not args.work:
-                        shutil.rmtree(run_dir, ignore_errors=True)
+                contenders = [c for c in selected(args) if c.scenario == scenario_name]
+                for rnd in range(args.rounds):
+                    for i, contender in enumerate(contenders):
+                        run_dir = work / f"run-{scenario_name}-{keys}-{i}-r{rnd}"
+                        ctx = RunContext(keys=keys, count=args.count, partitions=args.partitions,
+                                         state_dir=run_dir / "state", key=scenario.key)
+                        log(f"{scenario_name} K={keys:,}: {contender.name} (round {rnd + 1}/{args.rounds}) ...")
+                        result = common.run_contender(spark, contender, scenario, source, run_dir, ctx,
+                                                      keys * args.events_per_key)
+                        result.round = rnd
+                        log(f"    {result.skipped or _short(result.summary(args.warmup))}")
+                        results.append(result)
+                        if not args.work:
+                            shutil.rmtree(run_dir, ignore_errors=True)
     finally:
         spark.stop()
         if not args.work:
@@ -170,38 +180,64 @@ def _ratio(a, b) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+def _median_run(runs: list) -> dict:
+    """The run whose ms per batch is the median of the rounds (its other figures with it)."""
+    ok = sorted((r for r in runs if "skipped" not in r["summary"]), key=lambda r: r["summary"]["ms_per_batch"])
+    return ok[(len(ok) - 1) // 2] if ok else runs[0]
+
+
+def _time_vs_floor(runs: list, floor_runs: list):
+    """Median over rounds of (ms per batch / the floor's in the same round); None without a floor."""
+    floor_ms = {r.get("round", 0): r["summary"]["ms_per_batch"] for r in floor_runs if "skipped" not in r["summary"]}
+    ratios = sorted(r["summary"]["ms_per_batch"] / floor_ms[r.get("round", 0)] for r in runs
+                    if "skipped" not in r["summary"] and r.get("round", 0) in floor_ms)
+    if not ratios:
+        return None
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+
+
 def table(report: dict) -> str:
+    rounds = report["config"].get("rounds", 1)
     head = (f"{'contender':<28} {'events/s':>10} {'ms/batch':>9} {'time/floor':>10} "
-            f"{'state KB/batch':>14} {'median KB':>9} {'max KB':>9} {'ours ev/s':>10} {'ours bytes':>10}")
+            f"{'state KB/batch':>14} {'median KB':>9} {'max KB':>9} {'ours ev/s':>10} {'ours bytes':>10}"
+            + (f" {'ms/batch of the rounds':>24}" if rounds > 1 else ""))
     lines = [f"Spark {report['spark_version']}, local[2], {report['config']['partitions']} partitions, "
              f"{report['config']['batches']} batches ({report['config']['warmup']} warm-up left out), "
-             f"buffer count {report['config']['count']}"]
-    groups: dict[tuple, list] = {}
+             f"buffer count {report['config']['count']}"
+             + (f", {rounds} rounds per contender (median shown)" if rounds > 1 else "")]
+    groups: dict[tuple, dict] = {}
     for r in report["results"]:
-        groups.setdefault((r["scenario"], r["keys"]), []).append(r)
-    for (scenario, keys), rows in groups.items():
+        groups.setdefault((r["scenario"], r["keys"]), {}).setdefault(r["contender"], []).append(r)
+    for (scenario, keys), by_name in groups.items():
         src = report["sources"][f"{scenario}/{keys}"]
         lines += ["", f"{scenario}, K = {keys:,}: {src['events_per_batch']:,} events per batch, "
                       f"source file {src['source_file_bytes'] / 1024:,.1f} KB per batch", head, "-" * len(head)]
-        floor = next((r["summary"] for r in rows if r["role"] == "floor" and "skipped" not in r["summary"]), None)
-        ours = next((r["summary"] for r in rows if r["role"] == "ours" and "skipped" not in r["summary"]), None)
-        for r in rows:
+        floor_runs = next((runs for runs in by_name.values() if runs[0]["role"] == "floor"), [])
+        ours_runs = next((runs for runs in by_name.values() if runs[0]["role"] == "ours"), [])
+        ours = _median_run(ours_runs)["summary"] if ours_runs else None
+        if ours and "skipped" in ours:
+            ours = None
+        for name, runs in by_name.items():
+            r = _median_run(runs)
             s = r["summary"]
             if "skipped" in s:
-                lines.append(f"{r['contender']:<28} {s['skipped']}")
+                lines.append(f"{name:<28} {s['skipped']}")
                 continue
             vs_ours_ev = _ratio(ours["events_per_s"], s["events_per_s"]) if ours and r["role"] == "peer" else ""
             vs_ours_b = _ratio(ours["state_bytes_mean"], s["state_bytes_mean"]) if ours and r["role"] == "peer" else ""
+            vs_floor = _time_vs_floor(runs, floor_runs)
+            spread = ", ".join(f"{x['summary']['ms_per_batch']:,.0f}" for x in runs if "skipped" not in x["summary"])
             lines.append(
-                f"{r['contender']:<28} {s['events_per_s']:>10,.0f} {s['ms_per_batch']:>9,.0f} "
-                f"{_ratio(s['ms_per_batch'], floor['ms_per_batch']) if floor else '-':>10} "
+                f"{name:<28} {s['events_per_s']:>10,.0f} {s['ms_per_batch']:>9,.0f} "
+                f"{(f'{vs_floor:.2f}x' if vs_floor else '-'):>10} "
                 f"{s['state_bytes_mean'] / 1024:>14,.1f} {s['state_bytes_median'] / 1024:>9,.1f} "
                 f"{s['state_bytes_max'] / 1024:>9,.1f} "
-                f"{vs_ours_ev:>10} {vs_ours_b:>10}")
+                f"{vs_ours_ev:>10} {vs_ours_b:>10}" + (f" {spread:>24}" if rounds > 1 else ""))
     lines += ["", "state KB/batch: mean of the steady batches (spikes included); median: a typical batch; "
                   "max: the largest spike.",
-              "time/floor: ms per batch over the floor's; ours ev/s, ours bytes: spark_ops over that peer "
-              "(events/s: higher is better; bytes: lower is better)."]
+              "time/floor: ms per batch over the floor's (with rounds: the median of each round's ratio); "
+              "ours ev/s, ours bytes: spark_ops over that peer (events/s: higher is better; bytes: lower is better)."]
     return "\n".join(lines)
 
 
@@ -222,8 +258,9 @@ def plot(report: dict, path: Path) -> None:
     for row, ((scenario, keys), rows) in zip(axes, groups.items()):
         for r in rows:
             ids = [b["batch_id"] for b in r["batches"]]
-            row[0].plot(ids, [b["state_bytes"] / 1024 for b in r["batches"]], marker=".", label=r["contender"])
-            row[1].plot(ids, [b["ms"] for b in r["batches"]], marker=".", label=r["contender"])
+            label = r["contender"] + (f" (round {r['round'] + 1})" if r.get("round") else "")
+            row[0].plot(ids, [b["state_bytes"] / 1024 for b in r["batches"]], marker=".", label=label)
+            row[1].plot(ids, [b["ms"] for b in r["batches"]], marker=".", label=label)
         for ax, title in zip(row, ("state KB written per batch", "ms per batch")):
             ax.axvspan(-0.5, warmup - 0.5, color="0.9")
             ax.set_title(f"{scenario}, K = {keys:,}: {title}")
