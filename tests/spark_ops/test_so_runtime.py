@@ -480,25 +480,6 @@ def test_timer_service_matches_a_model_and_skips_scans_when_nothing_can_be_due()
     assert ts.due(EVENT_TIME, 800) == [(700, 1, ("late",), "")]
 
 
-def _plain_reference(v):
-    """What _plain must return, written the slow obvious way."""
-    import numpy as np
-    import pandas as pd
-    if isinstance(v, np.ndarray):
-        return [_plain_reference(x) for x in v.tolist()]
-    if isinstance(v, (list, tuple)):
-        return [_plain_reference(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain_reference(x) for k, x in v.items()}
-    if v is pd.NaT:
-        return None
-    if isinstance(v, pd.Timestamp):
-        return v.to_pydatetime()
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
-
-
 def test_struct_and_array_values_become_plain_python_values():
     """Struct/array columns reach pandas as dicts, ndarrays, Timestamps and numpy scalars;
     the rows an operator sees (and state stores) hold plain Python values only."""
@@ -509,18 +490,23 @@ def test_struct_and_array_values_become_plain_python_values():
 
     from spark_ops._spark import _plain
     ts = pd.Timestamp("2024-03-01 12:00:00.123456")
-    values = [
-        {"i": 1, "t": ts, "s": "x", "a": np.array([1.5, 2.5]), "inner": {"t2": ts, "n": None}},
-        {"f": np.float64(2.5), "b": np.bool_(True), "n": np.int32(7), "d": decimal.Decimal("1.10")},
-        np.array([ts, None, pd.NaT], dtype=object), np.array([1, 2], dtype=np.int64),
-        np.array(["a", "b"]), [(1, 2), {"k": [np.int64(3)]}], pd.NaT, None, b"raw",
-        dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc), True, 3, 2.0, "s",
-        pd.Timestamp("2024-01-01", tz="UTC"), np.array([], dtype=object),
+    py_ts = dt.datetime(2024, 3, 1, 12, 0, 0, 123456)
+    utc = dt.timezone.utc
+    cases = [   # (what pandas gives, what the operator must see)
+        ({"i": 1, "t": ts, "s": "x", "a": np.array([1.5, 2.5]), "inner": {"t2": ts, "n": None}},
+         {"i": 1, "t": py_ts, "s": "x", "a": [1.5, 2.5], "inner": {"t2": py_ts, "n": None}}),
+        ({"f": np.float64(2.5), "b": np.bool_(True), "n": np.int32(7), "d": decimal.Decimal("1.10")},
+         {"f": 2.5, "b": True, "n": 7, "d": decimal.Decimal("1.10")}),
+        (np.array([ts, None, pd.NaT], dtype=object), [py_ts, None, None]),
+        (np.array([1, 2], dtype=np.int64), [1, 2]),
+        (np.array(["a", "b"]), ["a", "b"]),
+        ([(1, 2), {"k": [np.int64(3)]}], [[1, 2], {"k": [3]}]),
+        (pd.NaT, None), (None, None), (b"raw", b"raw"), (True, True), (3, 3), (2.0, 2.0), ("s", "s"),
+        (dt.datetime(2024, 1, 1, tzinfo=utc), dt.datetime(2024, 1, 1, tzinfo=utc)),
+        (pd.Timestamp("2024-01-01", tz="UTC"), dt.datetime(2024, 1, 1, tzinfo=utc)),
+        (np.array([], dtype=object), []),
+        (np.array(["2024-03-01T12:00:00.123456", "NaT"], dtype="datetime64[ns]"), [py_ts, None]),  # not ns ints
     ]
-    for v in values:
-        got, want = _plain(v), _plain_reference(v)
-        assert got == want, v
-        assert repr(got) == repr(want), v        # same types all the way down
 
     def types(x):
         if isinstance(x, dict):
@@ -528,7 +514,6 @@ def test_struct_and_array_values_become_plain_python_values():
         if isinstance(x, list):
             return [types(y) for y in x]
         return type(x)
-    assert types(_plain(values[1])) == {"f": float, "b": bool, "n": int, "d": decimal.Decimal}
-    stamps = np.array(["2024-03-01T12:00:00.123456", "NaT"], dtype="datetime64[ns]")
-    assert _plain(stamps) == [dt.datetime(2024, 3, 1, 12, 0, 0, 123456), None]   # not ns ints
-    assert types(_plain(values[0]))["t"] is dt.datetime and types(_plain(values[0]))["inner"]["t2"] is dt.datetime
+    for given, want in cases:
+        got = _plain(given)
+        assert got == want and types(got) == types(want), given     # same values, same types all the way down
