@@ -21,7 +21,6 @@ from ._shards import tokens
 log = logging.getLogger(__name__)
 
 KG, TOKEN, BATCH_TS, US = "__spark_ops_kg", "__spark_ops_token", "__spark_ops_ts", "__spark_ops_us"
-_HELPERS = (KG, TOKEN, BATCH_TS)
 _EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _UNITS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000, "second": 1000,
           "seconds": 1000, "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
@@ -129,16 +128,12 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
                      inputs=list(inputs) if inputs else None, input_column=input_column)
     toks = tokens(n)
     shard = F.expr(f"((`{KG}` + 1) * {n} - 1) div {key_groups}")
-    # Timestamps reach pandas as naive wall-clock times of the session time zone, which is
-    # ambiguous around DST changes; their exact instants travel as microseconds instead.
+    # Timestamps reach pandas as naive wall-clock times, ambiguous around DST changes; their
+    # exact instants are read from the Arrow columns as microseconds (see _arrow_to_pandas).
     instants = {c.name: f"{US}{i}" for i, c in enumerate(df.schema.fields) if isinstance(c.dataType, TimestampType)}
-    routed = df
-    for col, helper in instants.items():
-        routed = routed.withColumn(helper, F.unix_micros(F.col(col)))
-    routed = (routed.withColumn(KG, F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(key_groups)))
-                    .withColumn(TOKEN, F.element_at(F.array(*[F.lit(t).cast("long") for t in toks]),
-                                                    (shard + 1).cast("int")))
-                    .withColumn(BATCH_TS, F.unix_millis(F.current_timestamp())))
+    routed = (df.withColumn(KG, F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(key_groups)))
+                .withColumn(TOKEN, F.element_at(F.array(*[F.lit(t).cast("long") for t in toks]),
+                                                (shard + 1).cast("int"))))
     columns = df.columns
     hosts = _host.enabled(shard_host)
     if isolate is None:
@@ -146,7 +141,11 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     from pyspark.sql.pandas.types import to_arrow_schema
     out_arrow = to_arrow_schema(schema, timezone="UTC")
     fn = _partition_function(spec, name, keys, columns, order, out_arrow, instants, hosts, isolate)
-    out = routed.repartition(n, F.col(TOKEN)).mapInArrow(fn, schema)
+    # Nothing may sit between the exchange and the shards: over an empty shuffle (a batch
+    # without rows) adaptive execution would replace a projection by an empty relation, and
+    # then no task would run — and no timer fire (RFC 0001, §1.2).
+    out = (routed.withColumn(BATCH_TS, F.unix_millis(F.current_timestamp()))
+                 .repartition(n, F.col(TOKEN)).mapInArrow(fn, schema))
     if not isolate:
         return out
     # A shard is identified by its task's partition number, which holds only while the
@@ -168,7 +167,7 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
         batch = ctx.getLocalProperty("streaming.sql.batchId")
         query = ctx.getLocalProperty("sql.streaming.queryId")
         shard = ctx.partitionId()
-        pdf = _arrow_to_pandas([b for b in iterator if b.num_rows])
+        pdf = _arrow_to_pandas([b for b in iterator if b.num_rows], instants)
         final = batch is None
         if pdf is not None:
             found = set(pdf[KG].map(lambda kg: ((kg + 1) * n - 1) // spec.groups))
@@ -245,15 +244,21 @@ def _naive_timestamps(ty):
     return ty
 
 
-def _arrow_to_pandas(batches: list):
+def _arrow_to_pandas(batches: list, instants: dict):
     """A task's Arrow record batches as one pandas DataFrame (None without rows), as
     mapInPandas would give them except that timestamps nested in structs, arrays and maps
-    are naive UTC datetimes, whatever the session time zone (top-level timestamp columns
-    are read from their exact instants; see apply_operator) and maps are dicts."""
+    are naive UTC datetimes, whatever the session time zone, and maps are dicts. Each
+    top-level timestamp column ``c`` also comes as microseconds since the epoch in
+    column ``instants[c]`` (its exact instants)."""
     if not batches:
         return None
     import pyarrow as pa
     table = pa.Table.from_batches(batches)
+    for c, helper in instants.items():
+        col = table.column(c)
+        if col.type.unit != "us":
+            col = col.cast(pa.timestamp("us", tz=col.type.tz))
+        table = table.append_column(helper, col.cast(pa.int64()))
     plain = pa.schema([f.with_type(_naive_timestamps(f.type)) for f in table.schema])
     if plain != table.schema:
         table = table.cast(plain)
