@@ -189,7 +189,9 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     sorted in processing order. Returns (emitted rows, metrics).
 
     The watermark and processing time come from the previous batch's records unless given
-    (the test harness gives them). ``end_of_input``: no more rows will come (a batch
+    (the test harness gives them). ``batch_time``: this batch's time (ms), recorded as the
+    next batch's processing time — never below this batch's (a clock that stepped back
+    does not move processing time back). ``end_of_input``: no more rows will come (a batch
     DataFrame), so after the rows every timer fires. ``heartbeat_time``: the largest event
     time of rows without a key (dropped), which advances every input's watermark.
     ``prepare_ms``: what the caller spent turning its rows into ``events`` (a metric)."""
@@ -239,7 +241,7 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     else:
         new_basis[0] = max([new_basis[0]] + [ts for _, _, ts, _ in events if ts is not None])
     _watermark.write(store, batch, spec.shards, shard, new_basis,
-                     batch_time if batch_time is not None else max(prev_time, 0))
+                     max(prev_time, batch_time if batch_time is not None else 0))   # never backwards
     _watermark.collect(store, batch, shard)
     metrics.update(batch=batch, shard=shard, shards=spec.shards, rows=len(events), emitted=len(emitted),
                    watermark=watermark, processing_time=processing_time,

@@ -1,10 +1,15 @@
 """Spark glue: turn an Operator into a DataFrame transformation.
 
-``apply_operator`` adds three columns on the driver's plan — the key group
-``pmod(hash(key), G)``, a routing token that sends each key-group range to its shard's
-partition, and the batch timestamp — then ``repartition(n, token).mapInArrow(...)``. In
-each task the rows are sorted by key and event time and handed to ``run_shard_batch``;
-the emitted rows go back to Spark as one Arrow record batch built where the shard ran.
+``apply_operator`` adds two columns on the driver's plan — the key group
+``pmod(hash(key), G)`` and a routing token that sends each key-group range to its shard's
+partition — then ``repartition(n, token).mapInArrow(...)``. In each task the rows are
+sorted by key and event time and handed to ``run_shard_batch``; the emitted rows go back
+to Spark as one Arrow record batch built where the shard ran.
+
+No column carries the batch timestamp: in a streaming plan ``current_timestamp()`` becomes
+a literal that differs in every batch, and a literal is compiled into the generated code,
+so Spark would compile the stage anew each batch (~30 ms) and run it unoptimised by the
+JIT (RFC 0001, §2.5). A shard takes its processing time from its own clock instead.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import datetime as _dt
 import logging
 import os
 import re
+import time
 import uuid
 
 from . import _host
@@ -20,7 +26,7 @@ from ._shards import tokens
 
 log = logging.getLogger(__name__)
 
-KG, TOKEN, BATCH_TS, US = "__spark_ops_kg", "__spark_ops_token", "__spark_ops_ts", "__spark_ops_us"
+KG, TOKEN, US = "__spark_ops_kg", "__spark_ops_token", "__spark_ops_us"
 _EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _UNITS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000, "second": 1000,
           "seconds": 1000, "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
@@ -144,8 +150,7 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     # Nothing may sit between the exchange and the shards: over an empty shuffle (a batch
     # without rows) adaptive execution would replace a projection by an empty relation, and
     # then no task would run — and no timer fire (RFC 0001, §1.2).
-    out = (routed.withColumn(BATCH_TS, F.unix_millis(F.current_timestamp()))
-                 .repartition(n, F.col(TOKEN)).mapInArrow(fn, schema))
+    out = routed.repartition(n, F.col(TOKEN)).mapInArrow(fn, schema)
     if not isolate:
         return out
     # A shard is identified by its task's partition number, which holds only while the
@@ -163,6 +168,7 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
     def run(iterator):
         from pyspark import TaskContext
 
+        started = int(time.time() * 1000)     # the next batch's processing time (RFC 0001, §2.5)
         ctx = TaskContext.get()
         batch = ctx.getLocalProperty("streaming.sql.batchId")
         query = ctx.getLocalProperty("sql.streaming.queryId")
@@ -187,7 +193,7 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
         else:
             local = ShardSpec(**{**spec.__dict__, "state": f"{spec.state}/{query}/{name}"})
             batch_id = int(batch)
-        args = (local, batch_id, shard, pdf, keys, columns, order, instants, final, out_schema)
+        args = (local, batch_id, shard, pdf, keys, columns, order, instants, final, out_schema, started)
         emitted = None
         if shard_host and not final:
             if not isolated and not _host.first_run_in_task(local.state, shard, ctx.taskAttemptId()):
@@ -209,15 +215,15 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
 
 
 def run_task(spec: ShardSpec, batch_id: int, shard: int, pdf, keys, columns, order, instants, final: bool,
-             out_schema=None):
+             out_schema=None, batch_time: int | None = None):
     """One shard's task after Spark's part: the rows in order, the operator, the checkpoint.
     Runs in the task's Python worker or in the shard's host (see _host). Returns the
-    emitted rows: a list of dicts, or with ``out_schema`` (an Arrow schema) one record batch."""
-    import time
-
+    emitted rows: a list of dicts, or with ``out_schema`` (an Arrow schema) one record batch.
+    ``batch_time``: the wall-clock ms at which the task started (the next batch's
+    processing time)."""
     from ._keys import to_parts
     t0 = time.perf_counter()
-    events, batch_time, heartbeat = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
+    events, heartbeat = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
     emitted, _ = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
                                  heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000)
     if final:
@@ -286,12 +292,11 @@ def rows_to_arrow(rows: list, schema):
 
 
 def _events(pdf, keys, columns, order, event_time, to_parts, instants):
-    """Rows as (key group, key parts, event ms, row dict), in processing order, the batch
-    time, and the largest event time (ms) of rows with a null key, or None. Those rows (a
-    heartbeat) are dropped, but their event times advance the watermark."""
+    """Rows as (key group, key parts, event ms, row dict), in processing order, and the
+    largest event time (ms) of rows with a null key, or None. Those rows (a heartbeat) are
+    dropped, but their event times advance the watermark."""
     if pdf is None:
-        return [], None, None
-    batch_time = int(pdf[BATCH_TS].max())
+        return [], None
     heartbeat = None
     if any(pdf[k].hasnans for k in keys):
         keyed = pdf[keys].notna().all(axis=1)
@@ -318,7 +323,7 @@ def _events(pdf, keys, columns, order, event_time, to_parts, instants):
     rows = list(map(_row_maker(columns), *[values[c] for c in columns])) if columns else [{}] * len(kgs)
     if parts is not _plain_key:
         keyvals = list(map(parts, keyvals))
-    return list(zip(kgs, keyvals, ts, rows)), batch_time, heartbeat
+    return list(zip(kgs, keyvals, ts, rows)), heartbeat
 
 
 def _plain_key(kv: tuple) -> tuple:

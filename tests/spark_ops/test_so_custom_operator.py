@@ -113,29 +113,39 @@ def test_custom_operator_in_a_streaming_query_matches_the_harness(utc_spark, tmp
 
 def make_processing_timer_operator() -> Operator:
     class OneBatchLater(Operator):
-        """Registers a processing-time timer just after the batch's processing time (the previous
-        batch's timestamp): it is due once the next batch's processing time (this batch's
-        timestamp) passes it, i.e. exactly one batch later."""
+        """Registers a processing-time timer just after the batch's processing time (when the
+        previous batch ran): it is due once the next batch's processing time (when this batch
+        ran) passes it, i.e. exactly one batch later."""
 
         def on_event(self, key, row, ctx):
             ctx.register_processing_timer((ctx.processing_time or 0) + 1, name=str(ctx.batch_id))
 
         def on_timer(self, key, timer, ctx):
             assert timer.kind == "processing"
-            ctx.emit({"k": key, "registered": int(timer.name), "fired": ctx.batch_id})
+            ctx.emit({"k": key, "registered": int(timer.name), "fired": ctx.batch_id, "pt": ctx.processing_time})
 
     return OneBatchLater()
 
 
 @pytest.mark.spark
 def test_processing_time_timers_fire_one_batch_later_in_a_streaming_query(utc_spark, tmp_path):
-    """Processing time in batch b is the batch timestamp (current_timestamp) recorded in b - 1."""
+    """Processing time in batch b is the time batch b - 1 ran (its shards' clocks): the same on
+    every shard of a batch, increasing from batch to batch, behind this test's clock."""
+    import time
+    t_start = int(time.time() * 1000)
     batches = random_events(33, 4, keys="abc", late=False) + [[]]
     write_batch_files(tmp_path / "src", batches)
     out = apply_operator(read_stream(utc_spark, tmp_path / "src"), make_processing_timer_operator(), "k",
-                         output_schema="k string, registered long, fired long", state=str(tmp_path / "state"))
+                         output_schema="k string, registered long, fired long, pt long", state=str(tmp_path / "state"))
     run_stream(out, tmp_path / "out", tmp_path / "cp")
     got = read_sink(tmp_path / "out")
     fired = sorted((r["k"], r["registered"], r["fired"]) for rows in got.values() for r in rows)
     want = sorted({(r["k"], b, b + 1) for b, rows in enumerate(batches) for r in rows})
     assert fired == want
+    pts = {}
+    for rows in got.values():
+        for r in rows:
+            pts.setdefault(r["fired"], set()).add(r["pt"])
+    assert all(len(v) == 1 for v in pts.values()), pts      # one processing time per batch, all shards
+    times = [pts[b].pop() for b in sorted(pts)]
+    assert times == sorted(set(times)) and t_start <= times[0] and times[-1] <= int(time.time() * 1000)

@@ -121,7 +121,7 @@ def test_a_shard_runs_the_same_in_a_host_as_in_the_worker(owner, tmp_path):
 
     def batch(b):
         rows = [{"user": f"u{k}", "ts": t0 + dt.timedelta(seconds=b * 10 + j), "__spark_ops_kg": 0,
-                 "__spark_ops_token": 0, "__spark_ops_ts": 1000 * b, "__spark_ops_us0": 0}
+                 "__spark_ops_token": 0, "__spark_ops_us0": 0}
                 for k in range(3) for j in range(2)]
         pdf = pd.DataFrame(rows)
         pdf["__spark_ops_us0"] = [int((r["ts"] - t0).total_seconds() * 1e6) + 1_704_067_200_000_000 for r in rows]
@@ -133,7 +133,8 @@ def test_a_shard_runs_the_same_in_a_host_as_in_the_worker(owner, tmp_path):
                          event_time="ts", groups=4, shards=1)
         got = []
         for b in range(4):
-            args = (spec, b, 0, batch(b), ["user"], ["user", "ts"], ["ts"], {"ts": "__spark_ops_us0"}, False)
+            args = (spec, b, 0, batch(b), ["user"], ["user", "ts"], ["ts"], {"ts": "__spark_ops_us0"}, False,
+                    None, 1000 * b)
             got.append(_host.call(0, run_task, args, owner=owner.pid) if mode == "host" else run_task(*args))
         drop_cached(spec.state)
         out[mode] = got

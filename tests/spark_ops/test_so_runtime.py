@@ -107,6 +107,17 @@ def test_processing_time_timers_fire_when_the_previous_batch_time_passes_them():
     assert not kinds(h.run_batch([], batch_time=9_000), "timer")      # fired once
 
 
+def test_processing_time_never_goes_back_when_a_clock_does():
+    """A shard's clock that steps back (NTP) does not move processing time back."""
+    h = OperatorHarness(Probe(), key="k", partitions=2)
+    h.run_batch([], batch_time=5_000)
+    h.run_batch([], batch_time=3_000)               # the clock stepped back 2 s
+    out = h.run_batch([], batch_time=6_000)
+    assert {o["pt"] for o in kinds(out, "open")} == {5_000}
+    out = h.run_batch([])
+    assert {o["pt"] for o in kinds(out, "open")} == {6_000}
+
+
 def test_late_rows_are_dropped_and_counted():
     h = OperatorHarness(Probe(), key="k", event_time="ts", watermark=1_000, partitions=2)
     h.run_batch([{"k": "a", "ts": 10_000, "v": 0}])
