@@ -102,7 +102,25 @@ _U16 = struct.Struct(">BH").pack
 _U32 = struct.Struct(">BI").pack
 
 
+_DT_MEMO: dict = {}         # id(datetime) -> (the datetime, its ext); see _encode_datetime
+_DT_MEMO_MAX = 4096
+
+
 def _encode_datetime(o):
+    """The datetime ext, memoised by object: rows often share one datetime object (spark_ops
+    makes equal timestamps of a batch one object), and the memo holds the object, so its
+    id cannot be reused while the entry lives."""
+    hit = _DT_MEMO.get(id(o))
+    if hit is not None and hit[0] is o:
+        return hit[1]
+    ext = _build_datetime(o)
+    if len(_DT_MEMO) >= _DT_MEMO_MAX:
+        _DT_MEMO.clear()
+    _DT_MEMO[id(o)] = (o, ext)
+    return ext
+
+
+def _build_datetime(o):
     """The datetime ext, byte for byte what the generic path packs, built directly for the
     common case (naive or UTC, year >= 256): rows full of timestamps are what operators store."""
     tz = o.tzinfo

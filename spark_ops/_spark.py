@@ -340,11 +340,18 @@ def _native_key(series) -> bool:
 
 
 def _utc_datetimes(micros) -> list:
-    """Timezone-aware UTC datetimes from microseconds since the Unix epoch (None for nulls)."""
+    """Timezone-aware UTC datetimes from microseconds since the Unix epoch (None for nulls).
+    Equal instants become one shared object (a batch's rows often share timestamps): fewer
+    objects to build and hold, and objectspace encodes a shared datetime once."""
+    import numpy as np
     import pandas as pd
     if micros.dtype.kind in "iu":       # no nulls: convert in C
-        return pd.DatetimeIndex(pd.to_datetime(micros.to_numpy(), unit="us", utc=True)).to_pydatetime().tolist()
-    return [None if v != v else _EPOCH_UTC + _dt.timedelta(microseconds=int(v)) for v in micros.tolist()]
+        unique, inverse = np.unique(micros.to_numpy(), return_inverse=True)
+        objs = pd.DatetimeIndex(pd.to_datetime(unique, unit="us", utc=True)).to_pydatetime()
+        return objs[inverse].tolist()
+    cache: dict = {}
+    return [None if v != v else cache.get(v) or cache.setdefault(v, _EPOCH_UTC + _dt.timedelta(microseconds=int(v)))
+            for v in micros.tolist()]
 
 
 def _row_maker(columns: list):

@@ -142,3 +142,27 @@ def test_datetime_fast_path_writes_the_generic_bytes():
                     assert encode(d) == _codec._pack_nested(msgpack.ExtType(*generic(d))), d
                     back = decode(encode(d))
                     assert back == d and back.fold == fold and back.utcoffset() == d.utcoffset()
+
+
+def test_a_shared_datetime_is_encoded_once_and_never_confused_with_another():
+    """Encodings are memoised per datetime object (rows share timestamp objects); the memo
+    keeps each object alive, so a new object never inherits an old one's bytes."""
+    from objectspace import _codec
+    base = dt.datetime(2024, 5, 1, 12, 0, 0, 123, dt.timezone.utc)
+    shared = base + dt.timedelta(0)
+    built = []
+    build = _codec._build_datetime
+    _codec._DT_MEMO.clear()
+    try:
+        _codec._build_datetime = lambda o: built.append(o) or build(o)
+        encoded = [encode({"ts": shared, "i": i}) for i in range(50)]
+        assert [decode(e) for e in encoded] == [{"ts": base, "i": i} for i in range(50)]
+        assert sum(1 for o in built if o is shared) == 1
+        for i in range(_codec._DT_MEMO_MAX * 2):     # many short-lived objects: the memo is bounded
+            d = base + dt.timedelta(microseconds=i)
+            assert decode(encode(d)) == d
+            del d
+        assert len(_codec._DT_MEMO) <= _codec._DT_MEMO_MAX
+    finally:
+        _codec._build_datetime = build
+        _codec._DT_MEMO.clear()
