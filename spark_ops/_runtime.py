@@ -96,8 +96,13 @@ class ShardState:
             sp = self.spaces[kg] = ObjectSpace(self.db, key_prefix(kg, SCHEMA_STATE))
         return sp
 
-    def commit(self, batch: int) -> dict:
-        """Save dirty slots of every space into one write batch, checkpoint epoch ``batch``."""
+    def commit(self, batch: int):
+        """Save dirty slots of every space into one write batch and start checkpoint epoch
+        ``batch``; returns ``finish()``, which waits until the checkpoint is durable and
+        returns the commit's metrics. Work that needs no durable checkpoint runs in
+        between, while the checkpoint uploads. If ``finish()`` raises, this state is
+        unusable (its objects count the save as done): the caller drops it, as it drops a
+        state after any failure."""
         t0 = time.perf_counter()
         wb = dkv.WriteBatch()
         for sp in self.spaces.values():
@@ -107,16 +112,20 @@ class ShardState:
         self.db.write(wb)
         t2 = time.perf_counter()
         cp = self.db.checkpoint(batch)
-        cp.wait()
-        t3 = time.perf_counter()
         for sp in self.spaces.values():
             sp.on_saved()
-        self.epoch = batch
-        after = self.db.stats_counters
-        sst = after.get("sst_bytes", 0) - before.get("sst_bytes", 0)
-        return {"dirty_slots": len(wb), "checkpoint_bytes": cp.bytes_written, "wal_bytes": cp.wal_bytes,
-                "manifest_bytes": cp.manifest_bytes, "sst_bytes": sst, "save_ms": round((t1 - t0) * 1000, 1),
-                "write_ms": round((t2 - t1) * 1000, 1), "checkpoint_ms": round((t3 - t2) * 1000, 1)}
+
+        def finish() -> dict:
+            cp.wait()
+            t4 = time.perf_counter()
+            self.epoch = batch
+            after = self.db.stats_counters
+            sst = after.get("sst_bytes", 0) - before.get("sst_bytes", 0)
+            return {"dirty_slots": len(wb), "checkpoint_bytes": cp.bytes_written, "wal_bytes": cp.wal_bytes,
+                    "manifest_bytes": cp.manifest_bytes, "sst_bytes": sst, "save_ms": round((t1 - t0) * 1000, 1),
+                    "write_ms": round((t2 - t1) * 1000, 1), "checkpoint_ms": round((t4 - t2) * 1000, 1),
+                    "commit_ms": round((t4 - t0) * 1000, 1)}
+        return finish
 
     def close(self) -> None:
         try:
@@ -184,9 +193,10 @@ def evict_idle(seconds: float) -> None:
 def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, batch_time: int | None = None,
                     watermark: int | None = None, processing_time: int | None = None,
                     end_of_input: bool = False, heartbeat_time: int | None = None,
-                    prepare_ms: float | None = None) -> tuple[list, dict]:
+                    prepare_ms: float | None = None, convert=None) -> tuple[list, dict]:
     """Run one shard of one batch. ``events``: (key group, key parts, event ms or None, row)
-    sorted in processing order. Returns (emitted rows, metrics).
+    sorted in processing order. Returns (emitted rows, metrics), or with ``convert``
+    (applied to the emitted rows while the checkpoint uploads) (its result, metrics).
 
     The watermark and processing time come from the previous batch's records unless given
     (the test harness gives them). ``batch_time``: this batch's time (ms), recorded as the
@@ -212,22 +222,6 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
         watermark = _watermark.watermark(basis, spec.delay_ms)
     if processing_time is None and prev_time != _watermark.NONE:
         processing_time = prev_time
-    for attempt in range(3):
-        t_open = time.perf_counter()
-        st = _shard_state(spec, store, groups, batch, shard, fresh=attempt > 0)
-        open_ms = (time.perf_counter() - t_open) * 1000
-        try:
-            emitted, metrics = _process(st, spec, batch, shard, events, watermark, processing_time, end_of_input)
-            break
-        except dkv.FencedError as e:
-            # Another worker ran this shard meanwhile: reopen at batch - 1 and run again.
-            log.warning("shard %d batch %d fenced (%s); running the batch again", shard, batch, e)
-            st.close()
-            if attempt == 2:
-                raise
-    st.last_used = time.monotonic()
-    with _LOCK:
-        _SHARDS[(spec.state, shard, spec.shards)] = st
     new_basis = list(basis)
     if heartbeat_time is not None:
         new_basis = [max(b, heartbeat_time) for b in new_basis]
@@ -240,10 +234,34 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
                     new_basis[i] = ts
     else:
         new_basis[0] = max([new_basis[0]] + [ts for _, _, ts, _ in events if ts is not None])
-    _watermark.write(store, batch, spec.shards, shard, new_basis,
-                     max(prev_time, batch_time if batch_time is not None else 0))   # never backwards
+    for attempt in range(3):
+        t_open = time.perf_counter()
+        st = _shard_state(spec, store, groups, batch, shard, fresh=attempt > 0)
+        open_ms = (time.perf_counter() - t_open) * 1000
+        try:
+            emitted, metrics, finish = _process(st, spec, batch, shard, events, watermark, processing_time,
+                                                end_of_input)
+            n_emitted = len(emitted)
+            # While the checkpoint uploads: this batch's watermark record (harmless if the
+            # checkpoint then fails: a re-run writes the same basis, see _watermark) and
+            # the caller's conversion of the output.
+            _watermark.write(store, batch, spec.shards, shard, new_basis,
+                             max(prev_time, batch_time if batch_time is not None else 0))   # never backwards
+            if convert is not None:
+                emitted = convert(emitted)
+            metrics.update(finish())
+            break
+        except dkv.FencedError as e:
+            # Another worker ran this shard meanwhile: reopen at batch - 1 and run again.
+            log.warning("shard %d batch %d fenced (%s); running the batch again", shard, batch, e)
+            st.close()
+            if attempt == 2:
+                raise
+    st.last_used = time.monotonic()
+    with _LOCK:
+        _SHARDS[(spec.state, shard, spec.shards)] = st
     _watermark.collect(store, batch, shard)
-    metrics.update(batch=batch, shard=shard, shards=spec.shards, rows=len(events), emitted=len(emitted),
+    metrics.update(batch=batch, shard=shard, shards=spec.shards, rows=len(events), emitted=n_emitted,
                    watermark=watermark, processing_time=processing_time,
                    open_ms=round(open_ms, 1), duration_ms=round((time.perf_counter() - t0) * 1000, 1))
     if prepare_ms is not None:
@@ -292,11 +310,9 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: li
     op.close(ctx)
     if len(st.objects) > MEMO_OBJECTS:
         st.objects.clear()          # bounded: the spaces' own caches decide what stays loaded
-    t_commit = time.perf_counter()
-    metrics = st.commit(batch)
-    metrics.update(late_rows=late, timers_fired=fired, state_bytes=_state_bytes(st.db),
-                   commit_ms=round((time.perf_counter() - t_commit) * 1000, 1))
-    return st.emitted, metrics
+    finish = st.commit(batch)
+    metrics = {"late_rows": late, "timers_fired": fired, "state_bytes": _state_bytes(st.db)}
+    return st.emitted, metrics, finish
 
 
 def _state_bytes(db) -> int:

@@ -224,12 +224,14 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, pdf, keys, columns, ord
     from ._keys import to_parts
     t0 = time.perf_counter()
     events, heartbeat = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
+    convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
     emitted, _ = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
-                                 heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000)
+                                 heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000,
+                                 convert=convert)
     if final:
         from ._runtime import drop_cached
         drop_cached(spec.state)
-    return emitted if out_schema is None else rows_to_arrow(emitted, out_schema)
+    return emitted
 
 
 def _naive_timestamps(ty):
