@@ -173,10 +173,15 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
         batch = ctx.getLocalProperty("streaming.sql.batchId")
         query = ctx.getLocalProperty("sql.streaming.queryId")
         shard = ctx.partitionId()
-        pdf = _arrow_to_pandas([b for b in iterator if b.num_rows], instants)
+        batches = [b for b in iterator if b.num_rows]
+        table = None
+        if batches:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+            table = pa.Table.from_batches(batches)
         final = batch is None
-        if pdf is not None:
-            found = set(pdf[KG].map(lambda kg: ((kg + 1) * n - 1) // spec.groups))
+        if table is not None:
+            found = {((kg + 1) * n - 1) // spec.groups for kg in pc.unique(table.column(KG)).to_pylist()}
             if final and len(found) == 1:
                 shard = found.pop()     # a batch DataFrame's state is the task's own: only rows count
             elif found != {shard}:
@@ -193,7 +198,7 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
         else:
             local = ShardSpec(**{**spec.__dict__, "state": f"{spec.state}/{query}/{name}"})
             batch_id = int(batch)
-        args = (local, batch_id, shard, pdf, keys, columns, order, instants, final, out_schema, started)
+        args = (local, batch_id, shard, table, keys, columns, order, instants, final, out_schema, started)
         emitted = None
         if shard_host and not final:
             if not isolated and not _host.first_run_in_task(local.state, shard, ctx.taskAttemptId()):
@@ -214,15 +219,16 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
     return run
 
 
-def run_task(spec: ShardSpec, batch_id: int, shard: int, pdf, keys, columns, order, instants, final: bool,
+def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, order, instants, final: bool,
              out_schema=None, batch_time: int | None = None):
     """One shard's task after Spark's part: the rows in order, the operator, the checkpoint.
-    Runs in the task's Python worker or in the shard's host (see _host). Returns the
-    emitted rows: a list of dicts, or with ``out_schema`` (an Arrow schema) one record batch.
-    ``batch_time``: the wall-clock ms at which the task started (the next batch's
-    processing time)."""
+    Runs in the task's Python worker or in the shard's host (see _host). ``table``: the
+    task's rows (an Arrow table; None without rows). Returns the emitted rows: a list of
+    dicts, or with ``out_schema`` (an Arrow schema) one record batch. ``batch_time``: the
+    wall-clock ms at which the task started (the next batch's processing time)."""
     from ._keys import to_parts
     t0 = time.perf_counter()
+    pdf = _arrow_to_pandas(table, instants)
     events, heartbeat = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
     emitted, _ = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
@@ -252,16 +258,15 @@ def _naive_timestamps(ty):
     return ty
 
 
-def _arrow_to_pandas(batches: list, instants: dict):
-    """A task's Arrow record batches as one pandas DataFrame (None without rows), as
+def _arrow_to_pandas(table, instants: dict):
+    """A task's rows (an Arrow table, or None) as one pandas DataFrame (None without rows), as
     mapInPandas would give them except that timestamps nested in structs, arrays and maps
     are naive UTC datetimes, whatever the session time zone, and maps are dicts. Each
     top-level timestamp column ``c`` also comes as microseconds since the epoch in
     column ``instants[c]`` (its exact instants)."""
-    if not batches:
+    if table is None or not table.num_rows:
         return None
     import pyarrow as pa
-    table = pa.Table.from_batches(batches)
     for c, helper in instants.items():
         col = table.column(c)
         if col.type.unit != "us":

@@ -116,16 +116,13 @@ def _alive(pid: int) -> bool:
 
 def test_a_shard_runs_the_same_in_a_host_as_in_the_worker(owner, tmp_path):
     """run_task through the host and in this process: same emitted rows, same state."""
-    import pandas as pd
+    import pyarrow as pa
     t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
     def batch(b):
         rows = [{"user": f"u{k}", "ts": t0 + dt.timedelta(seconds=b * 10 + j), "__spark_ops_kg": 0,
-                 "__spark_ops_token": 0, "__spark_ops_us0": 0}
-                for k in range(3) for j in range(2)]
-        pdf = pd.DataFrame(rows)
-        pdf["__spark_ops_us0"] = [int((r["ts"] - t0).total_seconds() * 1e6) + 1_704_067_200_000_000 for r in rows]
-        return pdf
+                 "__spark_ops_token": 0} for k in range(3) for j in range(2)]
+        return pa.Table.from_pylist(rows)   # ts: timestamp[us, tz=UTC], as Spark sends it
 
     out = {}
     for mode in ("host", "worker"):
