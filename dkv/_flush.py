@@ -121,8 +121,10 @@ class FlushMixin:
         run = mem.max_seq
         tables = []
         builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
-        for key, (seq, value) in mem.items_sorted():
-            builder.add(key, value, seq)
+        keys, values, seqs = mem.columns_sorted()
+        i = 0
+        while i < len(keys):
+            i = builder.add_sorted(keys, values, seqs, i, limit)
             if limit is not None and builder.estimated_size >= limit:
                 tables.append(self._write_table(builder, run))
                 builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)

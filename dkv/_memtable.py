@@ -74,10 +74,12 @@ class Memtable:
         self._adds = 0
         return self._sorted
 
-    def items_sorted(self) -> list:
-        """All ``(key, (seq, value))`` in key order (for a flush)."""
+    def columns_sorted(self) -> tuple[list, list, list]:
+        """Keys in order and their values and seqs, as three lists (for a flush)."""
         data = self.data
-        return [(k, data[k]) for k in sorted(data)]
+        keys = sorted(data)
+        recs = list(map(data.__getitem__, keys))
+        return keys, [r[1] for r in recs], [r[0] for r in recs]
 
     def scan_blocks(self, start: bytes | None, end: bytes | None, chunk: int = 4096):
         """Yield ``(keys, values, seqs)`` chunks for keys in ``[start, end)``, ascending.

@@ -90,6 +90,47 @@ class SstBuilder:
         if self._bbytes >= self.block_size:
             self._flush_block()
 
+    def add_sorted(self, keys: list, values: list, seqs: list, start: int = 0, limit: int | None = None) -> int:
+        """``add`` for ``keys[start:]`` (ascending) with their values and seqs, a block at a
+        time instead of a record at a time; the table's bytes are exactly those of calling
+        ``add`` in order. With ``limit``, stops after the first record that brings
+        ``estimated_size`` to ``limit`` (where a caller checking after every ``add`` would
+        start a new table). Returns the index after the last record added."""
+        n, block, rec = len(keys), self.block_size, RECORD_OVERHEAD
+        i = start
+        while i < n:
+            # This block's records: up to the one that fills it (or the one that reaches
+            # the table limit, whichever comes first).
+            bbytes, room, j = self._bbytes, block - self._bbytes, i
+            stop = None if limit is None else 3 * (limit - self._offset)   # estimated_size >= limit
+            added = 0
+            while j < n:
+                v = values[j]
+                added += len(keys[j]) + (0 if v is None else len(v)) + rec
+                j += 1
+                if added >= room or (stop is not None and bbytes + added >= stop):
+                    break
+            ks, vs, ss = keys[i:j], values[i:j], seqs[i:j]
+            self._keys += ks
+            self._bk += ks
+            self._bv += vs
+            self._bs += ss
+            self._bbytes += added
+            self.raw_bytes += added
+            self.count += j - i
+            self.tombstones += vs.count(None)
+            lo, hi = min(ss), max(ss)
+            if self.min_seq is None or lo < self.min_seq:
+                self.min_seq = lo
+            if hi > self.max_seq:
+                self.max_seq = hi
+            i = j
+            if self._bbytes >= block:
+                self._flush_block()
+            if limit is not None and self.estimated_size >= limit:
+                return i
+        return i
+
     @property
     def first_key(self) -> bytes:
         return self._keys[0]

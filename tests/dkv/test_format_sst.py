@@ -177,3 +177,39 @@ def test_bloom_built_with_numpy_has_the_pure_python_bits():
         assert bloom.build(keys) == fast
     finally:
         bloom._np = saved
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_adding_sorted_runs_writes_the_bytes_of_adding_one_record_at_a_time(seed):
+    """add_sorted (the flush's bulk path) against add in a loop: the same tables, cut at the
+    same records when a table size limit applies, from any starting state of a builder."""
+    rng = random.Random(seed)
+    n = rng.choice([1, 7, 300, 2000])
+    keys = sorted({b"k-%07d" % rng.randrange(50 * n) for _ in range(n)})
+    values = [None if rng.random() < 0.15 else rng.randbytes(rng.choice([0, 3, 40, 700, 5000])) for _ in keys]
+    seqs = [rng.randrange(1, 1 << 40) for _ in keys]
+    block = rng.choice([64, 512, 4096])
+    limit = rng.choice([None, 200, 3000, 20000])
+    head = rng.randrange(0, min(5, len(keys)) + 1)      # records added one by one first
+
+    def tables(bulk: bool) -> list:
+        out, b = [], sst.SstBuilder(block)
+        for i in range(head):
+            b.add(keys[i], values[i], seqs[i])
+        i = head
+        while i < len(keys):
+            if bulk:
+                i = b.add_sorted(keys, values, seqs, i, limit)
+            else:
+                b.add(keys[i], values[i], seqs[i])
+                i += 1
+            if limit is not None and b.estimated_size >= limit:
+                out.append((b.count, b.tombstones, b.min_seq, b.max_seq, b.finish()))
+                b = sst.SstBuilder(block)
+        if b.count:
+            out.append((b.count, b.tombstones, b.min_seq, b.max_seq, b.finish()))
+        return out
+
+    one, bulk = tables(False), tables(True)
+    assert bulk == one
+    assert sum(t[0] for t in bulk) == len(keys)
