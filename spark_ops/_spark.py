@@ -124,6 +124,13 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     if not isinstance(n, int) or isinstance(n, bool) or n < 1 or key_groups < n or key_groups > 1 << 16:
         raise ValueError(f"need 1 <= partitions <= key_groups <= 65536, got partitions={n}, key_groups={key_groups}")
     order = [order_by] if isinstance(order_by, str) else list(order_by or ([event_time] if event_time else []))
+    missing = [c for c in order if c not in df.columns]
+    if missing:
+        raise ValueError(f"order_by column(s) {missing} not in the input; it has {df.columns}")
+    for c in keys + order:
+        if _unorderable(df.schema[c].dataType):
+            raise TypeError(f"column {c!r} ({df.schema[c].dataType.simpleString()}) cannot be a key or "
+                            f"order_by column: rows are ordered by them, and arrays and maps have no order")
     name = name or type(operator).__name__.lower()
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"operator name {name!r} may use letters, digits, '_', '.' and '-' only")
@@ -159,6 +166,14 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     # the shard keeps each shard's rows together and in emission order.
     shard_col = "__spark_ops_out_shard"
     return out.withColumn(shard_col, F.spark_partition_id()).repartition(n, shard_col).drop(shard_col)
+
+
+def _unorderable(data_type) -> bool:
+    """Arrays and maps (also inside structs) have no order to sort rows by."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+    if isinstance(data_type, (ArrayType, MapType)):
+        return True
+    return isinstance(data_type, StructType) and any(_unorderable(f.dataType) for f in data_type.fields)
 
 
 def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_schema,
@@ -228,8 +243,8 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
     wall-clock ms at which the task started (the next batch's processing time)."""
     from ._keys import to_parts
     t0 = time.perf_counter()
-    pdf = _arrow_to_pandas(table, instants)
-    events, heartbeat = _events(pdf, keys, columns, order, spec.event_time, to_parts, instants)
+    pdf = _arrow_to_pandas(_sort_rows(table, keys, columns, order), instants)
+    events, heartbeat = _events(pdf, keys, columns, spec.event_time, to_parts, instants)
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
     emitted, _ = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
                                  heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000,
@@ -298,10 +313,37 @@ def rows_to_arrow(rows: list, schema):
         raise TypeError(f"spark_ops: the operator's rows do not fit the output schema {schema}: {e}") from e
 
 
-def _events(pdf, keys, columns, order, event_time, to_parts, instants):
-    """Rows as (key group, key parts, event ms, row dict), in processing order, and the
-    largest event time (ms) of rows with a null key, or None. Those rows (a heartbeat) are
-    dropped, but their event times advance the watermark."""
+def _sort_rows(table, keys, columns, order):
+    """A task's rows (Arrow) in processing order: by key group, key, the ``order`` columns,
+    then every other column of a plain type, so that ties break the same way on every run
+    (the shuffle delivers rows in no fixed order); nulls first (then NaNs)."""
+    if table is None or not table.num_rows:
+        return table
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    ties = [c for c in columns if c not in keys and c not in order and not pa.types.is_nested(table.schema.field(c).type)]
+    by = [KG] + list(keys) + list(order) + ties
+    try:
+        idx = pc.sort_indices(table, options=_sort_options(by))
+    except (pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:     # apply_operator checks the types
+        raise TypeError(f"spark_ops: cannot order the rows by {by[1:len(keys) + len(order) + 1]}: {e}") from e
+    return table.take(idx)
+
+
+def _sort_options(by: list):
+    """Ascending on every column, nulls first (pyarrow >= 25 takes the null placement per
+    column; older versions once for all)."""
+    import pyarrow.compute as pc
+    try:
+        return pc.SortOptions(sort_keys=[(c, "ascending", "at_start") for c in by])
+    except (TypeError, ValueError):
+        return pc.SortOptions(sort_keys=[(c, "ascending") for c in by], null_placement="at_start")
+
+
+def _events(pdf, keys, columns, event_time, to_parts, instants):
+    """Rows (``pdf``, in processing order: see _sort_rows) as (key group, key parts, event
+    ms, row dict), and the largest event time (ms) of rows with a null key, or None. Those
+    rows (a heartbeat) are dropped, but their event times advance the watermark."""
     if pdf is None:
         return [], None
     heartbeat = None
@@ -312,9 +354,6 @@ def _events(pdf, keys, columns, order, event_time, to_parts, instants):
             if col.notna().any():
                 heartbeat = int(col.max()) // (1000 if event_time in instants else 1)
         pdf = pdf[keyed]
-    sortable = [c for c in columns if c not in keys and c not in order and _sortable(pdf[c])]
-    by = [instants.get(c, c) for c in [KG] + keys + order + sortable]
-    pdf = pdf.sort_values(by, kind="mergesort", na_position="first")
     values = {c: (_utc_datetimes(pdf[instants[c]]) if c in instants else _python_values(pdf[c])) for c in columns}
     if event_time is None:
         ts = [None] * len(pdf)
@@ -417,8 +456,3 @@ def _plain(v):
     if isinstance(v, np.generic):
         return v.item()
     return v
-
-
-def _sortable(series) -> bool:
-    kind = series.dtype.kind
-    return kind in "biufMm" or (kind == "O" and series.map(lambda v: isinstance(v, str) or v is None).all())

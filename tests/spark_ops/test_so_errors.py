@@ -119,6 +119,16 @@ def test_bad_output_schema_and_name(df):
         apply_operator(df, Echo(), [], output_schema="k string")
 
 
+def test_keys_and_order_columns_need_an_order(spark, df):
+    nested = spark.createDataFrame([("a", [1], {"x": 1}, 1)], "k string, arr array<int>, m map<string,int>, v long")
+    with pytest.raises(TypeError, match=r"'arr' \(array<int>\) cannot be a key"):
+        apply_operator(nested, Echo(), "arr", output_schema="k string")
+    with pytest.raises(TypeError, match=r"'m' \(map<string,int>\) cannot be a key or order_by"):
+        apply_operator(nested, Echo(), "k", order_by=["v", "m"], output_schema="k string")
+    with pytest.raises(ValueError, match=r"order_by column\(s\) \['nope'\]"):
+        apply_operator(df, Echo(), "k", order_by="nope", output_schema="k string")
+
+
 def test_harness_row_without_the_key():
     h = OperatorHarness(Echo(), key="k")
     with pytest.raises(KeyError, match="k"):
