@@ -3,7 +3,7 @@ stored at ``items/<encoded key>``, metadata ``[count]``."""
 from __future__ import annotations
 
 from ._base import F_META, PersistedObject
-from ._keycodec import decode_key, encode_key
+from ._keycodec import _SHORT_STRS, decode_key, encode_key
 from ._table import Table
 from .errors import EncodingError
 
@@ -37,6 +37,10 @@ class KeyedObject(PersistedObject):
 
     def _ek(self, key) -> bytes:
         """Encoded key; errors name the object and the key."""
+        if type(key) is str:
+            ek = _SHORT_STRS.get(key)
+            if ek is not None:
+                return ek
         try:
             return encode_key(key)
         except EncodingError as e:
