@@ -46,7 +46,7 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
 
     inputs: ``{"name": DataFrame, ...}`` (two or more), each with the key column(s)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
     if not isinstance(inputs, dict) or len(inputs) < 2:
         raise ValueError("combine_latest takes a dict of two or more named DataFrames")
     names = list(inputs)
@@ -57,20 +57,29 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
             raise ValueError(f"combine_latest input {n!r}: {e}") from None
     first = inputs[names[0]]
     et = "__spark_ops_event_time" if event_time else None
+    # Inputs of one schema are unioned as they are, with a column naming the input: flat
+    # rows are cheaper to shuffle and to turn into Python than a struct column per input
+    # (all but one of them null in every row). Other inputs go one struct column each.
+    flat = all([(f.name, f.dataType) for f in df.schema] == [(f.name, f.dataType) for f in first.schema]
+               for df in inputs.values())
     parts = []
     for n, df in inputs.items():
-        cols = [F.col(k) for k in keys] + [F.lit(n).alias(SOURCE)]
-        for m, other in inputs.items():
-            cols.append(F.struct(*[F.col(c) for c in df.columns]).alias(m) if m == n
-                        else F.lit(None).cast(other.schema).alias(m))
+        if flat:
+            cols = [F.col(c) for c in first.columns] + [F.lit(n).alias(SOURCE)]
+        else:
+            cols = [F.col(k) for k in keys] + [F.lit(n).alias(SOURCE)]
+            for m, other in inputs.items():
+                cols.append(F.struct(*[F.col(c) for c in df.columns]).alias(m) if m == n
+                            else F.lit(None).cast(other.schema).alias(m))
         if et:
             cols.append(F.col(event_time).alias(et))
         parts.append(df.select(*cols))
     union = parts[0]
     for p in parts[1:]:
         union = union.unionByName(p)
-    schema = StructType(_key_fields(first, keys) + [union.schema[n] for n in names])
-    return apply_operator(union, CombineLatest(names, tuple(keys)), keys, output_schema=schema, event_time=et,
+    schema = StructType(_key_fields(first, keys) + [StructField(n, inputs[n].schema) for n in names])
+    operator = CombineLatest(names, tuple(keys), columns=first.columns if flat else None)
+    return apply_operator(union, operator, keys, output_schema=schema, event_time=et,
                           watermark=watermark, order_by=[et, SOURCE] if et else [SOURCE], state=state,
                           name=name or "combine_latest", partitions=partitions, key_groups=key_groups,
                           dkv_options=dkv_options, inputs=names, input_column=SOURCE,

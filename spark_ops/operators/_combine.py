@@ -13,16 +13,22 @@ SOURCE = "__spark_ops_source"
 
 
 class CombineLatest(Operator):
-    def __init__(self, inputs: list[str], key_columns: tuple = ("key",)) -> None:
+    """Rows come as ``{key..., SOURCE: input name, <input name>: that input's row}`` (one
+    column per input holding its rows as structs), or, with ``columns`` (inputs that share
+    one schema, unioned as they are), as ``{column: value..., SOURCE: input name}``: the
+    input's row is then those ``columns`` of it."""
+
+    def __init__(self, inputs: list[str], key_columns: tuple = ("key",), columns: list | None = None) -> None:
         if len(inputs) < 2:
             raise ValueError(f"combine_latest needs two or more inputs, got {inputs!r}")
         self.inputs = list(inputs)
         self.key_columns = tuple(key_columns)
+        self.columns = tuple(columns) if columns is not None else None
 
     def on_event(self, key, row, ctx: Context) -> None:
         source = row[SOURCE]
         latest = ctx.dict("latest")
-        latest[source] = row[source]
+        latest[source] = row[source] if self.columns is None else {c: row[c] for c in self.columns}
         if len(latest) == len(self.inputs):
             out = dict(zip(self.key_columns, key if len(self.key_columns) > 1 else (key,)))
             for name in self.inputs:

@@ -214,6 +214,21 @@ def test_combine_latest_matches_model(seed, inputs):
     drive(h, batches, expected, ["k"], rng)
 
 
+@pytest.mark.parametrize("seed", SEEDS[:6])
+def test_combine_latest_over_flat_rows_matches_model(seed):
+    """Inputs of one schema arrive unioned as they are (``columns=``): the same output as with
+    a struct column per input."""
+    rng = random.Random(f"cl-flat-{seed}")
+    inputs = ["x", "y", "z"]
+    batches = union_batches(rng, 14, inputs)
+    expected = run_model(CombineLatestModel(["k"], inputs), batches, keys=["k"], event_time="__et",
+                         delay_ms=1000, order_by=["__et", SOURCE], inputs=inputs, input_column=SOURCE)
+    flat = [[dict(r[r[SOURCE]], **{SOURCE: r[SOURCE], "__et": r["__et"]}) for r in rows] for rows in batches]
+    h = OperatorHarness(CombineLatest(inputs, ("k",), columns=["k", "v", "ts"]), key="k", event_time="__et",
+                        watermark=1000, order_by=["__et", SOURCE], inputs=inputs, input_column=SOURCE)
+    drive(h, flat, expected, ["k"], rng)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_combine_latest_with_event_time_matches_model(seed):
     """With event time (and a 1 s watermark per input, the minimum wins): event order, ties by input
