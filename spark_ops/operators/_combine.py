@@ -28,9 +28,12 @@ class CombineLatest(Operator):
     def on_event(self, key, row, ctx: Context) -> None:
         source = row[SOURCE]
         latest = ctx.dict("latest")
-        latest[source] = row[source] if self.columns is None else {c: row[c] for c in self.columns}
-        if len(latest) == len(self.inputs):
-            out = dict(zip(self.key_columns, key if len(self.key_columns) > 1 else (key,)))
-            for name in self.inputs:
+        columns = self.columns
+        latest[source] = row[source] if columns is None else {c: row[c] for c in columns}
+        inputs = self.inputs
+        if len(latest) == len(inputs):
+            kc = self.key_columns
+            out = {kc[0]: key} if len(kc) == 1 else dict(zip(kc, key))
+            for name in inputs:
                 out[name] = latest[name]
             ctx.emit(out)
