@@ -21,6 +21,7 @@ import time
 import uuid
 
 from . import _host
+from ._output import rows_to_arrow
 from ._runtime import ShardSpec, run_shard_batch
 from ._shards import tokens
 
@@ -291,26 +292,6 @@ def _arrow_to_pandas(table, instants: dict):
     if plain != table.schema:
         table = table.cast(plain)
     return table.to_pandas(maps_as_pydicts="strict")
-
-
-def rows_to_arrow(rows: list, schema):
-    """The operator's emitted rows (dicts) as a record batch of the output ``schema``
-    (Arrow; timestamps in UTC, and naive datetimes taken as UTC). A value that does not
-    fit its column is a TypeError naming the column."""
-    import pyarrow as pa
-    names = schema.names
-    if any(type(r) is not dict for r in rows):
-        rows = [r if isinstance(r, dict) else dict(zip(names, r)) for r in rows]
-    try:
-        return pa.RecordBatch.from_pylist(rows, schema=schema)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
-        for f in schema:
-            try:
-                pa.array([r.get(f.name) for r in rows], type=f.type)
-            except (pa.ArrowException, TypeError, ValueError, OverflowError) as ce:
-                raise TypeError(f"spark_ops: the operator emitted a value that does not fit output column "
-                                f"{f.name!r} ({f.type}): {ce}") from e
-        raise TypeError(f"spark_ops: the operator's rows do not fit the output schema {schema}: {e}") from e
 
 
 def _sort_rows(table, keys, columns, order):

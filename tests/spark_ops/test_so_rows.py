@@ -9,6 +9,8 @@ import pyarrow as pa
 import pytest
 
 from spark_ops._keys import to_parts
+from spark_ops import _output
+from spark_ops._output import rows_to_arrow
 from spark_ops._spark import KG, TOKEN, _arrow_to_pandas, _events, _sort_rows
 
 UTC = dt.timezone.utc
@@ -66,3 +68,96 @@ def test_a_key_that_has_no_order_is_a_clear_error():
             for i in range(5)]
     with pytest.raises(TypeError, match=r"cannot order the rows by \['k', 'ts'\]"):
         _sort_rows(_table(rows, key_type=pa.list_(pa.int64())), ["k"], ["k", "ts", "v", "s", "nested"], ["ts"])
+
+
+# ------------------------------------------------------------------ emitted rows to Arrow
+
+ITEM = pa.struct([("t", pa.timestamp("us", tz="UTC")), ("n", pa.int64())])
+OUT = pa.schema([
+    ("k", pa.string()),
+    ("at", pa.timestamp("us", tz="UTC")),
+    ("s", pa.struct([("x", pa.float64()), ("t", pa.timestamp("us", tz="UTC")), ("name", pa.string())])),
+    ("items", pa.list_(ITEM)),
+    ("tags", pa.list_(pa.string())),
+    ("m", pa.map_(pa.string(), pa.int64())),
+])
+ZONES = [UTC, dt.timezone(dt.timedelta(hours=5, minutes=30)), dt.timezone(-dt.timedelta(hours=8)), None]
+
+
+def _when(rng):
+    """A datetime: aware in some zone or naive (taken as UTC), or None; often one object
+    shared with earlier rows, as a shard's rows share timestamps."""
+    if rng.random() < 0.1:
+        return None
+    t = dt.datetime(2024, 3, 1, tzinfo=UTC) + dt.timedelta(microseconds=rng.randrange(10**10))
+    zone = rng.choice(ZONES)
+    return t.replace(tzinfo=None) if zone is None else t.astimezone(zone)
+
+
+def _emitted(seed: int, n: int = 200) -> list:
+    rng = random.Random(seed)
+    shared = [_when(rng) for _ in range(5)]
+    when = lambda: rng.choice(shared) if rng.random() < 0.5 else _when(rng)   # noqa: E731
+    rows = []
+    for i in range(n):
+        row = {"k": rng.choice([None, "a", "é", ""]), "at": when()}
+        s = rng.random()
+        if s < 0.1:
+            row["s"] = None
+        elif s < 0.8:
+            row["s"] = {"x": rng.choice([None, 1.5, float("nan")]), "t": when(), "name": rng.choice(["p", None])}
+        elif s < 0.9:
+            row["s"] = {"x": 2.0}                               # missing fields are null
+        if rng.random() < 0.9:
+            row["items"] = rng.choice([None, []] + [[{"t": when(), "n": j} if rng.random() < 0.8 else None
+                                                     for j in range(rng.randrange(4))]])
+        row["tags"] = rng.choice([None, [], ["x", None]])
+        row["m"] = rng.choice([None, {}, {"a": 1}])
+        if rng.random() < 0.1:
+            row["extra"] = object()                              # not an output column: ignored
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_emitted_rows_convert_as_arrow_converts_them_row_by_row(seed, monkeypatch):
+    rows = _emitted(seed)
+    monkeypatch.setattr(_output, "_row_by_row", None)      # the columnar way takes all of these
+    got = rows_to_arrow(rows, OUT)
+    want = pa.RecordBatch.from_pylist(rows, schema=OUT)
+    got.validate(full=True)
+    assert got.schema == OUT
+    assert _nan_free(got.to_pylist()) == _nan_free(want.to_pylist())
+    for name in OUT.names:      # the same nulls at every level, not just equal-looking values
+        assert got.column(name).is_null().equals(want.column(name).is_null())
+
+
+def _nan_free(v):
+    """``v`` with float NaNs (unequal to themselves) made a comparable marker."""
+    if isinstance(v, float) and v != v:
+        return "NaN"
+    if isinstance(v, dict):
+        return {k: _nan_free(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_nan_free(x) for x in v]
+    return v
+
+
+@pytest.mark.parametrize("rows", [
+    [],
+    [("a", dt.datetime(2024, 1, 1), None, None, ["t"], None)],                   # sequences, not dicts
+    [{"k": "a", "s": (1.0, dt.datetime(2024, 1, 1, tzinfo=UTC), "n")}],            # a struct as a tuple
+    [{"k": "a", "at": 1_700_000_000_000_000}, {"k": "b", "at": dt.datetime(2024, 1, 1)}],   # ints are raw us
+    [{"k": "a", "items": [(dt.datetime(2024, 1, 1), 3)]}],                         # list of tuples
+])
+def test_values_the_columnar_way_does_not_take_still_convert(rows):
+    assert rows_to_arrow(rows, OUT).equals(pa.RecordBatch.from_pylist(
+        [r if isinstance(r, dict) else dict(zip(OUT.names, r)) for r in rows], schema=OUT))
+
+
+def test_an_emitted_value_that_does_not_fit_names_its_column():
+    good = {"k": "a", "at": dt.datetime(2024, 1, 1, tzinfo=UTC)}
+    with pytest.raises(TypeError, match=r"output column 'items'"):
+        rows_to_arrow([good, {**good, "items": [{"t": "yesterday", "n": 1}]}], OUT)
+    with pytest.raises(TypeError, match=r"output column 'k'"):
+        rows_to_arrow([good, {**good, "k": 5}], OUT)
