@@ -56,12 +56,13 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
         except ValueError as e:
             raise ValueError(f"combine_latest input {n!r}: {e}") from None
     first = inputs[names[0]]
-    et = "__spark_ops_event_time" if event_time else None
     # Inputs of one schema are unioned as they are, with a column naming the input: flat
     # rows are cheaper to shuffle and to turn into Python than a struct column per input
-    # (all but one of them null in every row). Other inputs go one struct column each.
+    # (all but one of them null in every row). Other inputs go one struct column each,
+    # with the event time in a column of its own.
     flat = all([(f.name, f.dataType) for f in df.schema] == [(f.name, f.dataType) for f in first.schema]
                for df in inputs.values())
+    et = (event_time if flat else "__spark_ops_event_time") if event_time else None
     parts = []
     for n, df in inputs.items():
         if flat:
@@ -71,7 +72,7 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
             for m, other in inputs.items():
                 cols.append(F.struct(*[F.col(c) for c in df.columns]).alias(m) if m == n
                             else F.lit(None).cast(other.schema).alias(m))
-        if et:
+        if et and not flat:
             cols.append(F.col(event_time).alias(et))
         parts.append(df.select(*cols))
     union = parts[0]

@@ -24,16 +24,23 @@ class CombineLatest(Operator):
         self.inputs = list(inputs)
         self.key_columns = tuple(key_columns)
         self.columns = tuple(columns) if columns is not None else None
+        self._colset = None if columns is None else frozenset(columns)
 
     def on_event(self, key, row, ctx: Context) -> None:
         source = row[SOURCE]
         latest = ctx.dict("latest")
-        columns = self.columns
-        latest[source] = row[source] if columns is None else {c: row[c] for c in columns}
+        if self.columns is None:
+            value = row[source]
+        else:
+            value = dict(row)           # a copy without SOURCE: faster than picking the columns
+            del value[SOURCE]
+            if value.keys() != self._colset:
+                value = {c: row[c] for c in self.columns}
+        latest[source] = value
         inputs = self.inputs
         if len(latest) == len(inputs):
             kc = self.key_columns
             out = {kc[0]: key} if len(kc) == 1 else dict(zip(kc, key))
             for name in inputs:
-                out[name] = latest[name]
+                out[name] = value if name == source else latest[name]
             ctx.emit(out)
