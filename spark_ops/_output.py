@@ -3,9 +3,9 @@
 ``pa.RecordBatch.from_pylist`` does this row by row, and turns every timezone-aware
 datetime into an instant with a call back into Python (its ``utcoffset``): at 10k rows
 with three struct columns that is half of the conversion. Here the rows are taken apart
-column by column instead (struct fields and list items recursively), and each datetime
-object is converted once however many rows share it (a shard's rows share a few
-timestamps: see ``_spark._utc_datetimes``). A column whose values are not what this
+column by column instead (struct fields and list items recursively), and each distinct
+datetime is converted once however many rows hold it (a shard's rows share a few
+timestamps). A column whose values are not what this
 path knows (a tuple for a struct, a pandas Timestamp, ...) goes to ``pa.array`` as it
 is, and if anything fails the whole batch goes the row-by-row way, whose errors name the
 column; so the result is the same either way.
