@@ -19,7 +19,9 @@ import pytest
 from models import SessionModel, bag_by_key, run_model
 from spark_helpers import at, random_events, read_sink, write_batch_files
 
-pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.slow]
+# Not marked slow: it runs in ~40 s, and the issue asks for one cluster run in CI when it
+# takes under a few minutes.
+pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
 HERE = Path(__file__).parent
 GAP_MS, DELAY_MS = 1501, 500
