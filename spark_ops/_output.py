@@ -33,9 +33,63 @@ def rows_to_arrow(rows: list, schema):
         rows = [r if isinstance(r, dict) else dict(zip(names, r)) for r in rows]
     try:
         columns = [_column(_field(rows, f.name), f.type) for f in schema]
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
+        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
     except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError):
-        return _row_by_row(rows, schema)    # which says what does not fit
+        batch = _row_by_row(rows, schema)   # which says what does not fit
+    if _strict(schema):
+        _check_not_null(batch, schema)
+    return batch
+
+
+def _strict(schema) -> bool:
+    """Whether any field of the schema, nested ones included, is NOT NULL."""
+    import pyarrow as pa
+    todo = list(schema)
+    while todo:
+        f = todo.pop()
+        if not f.nullable:
+            return True
+        if pa.types.is_struct(f.type):
+            todo.extend(f.type)
+        elif pa.types.is_list(f.type) or pa.types.is_large_list(f.type):
+            todo.append(f.type.value_field)
+    return False
+
+
+def _check_not_null(batch, schema) -> None:
+    """A null where the output schema says NOT NULL is an error naming the column: Arrow
+    builds it without complaint, and Spark then fails reading it ("Value at index is
+    null") without saying where."""
+    for column, f in zip(batch.columns, schema):
+        path = _null_in(column, f, None)
+        if path is not None:
+            raise TypeError(f"spark_ops: the operator emitted a null for {path!r}, which the output schema "
+                            f"declares NOT NULL")
+
+
+def _null_in(array, field, valid) -> str | None:
+    """The path of a NOT NULL field holding a null where its parents are not null (``valid``:
+    a mask of the positions that count, None for all), or None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if not field.nullable and array.null_count:
+        nulls = array.is_null() if valid is None else pc.and_(array.is_null(), valid)
+        if pc.any(nulls).as_py():
+            return field.name
+    t = field.type
+    if pa.types.is_struct(t):
+        here = array.is_valid() if valid is None else pc.and_(array.is_valid(), valid)
+        for i, child in enumerate(t):
+            path = _null_in(array.field(i), child, here)
+            if path is not None:
+                return f"{field.name}.{path}"
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        # flatten() keeps the items of lists that are not null; a list under a null parent
+        # has no items (both ways of building the batch leave it empty)
+        path = _null_in(array.flatten(), t.value_field, None)
+        if path is not None:
+            return f"{field.name}[].{path}"
+    return None
 
 
 def _row_by_row(rows: list, schema):

@@ -141,3 +141,14 @@ def test_event_time_must_be_a_timestamp_or_integer_column(spark):
         spark_ops.delay(df, "k", "1 second", event_time="day")
     with pytest.raises(TypeError, match="x"):
         spark_ops.timeout(df, "k", "1 second", event_time="x")
+
+
+def test_a_null_in_a_not_null_output_column_names_the_column(df, tmp_path):
+    """Spark alone would fail reading the batch with "Value at index is null"."""
+    class NullV(Operator):
+        def on_event(self, key, row, ctx):
+            ctx.emit({"k": key, "v": None})
+
+    out = apply_operator(df, NullV(), "k", output_schema="k string, v long not null", state=str(tmp_path))
+    with pytest.raises(Exception, match=r"null for 'v', which the output schema declares NOT NULL"):
+        out.collect()

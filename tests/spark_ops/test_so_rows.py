@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 
 import pyarrow as pa
 import pytest
@@ -161,3 +162,22 @@ def test_an_emitted_value_that_does_not_fit_names_its_column():
         rows_to_arrow([good, {**good, "items": [{"t": "yesterday", "n": 1}]}], OUT)
     with pytest.raises(TypeError, match=r"output column 'k'"):
         rows_to_arrow([good, {**good, "k": 5}], OUT)
+
+
+def test_a_null_where_the_output_schema_says_not_null_names_the_field():
+    """Arrow builds such a batch without complaint and Spark then fails reading it with
+    "Value at index is null"; the shard says which field instead."""
+    inner = pa.struct([pa.field("t", pa.timestamp("us", tz="UTC"), nullable=False), ("x", pa.int64())])
+    strict = pa.schema([pa.field("k", pa.string(), nullable=False), ("s", inner),
+                        ("items", pa.list_(pa.field("element", inner, nullable=False)))])
+    t = dt.datetime(2024, 1, 1, tzinfo=UTC)
+    good = [{"k": "a", "s": {"t": t}, "items": [{"t": t}]},
+            {"k": "b", "s": None, "items": None},                   # null parents: their fields do not count
+            {"k": "c", "s": {"t": t, "x": None}, "items": []}]
+    assert rows_to_arrow(good, strict).num_rows == 3
+    for bad, path in [({"k": None}, "k"), ({"k": "d", "s": {"x": 1}}, "s.t"),
+                      ({"k": "d", "items": [None]}, "items[].element"),
+                      ({"k": "d", "items": [{"t": t}, {"x": 2}]}, "items[].element.t")]:
+        with pytest.raises(TypeError, match=rf"null for {re.escape(repr(path))}, which the output schema declares NOT NULL"):
+            rows_to_arrow(good + [bad], strict)
+
