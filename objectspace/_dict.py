@@ -12,7 +12,7 @@ import itertools
 from collections.abc import MutableMapping
 
 from ._base import ABSENT, F_META, MISSING
-from ._keycodec import _SHORT_STRS, decode_key
+from ._keycodec import decode_key
 from ._keyed import KeyedObject
 
 _NO_DEFAULT = object()
@@ -37,9 +37,7 @@ class PersistedDict(KeyedObject, MutableMapping):
         if self._dead:
             self._raise_dead()
         t = self._t
-        ek = _SHORT_STRS.get(key) if type(key) is str else None     # _ek's fast path, inline
-        if ek is None:
-            ek = self._ek(key)
+        ek = self._ek(key)
         e = t.vals.get(ek, MISSING)
         if e is MISSING or e is ABSENT:
             e = t.lookup(ek)
@@ -61,9 +59,7 @@ class PersistedDict(KeyedObject, MutableMapping):
 
     def __setitem__(self, key, value) -> None:
         """O(1); one entry dirty (+ count if new)."""
-        ek = _SHORT_STRS.get(key) if type(key) is str else None
-        if ek is None:
-            ek = self._ek(key)
+        ek = self._ek(key)
         if not self._listed:
             self._touch()
         if self._t.put(ek, (key, value)):

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import dkv
@@ -192,17 +190,6 @@ def evict_idle(seconds: float) -> None:
         st.close()
 
 
-_IO: list = []      # [pid, executor]: a thread for puts that mostly wait (not inherited by a fork)
-
-
-def _io_pool():
-    if not _IO or _IO[0] != os.getpid():
-        with _LOCK:
-            if not _IO or _IO[0] != os.getpid():
-                _IO[:] = [os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="spark-ops-io")]
-    return _IO[1]
-
-
 def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, batch_time: int | None = None,
                     watermark: int | None = None, processing_time: int | None = None,
                     end_of_input: bool = False, heartbeat_time: int | None = None,
@@ -256,19 +243,13 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
                                                 end_of_input)
             n_emitted = len(emitted)
             # While the checkpoint uploads: this batch's watermark record (harmless if the
-            # checkpoint then fails: a re-run writes the same basis, see _watermark), in
-            # another thread as its put mostly waits for the disk, and the caller's
-            # conversion of the output.
-            wm = _io_pool().submit(_watermark.write, store, batch, spec.shards, shard, new_basis,
-                                   max(prev_time, batch_time if batch_time is not None else 0))  # never backwards
-            try:
-                if convert is not None:
-                    emitted = convert(emitted)
-                metrics.update(finish())
-            finally:
-                wm_error = wm.exception()
-            if wm_error is not None:
-                raise wm_error
+            # checkpoint then fails: a re-run writes the same basis, see _watermark) and
+            # the caller's conversion of the output.
+            _watermark.write(store, batch, spec.shards, shard, new_basis,
+                             max(prev_time, batch_time if batch_time is not None else 0))   # never backwards
+            if convert is not None:
+                emitted = convert(emitted)
+            metrics.update(finish())
             break
         except dkv.FencedError as e:
             # Another worker ran this shard meanwhile: reopen at batch - 1 and run again.
