@@ -62,8 +62,16 @@ def enabled(flag: bool | None) -> bool:
 
 
 def host_dir() -> str:
+    """The folder of the hosts' sockets, locks and logs. Hosts unpickle what comes in on
+    their sockets, so the folder must be this user's and closed to everyone else: one made
+    in a shared temp folder by somebody else (or opened up) is refused."""
     d = os.environ.get("SPARK_OPS_HOST_DIR") or os.path.join(tempfile.gettempdir(), f"spark-ops-{os.getuid()}")
     os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.stat(d)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise HostError(f"the shard host folder {d} must belong to this user (uid {os.getuid()}) with mode 700, "
+                        f"not uid {st.st_uid} and mode {st.st_mode & 0o777:o}: hosts take pickled requests "
+                        f"there; fix it, or point SPARK_OPS_HOST_DIR at another folder")
     return d
 
 

@@ -156,3 +156,16 @@ def test_a_host_that_cannot_start_is_reported_at_once(owner, tmp_path, monkeypat
     with pytest.raises(_host.HostError, match=r"did not start; see .*\.log"):
         _host.call(3, os.getpid, (), owner=owner.pid)
     assert time.monotonic() - t0 < _host.START_SECONDS / 2
+
+
+def test_a_host_folder_others_can_reach_is_refused(tmp_path, monkeypatch):
+    """Hosts unpickle requests from their sockets: the folder must be closed to others."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("SPARK_OPS_HOST_DIR", str(shared))
+    with pytest.raises(_host.HostError, match=r"must belong to this user .* mode 700.* mode 777"):
+        _host.call(0, math.sqrt, (4.0,), owner=os.getpid())
+    assert list(shared.iterdir()) == []         # no socket, lock or host started
+    shared.chmod(0o700)
+    assert _host.host_dir() == str(shared)
