@@ -5,12 +5,20 @@ floor). The runner feeds it a file stream source that admits exactly one pre-wri
 file per micro-batch, runs the query with `trigger(availableNow=True)` and measures, per batch:
 - time: `triggerExecution` from Spark's query progress, minus the runner's own listing time;
 - rows in (progress `numInputRows`) and rows out (counted by the sink);
-- state bytes: the sink lists every file under the contender's state locations after the
-  batch has run and attributes growth since the previous listing to this batch, so background
-  uploads (RocksDB snapshots) show up as spikes in the batch during which they landed.
+- state bytes and objects: the sink lists every file under the contender's state locations
+  after the batch has run and attributes what was written since the previous listing (new or
+  replaced files whole, grown ones their growth) to this batch, so background uploads (RocksDB
+  snapshots) show up as spikes in the batch during which they landed; of those, the metadata
+  (metadata_file: our manifests, the RocksDB store's snapshot zips and schema files). Hadoop's
+  `.crc` sidecars are left out: an object store has none;
+- RSS: after each batch, of the Python processes holding state (ProcessSampler: PySpark
+  workers; for ours also the shard hosts), and their peak (VmHWM) over the run.
+Sources are keyed by their parameters (source_name) and written once; a run reads a folder of
+links to the first N files (source_view), so a run can stop after N batches.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -35,38 +43,70 @@ class Scenario:
     name: str
     key: str
     schema: str                                   # DDL of the source files
-    generate: Callable[[int, int, int], pa.Table]  # (batch, keys, events per key) -> rows
+    generate: Callable                            # (batch, keys, events per key, seq0, counts) -> rows
     split: Callable                               # streaming DataFrame -> inputs handed to build()
+    prefill: bool = False                         # whether a staggered warm-up batch makes sense
 
 
-def _key_column(keys: int, events_per_key: int) -> list[str]:
-    return [f"u{i:06d}" for _ in range(events_per_key) for i in range(keys)]
+def _layout(keys: int, events_per_key: int, counts=None):
+    """(key index, j) per row: all keys' event 0, then all keys' event 1, ...; with `counts`
+    (events per key, an array) key i has counts[i] events instead of `events_per_key`."""
+    import numpy as np
+
+    if counts is None:
+        return (np.tile(np.arange(keys, dtype=np.int64), events_per_key),
+                np.repeat(np.arange(events_per_key, dtype=np.int64), keys))
+    counts = np.asarray(counts)
+    idx = [np.nonzero(counts > j)[0] for j in range(int(counts.max(initial=0)))]
+    key_idx = np.concatenate(idx) if idx else np.zeros(0, np.int64)
+    j = np.concatenate([np.full(len(a), jj) for jj, a in enumerate(idx)]) if idx else np.zeros(0, np.int64)
+    return key_idx.astype(np.int64), j.astype(np.int64)
 
 
-def buffer_events(batch: int, keys: int, events_per_key: int) -> pa.Table:
-    """`events_per_key` events for each of `keys` users; seq is global and increasing."""
-    n = keys * events_per_key
-    j = [r // keys for r in range(n)]
+def _keys_array(keys: int, key_idx) -> pa.Array:
+    return pa.array([f"u{i:06d}" for i in range(keys)], pa.string()).take(pa.array(key_idx))
+
+
+def _event_times(batch: int, j):
+    """Event time: batch b at T0 + b s, event j of a key 1 ms later (closer when a key has over
+    1,000 events in a batch, so a batch stays inside its second)."""
+    step = 1_000 if len(j) == 0 or j.max() < 1_000 else 1_000_000 // (int(j.max()) + 1)
+    return pa.array(T0_US + batch * 1_000_000 + j * step, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+
+
+def buffer_events(batch: int, keys: int, events_per_key: int, seq0: int | None = None, counts=None) -> pa.Table:
+    """`events_per_key` events for each of `keys` users (key i: counts[i] with `counts`); seq is
+    global and increasing (from `seq0`, default: batch * keys * events_per_key)."""
+    import numpy as np
+
+    key_idx, j = _layout(keys, events_per_key, counts)
+    seq0 = batch * keys * events_per_key if seq0 is None else seq0
     return pa.table({
-        "user": pa.array(_key_column(keys, events_per_key), pa.string()),
-        "ts": pa.array([T0_US + batch * 1_000_000 + jj * 1_000 for jj in j], pa.timestamp("us", tz="UTC")),
-        "seq": pa.array([batch * n + r for r in range(n)], pa.int64()),
+        "user": _keys_array(keys, key_idx),
+        "ts": _event_times(batch, j),
+        "seq": pa.array(seq0 + np.arange(len(key_idx), dtype=np.int64), pa.int64()),
     })
 
 
 INPUTS = ("a", "b", "c")
 
 
-def quote_events(batch: int, keys: int, events_per_key: int) -> pa.Table:
+def quote_events(batch: int, keys: int, events_per_key: int, seq0: int | None = None, counts=None) -> pa.Table:
     """Events for combine_latest: event j of a batch goes to input INPUTS[(2*batch + j) % 3]."""
-    n = keys * events_per_key
-    j = [r // keys for r in range(n)]
+    import numpy as np
+
+    if counts is not None:
+        raise ValueError("combine_latest has no staggered warm-up: batch 0 already fills every key's state")
+    key_idx, j = _layout(keys, events_per_key)
+    n = len(key_idx)
+    r = np.arange(n, dtype=np.int64)
+    seq0 = batch * n if seq0 is None else seq0
     return pa.table({
-        "sym": pa.array(_key_column(keys, events_per_key), pa.string()),
-        "src": pa.array([INPUTS[(events_per_key * batch + jj) % len(INPUTS)] for jj in j], pa.string()),
-        "ts": pa.array([T0_US + batch * 1_000_000 + jj * 1_000 for jj in j], pa.timestamp("us", tz="UTC")),
-        "seq": pa.array([batch * n + r for r in range(n)], pa.int64()),
-        "price": pa.array([float(batch * 100 + (r % 97)) for r in range(n)], pa.float64()),
+        "sym": _keys_array(keys, key_idx),
+        "src": pa.array(np.array(INPUTS, dtype=object)[(events_per_key * batch + j) % len(INPUTS)], pa.string()),
+        "ts": _event_times(batch, j),
+        "seq": pa.array(seq0 + r, pa.int64()),
+        "price": pa.array((batch * 100 + r % 97).astype(np.float64), pa.float64()),
     })
 
 
@@ -78,26 +118,69 @@ def split_by_src(df) -> dict:
 
 
 SCENARIOS = {
-    "buffer": Scenario("buffer", "user", "user string, ts timestamp, seq long", buffer_events, lambda df: df),
+    "buffer": Scenario("buffer", "user", "user string, ts timestamp, seq long", buffer_events, lambda df: df,
+                       prefill=True),
     "combine_latest": Scenario("combine_latest", "sym", "sym string, src string, ts timestamp, seq long, price double",
                                quote_events, split_by_src),
 }
 
 
-def write_source(scenario: Scenario, directory: Path, batches: int, keys: int, events_per_key: int) -> int:
-    """Write one parquet file per batch (idempotent); returns the bytes of one batch file."""
+def prefill_counts(keys: int, count: int):
+    """Events per key of the staggered warm-up batch: key i gets i % count, so the keys'
+    buffers are out of step and fill at different batches (mean (count - 1) / 2 per key)."""
+    import numpy as np
+
+    return np.arange(keys, dtype=np.int64) % count
+
+
+def source_name(scenario: Scenario, keys: int, events_per_key: int, count: int, prefill: bool) -> str:
+    """The folder name of a source: every parameter that changes its files is in it."""
+    name = f"src-{scenario.name}-k{keys}-e{events_per_key}"
+    if scenario.prefill:
+        name += f"-c{count}-" + ("prefill" if prefill else "noprefill")
+    return name
+
+
+def write_source(scenario: Scenario, directory: Path, batches: int, keys: int, events_per_key: int,
+                 prefill_count: int = 0) -> list[dict]:
+    """Write one parquet file per batch (idempotent: `directory` must be named after all the
+    parameters, see source_name); returns per batch {"events": rows, "bytes": file size}.
+    With `prefill_count` batch 0 is the staggered warm-up of prefill_counts(keys, prefill_count)."""
     directory.mkdir(parents=True, exist_ok=True)
-    size = 0
+    counts = prefill_counts(keys, prefill_count) if prefill_count else None
+    first = int(counts.sum()) if counts is not None else keys * events_per_key
+    files = []
     for b in range(batches):
         path = directory / f"batch-{b:05d}.parquet"
         if not path.exists():
+            seq0 = 0 if b == 0 else first + (b - 1) * keys * events_per_key
+            table = scenario.generate(b, keys, events_per_key, seq0, counts if b == 0 else None)
             tmp = directory / f".batch-{b:05d}.tmp"
-            pq.write_table(scenario.generate(b, keys, events_per_key), tmp)
+            pq.write_table(table, tmp)
             os.replace(tmp, path)
         # the file source admits files in modification-time order: make it the batch order
         os.utime(path, (1_700_000_000 + b, 1_700_000_000 + b))
-        size = path.stat().st_size
-    return size
+        files.append({"events": pq.read_metadata(path).num_rows, "bytes": path.stat().st_size})
+    return files
+
+
+def source_view(source: Path, n: int) -> Path:
+    """A folder holding (hard links to) the first `n` batch files of `source`: what a run that
+    stops after `n` batches reads (a file source takes every file of its folder)."""
+    view = source.with_name(f"{source.name}.first{n}")
+    files = sorted(source.glob("batch-*.parquet"))[:n]
+    if view.exists() and sorted(p.name for p in view.iterdir()) == [f.name for f in files]:
+        return view
+    shutil.rmtree(view, ignore_errors=True)
+    view.mkdir(parents=True)
+    for f in files:
+        try:
+            os.link(f, view / f.name)
+        except OSError:       # no hard links here: a copy (its mtime is set below)
+            shutil.copyfile(f, view / f.name)
+        st = f.stat()
+        os.utime(view / f.name, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return view
 
 
 # ---------------------------------------------------------------- contenders
@@ -133,9 +216,12 @@ class BatchStat:
     rows_in: int = 0           # Spark's numInputRows (counts a source once per scan of it)
     rows_out: int = 0
     ms: float = 0.0            # Spark's triggerExecution minus overhead_ms
-    overhead_ms: float = 0.0   # the runner's own listing of the state locations
-    state_bytes: int = 0
-    state_files: int = 0
+    overhead_ms: float = 0.0   # the runner's own listing of the state locations and RSS sampling
+    state_bytes: int = 0       # bytes written under the state locations (new files, growth)
+    state_files: int = 0       # objects written: files created, grown or replaced
+    manifest_bytes: int = 0    # of state_bytes, the metadata's (see metadata_file)
+    manifest_files: int = 0
+    rss: dict = field(default_factory=dict)   # class -> {"n", "sum", "max"} current RSS bytes after the batch
     state_metrics: dict = field(default_factory=dict)
 
 
@@ -148,44 +234,245 @@ class RunResult:
     batches: list[BatchStat] = field(default_factory=list)
     skipped: str | None = None
     round: int = 0
+    count: int = 0             # buffer size of the run
+    warmup: int = 0            # batches left out of the steady figures
+    memory: dict = field(default_factory=dict)   # see ProcessSampler.report
 
-    def summary(self, warmup: int) -> dict:
-        """Steady-state figures over the batches after `warmup`."""
-        steady = [b for b in self.batches if b.batch_id >= warmup]
-        if self.skipped or not steady:
-            return {"skipped": self.skipped or "no steady batches"}
-        secs = sum(b.ms for b in steady) / 1000
-        sizes = [b.state_bytes for b in steady]
-        return {
-            "batches": len(steady),
-            "events_per_s": sum(b.events for b in steady) / secs if secs else float("nan"),
-            "ms_per_batch": 1000 * secs / len(steady),
-            "state_bytes_mean": sum(sizes) / len(sizes),
-            "state_bytes_max": max(sizes),
-            "state_bytes_median": sorted(sizes)[len(sizes) // 2],
-            "rows_out": sum(b.rows_out for b in steady),
-        }
+    def summary(self, warmup: int | None = None) -> dict:
+        """Steady-state figures over the batches after `warmup` (default: the run's)."""
+        return summarize([dataclasses.asdict(b) for b in self.batches], self.warmup if warmup is None else warmup,
+                         self.memory, self.skipped)
 
 
-def _listing(roots: list[Path]) -> dict[str, int]:
-    sizes = {}
+def summarize(batches: list[dict], warmup: int, memory: dict | None = None, skipped: str | None = None) -> dict:
+    """summary() of a run from its batches as saved in the JSON (so --report can recompute it)."""
+    steady = [b for b in batches if b["batch_id"] >= warmup]
+    if skipped or not steady:
+        return {"skipped": skipped or "no steady batches"}
+    secs = sum(b["ms"] for b in steady) / 1000
+    sizes = sorted(b["state_bytes"] for b in steady)
+    times = sorted(b["ms"] for b in steady)
+    events = sum(b["events"] for b in steady)
+    objects = [b["state_files"] for b in steady]
+    manifest = [b["manifest_bytes"] for b in steady if "manifest_bytes" in b] or [None]  # None: older JSON
+    peak = (memory or {}).get("peak", {})
+    return {
+        "batches": len(steady),
+        "events_per_s": events / secs if secs else float("nan"),
+        "ms_per_batch": 1000 * secs / len(steady),
+        "ms_median": times[(len(times) - 1) // 2],
+        "ms_max": times[-1],
+        "events_per_batch": events / len(steady),
+        "state_bytes_mean": sum(sizes) / len(sizes),
+        "state_bytes_max": sizes[-1],
+        "state_bytes_median": sizes[len(sizes) // 2],
+        "state_bytes_per_event": sum(sizes) / events if events else float("nan"),
+        "objects_mean": sum(objects) / len(objects),
+        "objects_max": max(objects),
+        "manifest_bytes_mean": None if manifest[0] is None else sum(manifest) / len(manifest),
+        "manifest_bytes_max": None if manifest[0] is None else max(manifest),
+        "peak_rss": {cls: v["sum"] for cls, v in peak.items() if v.get("n")},
+        "peak_rss_max": {cls: v["max"] for cls, v in peak.items() if v.get("n")},
+        "rows_out": sum(b["rows_out"] for b in steady),
+    }
+
+
+def metadata_file(path: str, role: str) -> bool:
+    """Whether a state file is metadata rather than data. Ours: the checkpoint manifests
+    (`/manifest/`). Spark's RocksDB store: everything but the changelogs and SST files (the
+    snapshot zips holding RocksDB's MANIFEST/OPTIONS/metadata, the operator and schema files)."""
+    if role == "ours":
+        return "/manifest/" in path
+    return not path.endswith((".changelog", ".sst"))
+
+
+def _listing(roots: list[Path]) -> dict[str, tuple[int, int, int]]:
+    """path -> (size, inode, mtime ns) of every file under `roots`, but Hadoop's `.<name>.crc`
+    checksum sidecars: the local file system writes one per file, an object store none."""
+    files = {}
     for root in roots:
-        for dirpath, _, files in os.walk(root):
-            for name in files:
+        for dirpath, _, names in os.walk(root):
+            for name in names:
+                if name.startswith(".") and name.endswith(".crc"):
+                    continue
                 path = os.path.join(dirpath, name)
                 try:
-                    sizes[path] = os.path.getsize(path)
+                    st = os.stat(path)
                 except FileNotFoundError:  # deleted by a background cleanup while listing
-                    pass
-    return sizes
+                    continue
+                files[path] = (st.st_size, st.st_ino, st.st_mtime_ns)
+    return files
+
+
+def _written(now: dict, before: dict) -> dict[str, int]:
+    """Files written between two listings -> bytes written: a new or replaced file counts
+    whole, a grown one its growth, one rewritten in place (same inode, newer mtime) whole."""
+    out = {}
+    for path, (size, ino, mtime) in now.items():
+        old = before.get(path)
+        if old is None or old[1] != ino:
+            out[path] = size
+        elif size > old[0]:
+            out[path] = size - old[0]
+        elif mtime != old[2]:
+            out[path] = size
+    return out
+
+
+# ---------------------------------------------------------------- memory
+
+
+HOST_MARK = "spark_ops._host"   # in the command line of a shard host (spark_ops/_host.py _start)
+CLASSES = ("workers", "hosts")
+
+
+def _status_kb(pid: int, field_name: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class ProcessSampler:
+    """RSS of the Python processes that hold state: the PySpark workers (Python processes
+    under the Spark JVM: pyspark.daemon and the workers it forks) and, with `hosts`, the
+    spark_ops shard hosts whose owner (a worker's parent) is one of them; of those, the ones
+    that take part in the run (started during it, or using CPU in it). Peaks are Linux's
+    VmHWM, reset at the start of a run (/proc/<pid>/clear_refs) where the kernel allows, so
+    a process reused from an earlier run starts at its current RSS (`at_start` in the report)."""
+
+    def __init__(self, hosts: bool):
+        import psutil
+
+        self._psutil = psutil
+        self.hosts = hosts
+        self.peaks: dict[int, dict] = {}
+        self.reset_ok = True
+        self.at_start: dict = {}
+        self._cpu0: dict[int, float] = {}    # CPU seconds of the processes there at the start
+
+    def processes(self) -> dict[int, tuple[str, object]]:
+        psutil = self._psutil
+        try:
+            below = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return {}
+        under_jvm: dict[int, object] = {}
+        for p in below:
+            try:
+                if p.name().startswith("java"):
+                    under_jvm.update((c.pid, c) for c in p.children(recursive=True))
+            except psutil.Error:
+                continue
+        found = {}
+        for pid, p in under_jvm.items():
+            try:
+                cmd = p.cmdline()
+                if HOST_MARK in " ".join(cmd):
+                    if self.hosts:
+                        found[pid] = ("hosts", p)
+                elif "python" in p.name().lower() or "python" in os.path.basename(cmd[0] if cmd else ""):
+                    found[pid] = ("workers", p)
+            except psutil.Error:
+                continue
+        if self.hosts:      # hosts outlive their starting worker (re-parented): find them by owner
+            for p in psutil.process_iter(["cmdline"]):
+                cmd = p.info.get("cmdline") or []
+                if p.pid in found or HOST_MARK not in " ".join(cmd):
+                    continue
+                try:
+                    owner = int(cmd[cmd.index("--owner") + 1])
+                except (ValueError, IndexError):
+                    continue
+                if owner in under_jvm:
+                    found[p.pid] = ("hosts", p)
+        return found
+
+    def start(self) -> None:
+        """At the start of a run: reset the peaks of the processes already there and note
+        their CPU time (a process counts for the run once it has used CPU in it: an idle
+        worker left over from another contender does not)."""
+        self.peaks.clear()
+        self._cpu0.clear()
+        at_start = {cls: {"n": 0, "sum": 0, "max": 0} for cls in CLASSES}
+        for pid, (cls, p) in self.processes().items():
+            try:
+                self._cpu0[pid] = sum(p.cpu_times()[:2])
+                rss = p.memory_info().rss
+                with open(f"/proc/{pid}/clear_refs", "w") as f:
+                    f.write("5")
+            except self._psutil.Error:
+                continue
+            except OSError:
+                self.reset_ok = False
+            c = at_start[cls]
+            c["n"], c["sum"], c["max"] = c["n"] + 1, c["sum"] + rss, max(c["max"], rss)
+        self.at_start = at_start
+
+    def sample(self) -> dict:
+        """Current RSS per class ({"n", "sum", "max"} bytes) of the processes taking part in
+        the run; updates their peaks."""
+        out = {cls: {"n": 0, "sum": 0, "max": 0} for cls in CLASSES}
+        for pid, (cls, p) in self.processes().items():
+            try:
+                if pid not in self.peaks and pid in self._cpu0 and sum(p.cpu_times()[:2]) <= self._cpu0[pid]:
+                    continue        # there before the run and idle since
+                rss = p.memory_info().rss
+                cmd = " ".join(p.cmdline())
+            except self._psutil.Error:
+                continue
+            hwm = _status_kb(pid, "VmHWM")
+            hwm = max(rss, hwm * 1024) if hwm is not None else rss
+            entry = self.peaks.setdefault(pid, {"pid": pid, "class": cls, "peak": 0, "cmd": cmd[-120:]})
+            entry["peak"] = max(entry["peak"], hwm)
+            c = out[cls]
+            c["n"] += 1
+            c["sum"] += rss
+            c["max"] = max(c["max"], rss)
+        return out
+
+    def report(self) -> dict:
+        peak = {cls: {"n": 0, "sum": 0, "max": 0} for cls in CLASSES}
+        for e in self.peaks.values():
+            c = peak[e["class"]]
+            c["n"] += 1
+            c["sum"] += e["peak"]
+            c["max"] = max(c["max"], e["peak"])
+        return {"peak": peak, "processes": sorted(self.peaks.values(), key=lambda e: (e["class"], e["pid"])),
+                "at_start": self.at_start, "peak_reset": self.reset_ok}
+
+
+def interpreter_baseline() -> dict:
+    """RSS (bytes) of a fresh interpreter that imports dkv, objectspace and spark_ops."""
+    import subprocess
+    import sys
+
+    code = ("import dkv, objectspace, spark_ops\n"
+            "print(open('/proc/self/status').read())")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                             timeout=120, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"error": str(e)}
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    return {k.lower(): int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM") if k in fields}
+
+
+# ---------------------------------------------------------------- running
 
 
 def run_contender(spark, contender: Contender, scenario: Scenario, source: Path, work: Path,
-                  ctx: RunContext, events_per_batch: int) -> RunResult:
-    """Run one contender over the prepared source; one RunResult with a BatchStat per batch."""
+                  ctx: RunContext, events_by_batch: list[int]) -> RunResult:
+    """Run one contender over the prepared source (every file of the folder, one per batch);
+    one RunResult with a BatchStat per batch. `events_by_batch`: the rows of each batch file."""
     from pyspark.sql import functions as F
 
-    result = RunResult(contender.name, contender.role, scenario.name, ctx.keys)
+    result = RunResult(contender.name, contender.role, scenario.name, ctx.keys, count=ctx.count)
     reason = contender.unavailable()
     if reason:
         result.skipped = reason
@@ -195,17 +482,22 @@ def run_contender(spark, contender: Contender, scenario: Scenario, source: Path,
     cp = work / "checkpoint"
     roots = [cp / "state", ctx.state_dir]
     stats: dict[int, BatchStat] = {}
-    seen: dict[str, int] = {}
+    seen: dict[str, tuple] = {}
+    sampler = ProcessSampler(hosts=contender.role == "ours")
+    sampler.start()
 
     def sink(batch_df, batch_id):
         rows_out = batch_df.select(F.count(F.lit(1)).alias("n")).collect()[0]["n"]  # runs the plan once
         t0 = time.perf_counter()
         now = _listing(roots)
-        grown = {p: s - seen.get(p, 0) for p, s in now.items() if s > seen.get(p, 0)}
+        written = _written(now, seen)
         seen.clear()
         seen.update(now)
-        stats[batch_id] = BatchStat(batch_id, rows_out=rows_out, state_bytes=sum(grown.values()),
-                                    state_files=len(grown), overhead_ms=1000 * (time.perf_counter() - t0))
+        meta = [s for p, s in written.items() if metadata_file(p, contender.role)]
+        rss = sampler.sample()
+        stats[batch_id] = BatchStat(batch_id, rows_out=rows_out, state_bytes=sum(written.values()),
+                                    state_files=len(written), manifest_bytes=sum(meta), manifest_files=len(meta),
+                                    rss=rss, overhead_ms=1000 * (time.perf_counter() - t0))
 
     df = (spark.readStream.schema(scenario.schema).option("maxFilesPerTrigger", 1)
           .parquet(str(source)))
@@ -217,12 +509,14 @@ def run_contender(spark, contender: Contender, scenario: Scenario, source: Path,
     finally:
         if query.isActive:
             query.stop()
+    sampler.sample()          # processes that grew after the last batch's sample (background uploads)
+    result.memory = sampler.report()
     for progress in query.recentProgress:
         stat = stats.get(progress["batchId"])
         if stat is None:
             continue
         stat.rows_in = progress["numInputRows"]
-        stat.events = events_per_batch if stat.rows_in else 0
+        stat.events = events_by_batch[stat.batch_id] if stat.rows_in else 0
         stat.ms = progress["durationMs"].get("triggerExecution", 0) - stat.overhead_ms
         ops = progress.get("stateOperators") or []
         if ops:

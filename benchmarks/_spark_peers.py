@@ -122,6 +122,91 @@ def _tagged_union(inputs):
     return functools.reduce(lambda a, b: a.unionByName(b), frames)
 
 
+# ---------------------------------------------------------------- (ii b) transformWithState, Row interface
+
+
+def _event_order(row):
+    return row.ts, row.seq
+
+
+def tws_row_buffer(inputs, ctx):
+    """buffer(count) with transformWithState (Spark 4.1+), whose handleInputRows gets an iterator
+    of Rows and yields Rows: ListState (the items) + ValueState (their number), as tws_buffer."""
+    from pyspark.sql import Row
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import LongType, StructField, StructType, TimestampType, StringType
+
+    item_schema = StructType([StructField("user", StringType()), StructField("ts", TimestampType()),
+                              StructField("seq", LongType())])
+    size_schema = StructType([StructField("n", LongType())])
+    limit = ctx.count
+
+    class RowBufferProcessor(StatefulProcessor):
+        def init(self, handle):
+            self.items = handle.getListState("items", item_schema)
+            self.size = handle.getValueState("size", size_schema)
+
+        def handleInputRows(self, key, rows, timerValues):
+            n = self.size.get()[0] if self.size.exists() else 0
+            pending, full = [], []
+            for row in sorted(rows, key=_event_order):
+                pending.append((row.user, row.ts, row.seq))
+                n += 1
+                if n == limit:
+                    stored = list(self.items.get()) if n > len(pending) else []
+                    full.append(stored + pending)
+                    self.items.clear()
+                    pending, n = [], 0
+            if pending:
+                self.items.appendList(pending)
+            self.size.update((n,))
+            for items in full:
+                yield Row(user=key[0], items=[{"user": u, "ts": t, "seq": s} for (u, t, s) in items])
+
+        def close(self):
+            pass
+
+    return inputs.groupBy(ctx.key).transformWithState(
+        RowBufferProcessor(), BUFFER_OUT_DDL, outputMode="Update", timeMode="None")
+
+
+def tws_row_combine_latest(inputs, ctx):
+    """combine_latest with transformWithState (Row interface): one ValueState per input, as
+    tws_combine_latest."""
+    from pyspark.sql import Row
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import DoubleType, LongType, StructField, StructType, TimestampType
+
+    names, key_name = sorted(inputs), ctx.key
+    row_schema = StructType([StructField("ts", TimestampType()), StructField("seq", LongType()),
+                             StructField("price", DoubleType())])
+    out_ddl = f"{ctx.key} string, " + ", ".join(f"{n} {_struct_ddl(QUOTE_DDL)}" for n in names)
+
+    class RowCombineLatestProcessor(StatefulProcessor):
+        def init(self, handle):
+            self.latest = {n: handle.getValueState(f"latest_{n}", row_schema) for n in names}
+
+        def handleInputRows(self, key, rows, timerValues):
+            current = {n: (s.get() if s.exists() else None) for n, s in self.latest.items()}
+            changed, out = set(), []
+            for row in sorted(rows, key=_event_order):
+                current[row.src] = (row.ts, row.seq, row.price)
+                changed.add(row.src)
+                if all(v is not None for v in current.values()):
+                    out.append({key_name: key[0],
+                                **{n: dict(zip(("ts", "seq", "price"), current[n])) for n in names}})
+            for n in changed:
+                self.latest[n].update(current[n])
+            for o in out:
+                yield Row(**o)
+
+        def close(self):
+            pass
+
+    return _tagged_union(inputs).groupBy(ctx.key).transformWithState(
+        RowCombineLatestProcessor(), out_ddl, outputMode="Update", timeMode="None")
+
+
 # ---------------------------------------------------------------- (iii) applyInPandasWithState
 
 

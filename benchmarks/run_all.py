@@ -20,7 +20,9 @@ HERE = Path(__file__).resolve().parent
 # name -> (full-size arguments, quick arguments)
 BENCHMARKS = {
     "kv_bench": (["-n", "1000000", "--reopen-sizes", "100000,1000000"],
-                 ["-n", "50000", "--reads", "20000", "--scans", "200", "--reopen-sizes", "20000"]),
+                 ["-n", "50000", "--reads", "20000", "--scans", "200", "--reopen-sizes", "20000",
+                  "--churn-queues", "500", "--churn-checkpoints", "60", "--churn-warmup", "10",
+                  "--long-checkpoints", "300", "--long-every", "100"]),
     "checkpoint_bytes": ([],
                          ["--hours", "0.2", "--b-checkpoints", "10", "--ops", "10000"]),
     "spark_vs_tws": (["--keys", "1000,10000", "--batches", "30"],

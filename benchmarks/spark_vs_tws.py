@@ -3,21 +3,54 @@
     scripts/env.sh python benchmarks/spark_vs_tws.py --keys 1000,10000 --batches 30
     scripts/env.sh python benchmarks/spark_vs_tws.py --keys 1000 --batches 12 --only floor,transformWith --json
 
-Workloads: `buffer` (count=100, 2 events per key per batch) and `combine_latest` over three
-inputs. Contenders: (i) spark_ops, (ii) transformWithStateInPandas with RocksDB and changelog
-checkpointing, (iii) applyInPandasWithState (buffer only), (iv) a stateless mapInPandas
-pass-through behind the same shuffle: the floor. local[2], 2 shuffle partitions, a parquet
-file stream source admitting one pre-written file per micro-batch.
+Big state (the issue's two runs; transform-with-state takes tens of seconds a batch at
+K = 100,000, so the peers run only the first --peer-batches batches; the floor and ours all):
 
-Reported per contender: steady events/s and mean ms per batch (batches after --warmup, Spark's
-triggerExecution time), and bytes written per batch under its state location (the peers'
-checkpointLocation/state, our `state=` folder): steady mean and max (background snapshot
-spikes). Ratios: each contender against the floor (time), ours against each peer.
+    scripts/env.sh python benchmarks/spark_vs_tws.py --keys 10000,100000 --batches 30 --peer-batches 8 \\
+        --out bench-output/k100k
+    scripts/env.sh python benchmarks/spark_vs_tws.py --keys 1000000 --batches 16 --count 20 \\
+        --only spark_ops,floor --out bench-output/k1m
+    scripts/env.sh python benchmarks/spark_vs_tws.py \\
+        --report bench-output/k100k/spark_vs_tws.json,bench-output/k1m/spark_vs_tws.json
+
+The last command merges the two saved reports into one table and PNG, with the K comparison
+across the three K. (--count-at 1000000=20 would set K = 1,000,000's count in a run of several
+K, but --only and --peer-batches apply to every K of a run: hence two runs.)
+
+Workloads: `buffer` (--count 100, 2 events per key per batch, 24-byte events) and
+`combine_latest` over three inputs. For `buffer`, batch 0 is a staggered warm-up (--prefill,
+the default; --no-prefill for steady batch 0): key i gets i % count events, so the buffers are
+out of step and fill at different batches, ~(count-1)/2 events per key (~49 at count 100, ~10 M
+events at K = 1,000,000 with count 20); it is always a warm-up batch. combine_latest needs none:
+batch 0 already fills every key's state. Contenders: (i) spark_ops, (ii) transformWithStateInPandas
+and (ii b) transformWithState, the Row interface (Spark 4.1+, what Spark's guide recommends for
+high key cardinality: the anchor to beat), both with RocksDB and changelog checkpointing,
+(iii) applyInPandasWithState (buffer only), (iv) a stateless mapInPandas pass-through behind the
+same shuffle: the floor. local[2], 2 shuffle partitions, a parquet file stream source admitting
+one pre-written file per micro-batch.
+
+Reported per contender (steady batches: those after --warmup; Spark's triggerExecution time):
+- events/s, ms per batch and time/floor; state cost per event, (ms per batch - the floor's) /
+  events, in µs: a throughput ratio cannot exceed the anchor's time over the floor, the state cost
+  ratio can; ours over each peer for both;
+- durable state: bytes written per batch under its state location (the peers'
+  checkpointLocation/state, our `state=` folder; mean, median, max: background snapshot spikes),
+  bytes per event, objects (files created or grown) per batch, manifest bytes (ours: the
+  `/manifest/` objects; the peers: the RocksDB store's files other than changelogs and SSTs);
+- peak RSS (VmHWM) of the Python processes that hold state, summed per class: "workers" (the
+  PySpark workers under the Spark JVM) and "hosts" (spark_ops shard hosts), beside the RSS of a
+  fresh interpreter importing dkv, objectspace and spark_ops;
+- for ours, a K comparison (state cost per event at each K over the smallest K; targets
+  K = 100,000 <= 1.25x and K = 1,000,000 <= 2x K = 10,000) and the slowest steady batch over
+  the median (target: none above 2x).
+--per-batch adds every batch of every run (time, time/floor, cost, bytes/event, objects,
+manifest bytes, RSS per class).
 With --rounds N every contender runs N times, the contenders taking turns (floor, peers,
 ours, floor, ...), so that the machine's drift hits all of them alike; the table shows each
-contender's median run, the spread of its rounds, and time/floor as the median of the
-per-round ratios.
-Writes bench-output/spark_vs_tws.json and bench-output/spark_vs_tws.png.
+contender's median run, the spread of its rounds, and time/floor and state cost as the median
+of the per-round figures.
+Writes bench-output/spark_vs_tws.json (every batch of every run: --report re-renders it) and
+bench-output/spark_vs_tws.png (per scenario and K: state bytes, objects and ms per batch).
 
 To add a contender, append a Contender to CONTENDERS; its build(inputs, ctx) returns the
 output DataFrame and may keep state under ctx.state_dir (measured like the peers' state).
@@ -70,14 +103,19 @@ def ours_combine_latest(inputs, ctx):
 CONTENDERS = [
     Contender("spark_ops.buffer", "buffer", "ours", ours_buffer, _spark_ops_missing("buffer")),
     Contender("transformWithStateInPandas", "buffer", "peer", peers.tws_buffer),
+    Contender("transformWithState (Row)", "buffer", "peer", peers.tws_row_buffer),
     Contender("applyInPandasWithState", "buffer", "peer", peers.aipws_buffer),
     Contender("mapInPandas floor", "buffer", "floor", peers.floor_buffer),
     Contender("spark_ops.combine_latest", "combine_latest", "ours", ours_combine_latest,
               _spark_ops_missing("combine_latest")),
     Contender("transformWithStateInPandas", "combine_latest", "peer", peers.tws_combine_latest),
+    Contender("transformWithState (Row)", "combine_latest", "peer", peers.tws_row_combine_latest),
     Contender("mapInPandas floor", "combine_latest", "floor", peers.floor_combine_latest),
 ]
 RUN_ORDER = {"floor": 0, "peer": 1, "ours": 2}
+# the issue's targets for ours' state cost per event, relative to K = 10,000
+K_BASE, K_TARGETS = 10_000, {100_000: 1.25, 1_000_000: 2.0}
+SPIKE_TARGET = 2.0  # no steady batch of ours above this times the median
 
 
 # ---------------------------------------------------------------- running
@@ -89,28 +127,50 @@ def parse_args(argv=None):
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5, help="first batches left out of the steady figures")
     ap.add_argument("--count", type=int, default=100, help="buffer size")
-    ap.add_argument("--events-per-key", type=int, default=2, help="events per key per batch")
+    ap.add_argument("--count-at", default="", metavar="K=COUNT,...",
+                    help="buffer size at particular key counts, e.g. 1000000=20 (else --count)")
+    ap.add_argument("--prefill", action=argparse.BooleanOptionalAction, default=True,
+                    help="buffer: batch 0 is a staggered warm-up, key i gets i %% count events (default on)")
+    ap.add_argument("--events-per-key", type=int, default=2, help="events per key per steady batch")
+    ap.add_argument("--peer-batches", type=int, default=None, metavar="N",
+                    help="the peers run only the first N batches (default: all); the floor and ours run all")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1, help="runs per contender, taking turns (median reported)")
     ap.add_argument("--scenarios", default="buffer,combine_latest")
-    ap.add_argument("--only", default="", help="comma-separated substrings of contender names to run")
+    ap.add_argument("--only", default="", help="comma-separated substrings of contender names (or roles) to run")
     ap.add_argument("--out", default="bench-output", help="where the JSON and the PNG go")
     ap.add_argument("--work", default=None, help="sources, checkpoints and state (default: a temp dir, removed)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    ap.add_argument("--per-batch", action="store_true", help="also print every batch of every run")
     ap.add_argument("--no-plot", action="store_true")
-    ap.add_argument("--report", default=None, metavar="JSON",
-                    help="do not run: print the table (and plot) of a saved spark_vs_tws.json")
+    ap.add_argument("--report", default=None, metavar="JSON[,JSON...]",
+                    help="do not run: print the table (and plot) of saved spark_vs_tws.json files "
+                         "(several: merged, a later file's scenario and K replacing an earlier one's)")
     args = ap.parse_args(argv)
     args.keys = [int(k) for k in args.keys.split(",") if k]
     args.scenarios = [s for s in args.scenarios.split(",") if s]
+    try:
+        args.count_at = {int(k): int(v) for k, v in (kv.split("=") for kv in args.count_at.split(",") if kv)}
+    except ValueError:
+        ap.error("--count-at takes K=COUNT pairs, e.g. 1000000=20")
     unknown = set(args.scenarios) - set(common.SCENARIOS)
     if unknown:
         ap.error(f"unknown scenario(s) {sorted(unknown)}; choose from {sorted(common.SCENARIOS)}")
     if args.warmup >= args.batches:
         ap.error("--warmup must be smaller than --batches")
+    if args.prefill and args.warmup < 1 and any(common.SCENARIOS[s].prefill for s in args.scenarios):
+        ap.error("with --prefill batch 0 is a warm-up: --warmup must be at least 1")
+    if args.peer_batches is not None and args.peer_batches <= args.warmup:
+        ap.error("--peer-batches must be larger than --warmup (the peers need steady batches)")
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if min([args.count, *args.count_at.values()]) < 1:
+        ap.error("buffer sizes must be at least 1")
     return args
+
+
+def count_at(args, keys: int) -> int:
+    return args.count_at.get(keys, args.count)
 
 
 def selected(args) -> list[Contender]:
@@ -125,6 +185,7 @@ def run(args) -> dict:
 
     cloudpickle.register_pickle_by_value(peers)  # the Python workers cannot import benchmarks/
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="spark_vs_tws-"))
+    baseline = common.interpreter_baseline()
     spark = common.spark_session(args.partitions, args.batches)
     version = spark.version
     results, sources = [], {}
@@ -132,21 +193,32 @@ def run(args) -> dict:
         for scenario_name in args.scenarios:
             scenario = common.SCENARIOS[scenario_name]
             for keys in args.keys:
-                source = work / f"src-{scenario_name}-{keys}"
-                file_bytes = common.write_source(scenario, source, args.batches, keys, args.events_per_key)
-                sources[f"{scenario_name}/{keys}"] = {"events_per_batch": keys * args.events_per_key,
-                                                      "source_file_bytes": file_bytes}
+                count = count_at(args, keys)
+                prefill = args.prefill and scenario.prefill
+                source = work / common.source_name(scenario, keys, args.events_per_key, count, prefill)
+                log(f"{scenario_name} K={keys:,}: writing the source ({args.batches} batches) ...")
+                files = common.write_source(scenario, source, args.batches, keys, args.events_per_key,
+                                            count if prefill else 0)
+                events = [f["events"] for f in files]
+                peer_batches = min(args.peer_batches or args.batches, args.batches)
+                sources[f"{scenario_name}/{keys}"] = {
+                    "events_per_batch": events[-1], "source_file_bytes": files[-1]["bytes"],
+                    "events_by_batch": events, "file_bytes_by_batch": [f["bytes"] for f in files],
+                    "count": count, "prefill": prefill, "batches": args.batches, "warmup": args.warmup,
+                    "peer_batches": peer_batches}
                 contenders = [c for c in selected(args) if c.scenario == scenario_name]
                 for rnd in range(args.rounds):
                     for i, contender in enumerate(contenders):
                         run_dir = work / f"run-{scenario_name}-{keys}-{i}-r{rnd}"
-                        ctx = RunContext(keys=keys, count=args.count, partitions=args.partitions,
+                        ctx = RunContext(keys=keys, count=count, partitions=args.partitions,
                                          state_dir=run_dir / "state", key=scenario.key)
-                        log(f"{scenario_name} K={keys:,}: {contender.name} (round {rnd + 1}/{args.rounds}) ...")
-                        result = common.run_contender(spark, contender, scenario, source, run_dir, ctx,
-                                                      keys * args.events_per_key)
-                        result.round = rnd
-                        log(f"    {result.skipped or _short(result.summary(args.warmup))}")
+                        n = peer_batches if contender.role == "peer" else args.batches
+                        log(f"{scenario_name} K={keys:,}: {contender.name}, {n} batches "
+                            f"(round {rnd + 1}/{args.rounds}) ...")
+                        result = common.run_contender(spark, contender, scenario, common.source_view(source, n),
+                                                      run_dir, ctx, events)
+                        result.round, result.warmup = rnd, args.warmup
+                        log(f"    {result.skipped or _short(result.summary())}")
                         results.append(result)
                         if not args.work:
                             shutil.rmtree(run_dir, ignore_errors=True)
@@ -154,12 +226,15 @@ def run(args) -> dict:
         spark.stop()
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
+    config = {k: v for k, v in vars(args).items() if k not in ("json", "no_plot", "out", "work", "per_batch")}
+    config["count_at"] = {str(k): v for k, v in args.count_at.items()}
     return {
         "spark_version": version,
-        "config": {k: v for k, v in vars(args).items() if k not in ("json", "no_plot", "out", "work")},
+        "config": config,
+        "interpreter_rss": baseline,
         "sources": sources,
         "results": [{**{k: v for k, v in dataclasses.asdict(r).items() if k != "batches"},
-                     "summary": r.summary(args.warmup),
+                     "summary": r.summary(),
                      "batches": [dataclasses.asdict(b) for b in r.batches]} for r in results],
     }
 
@@ -169,83 +244,227 @@ def log(msg: str) -> None:
 
 
 def _short(s: dict) -> str:
+    if "skipped" in s:
+        return s["skipped"]
+    rss = ", ".join(f"{cls} {v / 2**20:,.0f} MB" for cls, v in s["peak_rss"].items())
     return (f"{s['events_per_s']:,.0f} events/s, {s['ms_per_batch']:,.0f} ms/batch, "
-            f"state {s['state_bytes_mean'] / 1024:,.1f} KB/batch (max {s['state_bytes_max'] / 1024:,.1f})")
+            f"state {s['state_bytes_mean'] / 1024:,.1f} KB/batch (max {s['state_bytes_max'] / 1024:,.1f}), "
+            f"{s['objects_mean']:,.1f} objects/batch" + (f", peak RSS {rss}" if rss else ""))
 
 
 # ---------------------------------------------------------------- reporting
 
 
 def _ratio(a, b) -> str:
-    return f"{a / b:.2f}x" if a and b else "-"
+    return f"{a / b:.2f}x" if a and b and a > 0 and b > 0 else "-"
+
+
+def _summary(r: dict, config: dict) -> dict:
+    """A run's steady figures, recomputed from its batches (older JSONs: the saved summary)."""
+    if r.get("skipped") or not r.get("batches") or "ms" not in r["batches"][0]:
+        return r["summary"]
+    return common.summarize(r["batches"], r.get("warmup", config["warmup"]), r.get("memory"), r.get("skipped"))
+
+
+def _median(xs: list):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def _median_run(runs: list) -> dict:
     """The run whose ms per batch is the median of the rounds (its other figures with it)."""
-    ok = sorted((r for r in runs if "skipped" not in r["summary"]), key=lambda r: r["summary"]["ms_per_batch"])
+    ok = sorted((r for r in runs if "skipped" not in r["s"]), key=lambda r: r["s"]["ms_per_batch"])
     return ok[(len(ok) - 1) // 2] if ok else runs[0]
+
+
+def _floor_ms(floor_runs: list) -> dict:
+    return {r.get("round", 0): r["s"]["ms_per_batch"] for r in floor_runs if "skipped" not in r["s"]}
 
 
 def _time_vs_floor(runs: list, floor_runs: list):
     """Median over rounds of (ms per batch / the floor's in the same round); None without a floor."""
-    floor_ms = {r.get("round", 0): r["summary"]["ms_per_batch"] for r in floor_runs if "skipped" not in r["summary"]}
-    ratios = sorted(r["summary"]["ms_per_batch"] / floor_ms[r.get("round", 0)] for r in runs
-                    if "skipped" not in r["summary"] and r.get("round", 0) in floor_ms)
-    if not ratios:
-        return None
-    mid = len(ratios) // 2
-    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    floor = _floor_ms(floor_runs)
+    return _median([r["s"]["ms_per_batch"] / floor[r.get("round", 0)] for r in runs
+                    if "skipped" not in r["s"] and r.get("round", 0) in floor])
 
 
-def table(report: dict) -> str:
-    rounds = report["config"].get("rounds", 1)
-    head = (f"{'contender':<28} {'events/s':>10} {'ms/batch':>9} {'time/floor':>10} "
-            f"{'state KB/batch':>14} {'median KB':>9} {'max KB':>9} {'ours ev/s':>10} {'ours bytes':>10}"
-            + (f" {'ms/batch of the rounds':>24}" if rounds > 1 else ""))
-    lines = [f"Spark {report['spark_version']}, local[2], {report['config']['partitions']} partitions, "
-             f"{report['config']['batches']} batches ({report['config']['warmup']} warm-up left out), "
-             f"buffer count {report['config']['count']}"
-             + (f", {rounds} rounds per contender (median shown)" if rounds > 1 else "")]
+def _cost(runs: list, floor_runs: list):
+    """State cost per event in µs: median over rounds of (ms per batch - the floor's in the same
+    round) / events per batch; None without a floor."""
+    floor = _floor_ms(floor_runs)
+    return _median([(r["s"]["ms_per_batch"] - floor[r.get("round", 0)]) * 1000 / r["s"]["events_per_batch"]
+                    for r in runs if "skipped" not in r["s"] and r.get("round", 0) in floor
+                    and r["s"]["events_per_batch"]])
+
+
+def _groups(report: dict) -> dict[tuple, dict]:
+    """(scenario, K) -> contender -> its runs, each with its summary under "s"."""
     groups: dict[tuple, dict] = {}
     for r in report["results"]:
+        r = {**r, "s": _summary(r, report["config"])}
         groups.setdefault((r["scenario"], r["keys"]), {}).setdefault(r["contender"], []).append(r)
+    order = list(dict.fromkeys(scenario for scenario, _ in groups))
+    return dict(sorted(groups.items(), key=lambda g: (order.index(g[0][0]), g[0][1])))
+
+
+def _role_runs(by_name: dict, role: str) -> list:
+    return next((runs for runs in by_name.values() if runs[0]["role"] == role), [])
+
+
+def _mb(v) -> str:
+    return f"{v / 2**20:,.0f}" if v else "-"
+
+
+def _num(v, fmt: str = ",.1f") -> str:
+    return "-" if v is None or v != v else format(v, fmt)
+
+
+def table(report: dict, per_batch: bool = False) -> str:
+    cfg = report["config"]
+    rounds = max([r.get("round", 0) + 1 for r in report["results"]] or [1])
+    base = report.get("interpreter_rss") or {}
+    lines = [f"Spark {report['spark_version']}, local[2], {cfg['partitions']} partitions"
+             + (f", {rounds} rounds per contender (median shown)" if rounds > 1 else "")
+             + (f"; merged from {len(report['merged_from'])} reports" if report.get("merged_from") else "")
+             + (f"; a fresh interpreter importing dkv, objectspace, spark_ops: {_mb(base['vmrss'])} MB RSS"
+                if base.get("vmrss") else "")]
+    head_a = (f"{'contender':<28} {'steady':>6} {'events/s':>10} {'ms/batch':>9} {'time/floor':>10} "
+              f"{'state us/ev':>11} {'ours ev/s':>10} {'ours cost':>10}"
+              + (f" {'ms/batch of the rounds':>24}" if rounds > 1 else ""))
+    head_b = (f"{'contender':<28} {'bytes/ev':>8} {'KB/batch':>10} {'median KB':>9} {'max KB':>9} "
+              f"{'objects':>8} {'manif. KB':>9} {'workers MB':>11} {'hosts MB':>11} {'ours bytes':>10}")
+    groups = _groups(report)
+    costs: dict[str, dict[int, tuple]] = {}   # scenario -> K -> (ours' name, state cost)
+    spikes, checks = [], []
     for (scenario, keys), by_name in groups.items():
-        src = report["sources"][f"{scenario}/{keys}"]
-        lines += ["", f"{scenario}, K = {keys:,}: {src['events_per_batch']:,} events per batch, "
-                      f"source file {src['source_file_bytes'] / 1024:,.1f} KB per batch", head, "-" * len(head)]
-        floor_runs = next((runs for runs in by_name.values() if runs[0]["role"] == "floor"), [])
-        ours_runs = next((runs for runs in by_name.values() if runs[0]["role"] == "ours"), [])
-        ours = _median_run(ours_runs)["summary"] if ours_runs else None
-        if ours and "skipped" in ours:
+        src = report["sources"].get(f"{scenario}/{keys}", {})
+        floor_runs, ours_runs = _role_runs(by_name, "floor"), _role_runs(by_name, "ours")
+        ours = _median_run(ours_runs) if ours_runs else None
+        if ours and "skipped" in ours["s"]:
             ours = None
+        ours_cost = _cost(ours_runs, floor_runs) if ours else None
+        if ours:
+            costs.setdefault(scenario, {})[keys] = (ours["contender"], ours_cost)
+            spikes.append((scenario, keys, ours["contender"], ours["s"]))
+        events0 = (src.get("events_by_batch") or [None])[0]
+        warm = (f"batch 0: {events0:,} events, a staggered warm-up (key i gets i % {src['count']}); "
+                if src.get("prefill") else "")
+        peer_b = src.get("peer_batches")
+        lines += ["", f"{scenario}, K = {keys:,}"
+                      + (f", buffer count {src.get('count', cfg['count'])}" if scenario == "buffer" else "")
+                      + f": {src.get('events_per_batch', 0):,} events per steady batch (source file "
+                        f"{src.get('source_file_bytes', 0) / 1024:,.1f} KB)",
+                  f"  {warm}{src.get('batches', cfg['batches'])} batches, the first "
+                  f"{src.get('warmup', cfg['warmup'])} left out as warm-up"
+                  + (f"; the peers run the first {peer_b}" if peer_b and peer_b < src.get("batches", 0) else ""),
+                  head_a, "-" * len(head_a)]
+        rows_b = []
         for name, runs in by_name.items():
             r = _median_run(runs)
-            s = r["summary"]
+            s = r["s"]
             if "skipped" in s:
                 lines.append(f"{name:<28} {s['skipped']}")
                 continue
-            vs_ours_ev = _ratio(ours["events_per_s"], s["events_per_s"]) if ours and r["role"] == "peer" else ""
-            vs_ours_b = _ratio(ours["state_bytes_mean"], s["state_bytes_mean"]) if ours and r["role"] == "peer" else ""
+            peer = ours and r["role"] == "peer"
+            cost = _cost(runs, floor_runs) if r["role"] != "floor" else None
             vs_floor = _time_vs_floor(runs, floor_runs)
-            spread = ", ".join(f"{x['summary']['ms_per_batch']:,.0f}" for x in runs if "skipped" not in x["summary"])
+            spread = ", ".join(f"{x['s']['ms_per_batch']:,.0f}" for x in runs if "skipped" not in x["s"])
             lines.append(
-                f"{name:<28} {s['events_per_s']:>10,.0f} {s['ms_per_batch']:>9,.0f} "
+                f"{name:<28} {s['batches']:>6} {s['events_per_s']:>10,.0f} {s['ms_per_batch']:>9,.0f} "
                 f"{(f'{vs_floor:.2f}x' if vs_floor else '-'):>10} "
-                f"{s['state_bytes_mean'] / 1024:>14,.1f} {s['state_bytes_median'] / 1024:>9,.1f} "
-                f"{s['state_bytes_max'] / 1024:>9,.1f} "
-                f"{vs_ours_ev:>10} {vs_ours_b:>10}" + (f" {spread:>24}" if rounds > 1 else ""))
-    lines += ["", "state KB/batch: mean of the steady batches (spikes included); median: a typical batch; "
-                  "max: the largest spike.",
-              "time/floor: ms per batch over the floor's (with rounds: the median of each round's ratio); "
-              "ours ev/s, ours bytes: spark_ops over that peer (events/s: higher is better; bytes: lower is better)."]
+                f"{(f'{cost:,.1f}' if cost is not None else '-'):>11} "
+                f"{(_ratio(ours['s']['events_per_s'], s['events_per_s']) if peer else ''):>10} "
+                f"{(_ratio(ours_cost, cost) if peer else ''):>10}"
+                + (f" {spread:>24}" if rounds > 1 else ""))
+            stateful = r["role"] != "floor"
+            rss = {cls: _mb(v) + (f" ({_mb(s['peak_rss_max'][cls])})" if s.get("peak_rss_max", {}).get(cls, v) < v
+                                  else "") for cls, v in s.get("peak_rss", {}).items()}
+            per_event = _num(s.get("state_bytes_per_event") if stateful else None)
+            objects = _num(s.get("objects_mean") if stateful else None)
+            manifest = _num(s["manifest_bytes_max"] / 1024 if stateful and s.get("manifest_bytes_max") is not None
+                            else None)
+            rows_b.append(
+                f"{name:<28} {per_event:>8} {s['state_bytes_mean'] / 1024:>10,.1f} "
+                f"{s['state_bytes_median'] / 1024:>9,.1f} {s['state_bytes_max'] / 1024:>9,.1f} "
+                f"{objects:>8} {manifest:>9} {rss.get('workers', '-'):>11} {rss.get('hosts', '-'):>11} "
+                f"{(_ratio(ours['s']['state_bytes_mean'], s['state_bytes_mean']) if peer else ''):>10}")
+        if rows_b:
+            lines += ["", head_b, "-" * len(head_b), *rows_b]
+        if per_batch:
+            lines += _batch_lines(by_name, floor_runs)
+    for scenario, by_k in costs.items():
+        ks = sorted(k for k, (_, c) in by_k.items() if c is not None)
+        if len(ks) < 2:
+            continue
+        name, c0 = by_k[ks[0]]
+        parts = []
+        for k in ks:
+            c = by_k[k][1]
+            rel = c / c0 if c0 and c0 > 0 else None
+            target = K_TARGETS.get(k) if ks[0] == K_BASE else None
+            verdict = "" if target is None else "n/a" if rel is None else "met" if rel <= target else "MISSED"
+            parts.append(f"K = {k:,}: {c:,.2f} us (" + (f"{rel:.2f}x" if rel is not None else "-")
+                         + (f", target <= {target:g}x: {verdict}" if target else "") + ")")
+        checks += [f"K comparison, {name}: state cost per event, over K = {ks[0]:,}'s",
+                   *(f"  {p}" for p in parts)]
+    for scenario, keys, name, s in spikes:
+        over = s["ms_max"] / s["ms_median"] if s.get("ms_median") else None
+        if over is not None:
+            checks.append(f"{name}, K = {keys:,}: slowest steady batch {s['ms_max']:,.0f} ms, {over:.2f}x the median "
+                         f"{s['ms_median']:,.0f} ms (target: none above {SPIKE_TARGET:g}x: "
+                         f"{'met' if over <= SPIKE_TARGET else 'MISSED'})")
+    if checks:
+        lines += ["", *checks]
+    lines += ["", "steady: batches after the warm-up. time/floor: ms per batch over the floor's (with rounds: the "
+                  "median of each round's ratio).",
+              "state us/ev: state cost per event, (ms per batch - the floor's) / events, in microseconds; ours ev/s, "
+              "ours cost, ours bytes: spark_ops over that peer (events/s: higher is better; cost, bytes: lower).",
+              "bytes/ev: state bytes written per event; KB/batch: mean of the steady batches (spikes included); "
+              "median: a typical batch; max: the largest spike; objects: files written per batch (mean);",
+              "manif. KB: the largest batch's metadata bytes (ours: /manifest/ objects; Spark's RocksDB store: all "
+              "but changelogs and SSTs); workers MB, hosts MB: peak RSS (VmHWM) of the PySpark workers and of "
+              "spark_ops' shard hosts that took part in the run, summed over the processes (shared pages counted in "
+              "each; in brackets: the largest process)."]
     return "\n".join(lines)
 
 
+def _batch_lines(by_name: dict, floor_runs: list) -> list[str]:
+    floor = _floor_ms(floor_runs)
+    head = (f"  {'batch':>5} {'events':>10} {'ms':>9} {'time/floor':>10} {'us/ev':>8} {'bytes/ev':>8} "
+            f"{'objects':>7} {'manif. B':>8} {'workers MB':>10} {'hosts MB':>8}")
+    out = []
+    for name, runs in by_name.items():
+        for r in runs:
+            if "skipped" in r["s"]:
+                continue
+            f = floor.get(r.get("round", 0))
+            out += ["", f"  {name}" + (f" (round {r.get('round', 0) + 1})" if len(runs) > 1 else "")
+                    + ", per batch (w: warm-up)", head]
+            warmup = r.get("warmup", 0)
+            for b in r["batches"]:
+                ev, ms = b["events"], b["ms"]
+                rss = b.get("rss") or {}
+                vs_floor = f"{ms / f:.2f}x" if f else "-"
+                cost = _num((ms - f) * 1000 / ev if f and ev and r["role"] != "floor" else None)
+                per_event = _num(b["state_bytes"] / ev if ev else None)
+                warm = "w" if b["batch_id"] < warmup else " "
+                out.append(
+                    f"  {b['batch_id']:>5}{warm}{ev:>10,} {ms:>9,.0f} {vs_floor:>10} {cost:>8} {per_event:>8} "
+                    f"{b['state_files']:>7,} {_num(b.get('manifest_bytes'), ','):>8} "
+                    f"{_mb(rss.get('workers', {}).get('sum')):>10} {_mb(rss.get('hosts', {}).get('sum')):>8}")
+    return out
+
+
 def plot(report: dict, path: Path) -> None:
+    """Per (scenario, K) a row: state bytes, objects and ms per batch of every run (the warm-up shaded)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     groups: dict[tuple, list] = {}
     for r in report["results"]:
@@ -253,23 +472,67 @@ def plot(report: dict, path: Path) -> None:
             groups.setdefault((r["scenario"], r["keys"]), []).append(r)
     if not groups:
         return
-    fig, axes = plt.subplots(len(groups), 2, figsize=(13, 3.6 * len(groups)), squeeze=False)
-    warmup = report["config"]["warmup"]
+    fig, axes = plt.subplots(len(groups), 3, figsize=(18, 3.8 * len(groups)), squeeze=False)
+    panels = (("state KB written per batch", lambda b: b["state_bytes"] / 1024, True),
+              ("objects written per batch", lambda b: b["state_files"], True),
+              ("ms per batch", lambda b: b["ms"], False))
     for row, ((scenario, keys), rows) in zip(axes, groups.items()):
+        warmup = max(r.get("warmup", report["config"]["warmup"]) for r in rows)
+        names = list(dict.fromkeys(r["contender"] for r in rows))
         for r in rows:
             ids = [b["batch_id"] for b in r["batches"]]
             label = r["contender"] + (f" (round {r['round'] + 1})" if r.get("round") else "")
-            row[0].plot(ids, [b["state_bytes"] / 1024 for b in r["batches"]], marker=".", label=label)
-            row[1].plot(ids, [b["ms"] for b in r["batches"]], marker=".", label=label)
-        for ax, title in zip(row, ("state KB written per batch", "ms per batch")):
+            i = names.index(r["contender"])
+            style = dict(color=f"C{i}", marker=MARKERS[i % len(MARKERS)], markersize=4, label=label,
+                         linestyle="-" if not r.get("round") else ":")
+            for ax, (_, value, stateful) in zip(row, panels):
+                if stateful and r["role"] == "floor":
+                    continue                  # no state: zeros
+                ax.plot(ids, [value(b) for b in r["batches"]], **style)
+        for ax, (title, _, _) in zip(row, panels):
+            _scale(ax)
             ax.axvspan(-0.5, warmup - 0.5, color="0.9")
-            ax.set_title(f"{scenario}, K = {keys:,}: {title}")
-            ax.set_xlabel("batch id")
+            ax.set_title(f"{scenario}, K = {keys:,}: {title}" + (" (log)" if ax.get_yscale() == "log" else ""),
+                         fontsize=10)
+            ax.set_xlabel("batch id (shaded: warm-up)")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
-        row[1].legend(fontsize=8)
+        row[2].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+MARKERS = ("o", "s", "^", "v", "D", "x")
+
+
+def _scale(ax) -> None:
+    """Log y where the lines span over two decades (a warm-up batch or a snapshot spike beside
+    small steady batches) and every value is positive; else linear from 0."""
+    ys = [y for line in ax.get_lines() for y in line.get_ydata()]
+    if ys and min(ys) > 0 and max(ys) / min(ys) > 100:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+
+
+def load_reports(paths: list[str]) -> dict:
+    """One saved report, or several merged: a later file's (scenario, K) groups replace an earlier one's."""
+    reports = [json.loads(Path(p).read_text()) for p in paths]
+    if len(reports) == 1:
+        return reports[0]
+    merged = {**reports[0], "results": [], "sources": {}, "merged_from": paths}
+    for rep in reports:
+        groups = {(r["scenario"], r["keys"]) for r in rep["results"]}
+        merged["results"] = [r for r in merged["results"] if (r["scenario"], r["keys"]) not in groups]
+        for r in rep["results"]:
+            r.setdefault("warmup", rep["config"]["warmup"])
+            r.setdefault("count", rep["config"]["count"])
+        merged["results"] += rep["results"]
+        for name, src in rep["sources"].items():
+            merged["sources"][name] = {"count": rep["config"]["count"], "batches": rep["config"]["batches"],
+                                       "warmup": rep["config"]["warmup"], **src}
+    return merged
 
 
 def main(argv=None) -> int:
@@ -277,13 +540,13 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.report:
-        report = json.loads(Path(args.report).read_text())
+        report = load_reports([p for p in args.report.split(",") if p])
     else:
         report = run(args)
         (out / "spark_vs_tws.json").write_text(json.dumps(report, indent=1, default=str))
     if not args.no_plot:
         plot(report, out / "spark_vs_tws.png")
-    print(json.dumps(report, indent=1, default=str) if args.json else table(report))
+    print(json.dumps(report, indent=1, default=str) if args.json else table(report, args.per_batch))
     return 0
 
 

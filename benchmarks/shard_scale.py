@@ -1,0 +1,189 @@
+"""One spark_ops shard at big state, without Spark: what the state layer costs per event.
+
+    scripts/env.sh python benchmarks/shard_scale.py --keys 100000 --batches 40
+    scripts/env.sh python benchmarks/shard_scale.py --keys 1000000 --count 20 --memory 64m
+
+Runs the runtime's own ``run_shard_batch`` (what a shard host runs for a Spark task) for
+shard 0 of ``--shards`` on the buffer operator, with the workload of spark_vs_tws.py: a
+staggered warm-up batch (key i gets ``i % count`` events, so buffers fill at different
+batches), then ``--events-per-key`` events per key per batch. State goes to a local folder.
+Per batch it records the shard's time (the part of a Spark batch the state layer costs),
+durable bytes and objects written (a listing of the folder), the checkpoint's own metrics,
+and this process's RSS. The steady figures leave out the warm-up batches.
+
+This is a development tool for the state layer: quick to run, and free of Spark's noise.
+The numbers that count against the peers come from spark_vs_tws.py.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from spark_ops import _runtime  # noqa: E402
+from spark_ops._runtime import ShardSpec, run_shard_batch  # noqa: E402
+from spark_ops._shards import shard_of  # noqa: E402
+from spark_ops.operators._buffer import Buffer  # noqa: E402
+
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def key_group(i: int, groups: int) -> int:
+    return (i * 2654435761 >> 7) % groups
+
+
+def shard_keys(keys: int, shard: int, shards: int, groups: int) -> list[tuple[int, str]]:
+    out = []
+    for i in range(keys):
+        kg = key_group(i, groups)
+        if shard_of(kg, shards, groups) == shard:
+            out.append((kg, i))
+    return out
+
+
+def batch_events(batch: int, mine: list, count: int, per_key: int, prefill: bool, seq0: int) -> list:
+    """(key group, key parts, event ms, row) in processing order (key group, key, time)."""
+    events = []
+    seq = seq0
+    base = T0 + dt.timedelta(seconds=batch)
+    stamps = [base + dt.timedelta(milliseconds=j) for j in range(max(count, per_key))]
+    for kg, i in mine:
+        n = (i % count) if (prefill and batch == 0) else per_key
+        user = f"u{i:07d}"
+        for j in range(n):
+            seq += 1
+            ts = stamps[j]
+            events.append((kg, (user,), None, {"user": user, "ts": ts, "seq": seq}))
+    events.sort(key=lambda e: (e[0], e[1]))
+    return events
+
+
+def listing(root: Path) -> dict:
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            try:
+                out[p] = os.path.getsize(p)
+            except FileNotFoundError:
+                pass
+    return out
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run(args) -> dict:
+    root = Path(args.dir or tempfile.mkdtemp(prefix="shard-scale-"))
+    state = root / "state"
+    if state.exists():
+        shutil.rmtree(state)
+    dkv_options = json.loads(args.dkv_options) if args.dkv_options else {}
+    op = Buffer(count=args.count, key_columns=("user",))
+    spec = ShardSpec(state=str(state), operator=op, groups=args.groups, shards=args.shards,
+                     dkv_options=dkv_options)
+    if args.memory:
+        spec.memory = args.memory
+    mine = shard_keys(args.keys, 0, args.shards, args.groups)
+    baseline = rss_mb()
+    seen: dict = {}
+    batches = []
+    seq = 0
+    emitted_total = 0
+    for b in range(args.batches):
+        events = batch_events(b, mine, args.count, args.events_per_key, args.prefill, seq)
+        seq += len(events)
+        gc.collect()
+        t0 = time.perf_counter()
+        emitted, metrics = run_shard_batch(spec, b, 0, events, batch_time=b * 1000)
+        ms = (time.perf_counter() - t0) * 1000
+        emitted_total += sum(len(r["items"]) for r in emitted)
+        now = listing(state)
+        grown = {p: s - seen.get(p, 0) for p, s in now.items() if s > seen.get(p, 0)}
+        seen = now
+        manifest = sum(s for p, s in grown.items() if "/manifest/" in p)
+        sst_files = [s for p, s in now.items() if p.endswith(".sst")]
+        rec = {"batch": b, "events": len(events), "ms": ms, "bytes": sum(grown.values()),
+               "objects": len(grown), "manifest_bytes": manifest, "emitted": len(emitted),
+               "rss_mb": rss_mb(), "live_ssts": len(sst_files),
+               "live_sst_mb": sum(sst_files) / 2**20,
+               "wal_segments": sum(1 for p in now if p.endswith(".wal")),
+               **{k: metrics.get(k) for k in ("dirty_slots", "wal_bytes", "sst_bytes", "save_ms", "write_ms",
+                                              "checkpoint_ms", "commit_ms", "state_bytes")}}
+        batches.append(rec)
+        if not args.quiet:
+            print(f"batch {b:3d}: {len(events):>9,} ev {ms:8.0f} ms  {rec['bytes'] / 1024:9.1f} KB "
+                  f"({rec['bytes'] / max(1, len(events)):6.1f} B/ev) {rec['objects']:4d} obj "
+                  f"manifest {manifest:6d} B  ssts {len(sst_files):5d} ({rec['live_sst_mb']:7.1f} MB) "
+                  f"wal {rec['wal_segments']:3d}  rss {rec['rss_mb']:7.0f} MB", file=sys.stderr, flush=True)
+    _runtime.drop_cached()
+    steady = [r for r in batches if r["batch"] >= args.warmup]
+    ev = sum(r["events"] for r in steady)
+    times = [r["ms"] for r in steady]
+    summary = {
+        "keys": args.keys, "shard_keys": len(mine), "count": args.count, "batches": len(steady),
+        "ms_per_batch": statistics.mean(times), "median_ms": statistics.median(times), "max_ms": max(times),
+        "us_per_event": 1000 * sum(times) / ev, "bytes_per_event": sum(r["bytes"] for r in steady) / ev,
+        "objects_per_batch": statistics.mean(r["objects"] for r in steady),
+        "manifest_max": max(r["manifest_bytes"] for r in steady),
+        "rss_baseline_mb": baseline, "peak_rss_mb": peak_rss_mb(), "emitted_items": emitted_total,
+    }
+    if not args.dir:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"summary": summary, "batches": batches}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--keys", type=int, default=100_000, help="keys of the operator (all shards)")
+    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--groups", type=int, default=256)
+    ap.add_argument("--count", type=int, default=100)
+    ap.add_argument("--events-per-key", type=int, default=2)
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--no-prefill", dest="prefill", action="store_false")
+    ap.add_argument("--memory", default=None, help="the shard's memory budget, e.g. 256m")
+    ap.add_argument("--dkv-options", default=None, help="JSON of dkv options for the shard")
+    ap.add_argument("--dir", default=None, help="keep the state here (default: a temp dir, removed)")
+    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    out = run(args)
+    s = out["summary"]
+    print(f"K={s['keys']:,} ({s['shard_keys']:,} in shard 0), count {s['count']}, {s['batches']} steady batches: "
+          f"{s['ms_per_batch']:.0f} ms/batch (median {s['median_ms']:.0f}, max {s['max_ms']:.0f} = "
+          f"{s['max_ms'] / s['median_ms']:.2f}x), {s['us_per_event']:.2f} us/event, "
+          f"{s['bytes_per_event']:.1f} B/event, {s['objects_per_batch']:.1f} objects/batch, "
+          f"manifest max {s['manifest_max']:,} B, RSS peak {s['peak_rss_mb']:.0f} MB "
+          f"(baseline {s['rss_baseline_mb']:.0f} MB)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
