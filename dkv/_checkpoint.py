@@ -18,19 +18,25 @@ from . import _paths
 from ._timeline import CheckpointInfo, check_not_fenced
 from .errors import DkvError, FencedError
 from .format import manifest as mf
-from .format import wal
+from .format.wal import count as wal_count
 
 log = logging.getLogger(__name__)
 
 
 class Segment:
-    """A WAL segment of the instance's live list (needed until a flush covers it)."""
+    """A WAL segment of the instance's live list (needed until a flush covers it).
 
-    __slots__ = ("ns", "writer", "id", "max_seq", "skip", "groups", "state", "records", "error")
+    ``source``: its records as a read source — the sealed Memtable until it is encoded,
+    then a Delta over ``data`` (the segment's bytes); None for a segment whose records
+    are not replayed (a flush covers them). ``state``: pending (not uploaded yet),
+    uploaded, or failed (a checkpoint's upload failed: the next one retries it)."""
 
-    def __init__(self, ns, writer, id, max_seq, skip=0, groups=mf.ALL_KEY_GROUPS, state="uploaded", records=None):
+    __slots__ = ("ns", "writer", "id", "max_seq", "skip", "groups", "state", "source", "data", "error")
+
+    def __init__(self, ns, writer, id, max_seq, skip=0, groups=mf.ALL_KEY_GROUPS, state="uploaded", source=None):
         self.ns, self.writer, self.id, self.max_seq = ns, writer, id, max_seq
-        self.skip, self.groups, self.state, self.records = skip, groups, state, records
+        self.skip, self.groups, self.state, self.source = skip, groups, state, source
+        self.data = None
         self.error = None
 
     @property
@@ -108,12 +114,6 @@ def wal_ranges(segments, flushed_seq: int, ns: str) -> list:
                 continue
         out.append(mf.WalRange(s.ns, s.writer, s.id, s.id, skip, s.groups))
     return out
-
-
-def encode_segment(items: dict, max_seq: int, level: int) -> bytes:
-    """Segment bytes of a WAL buffer (key -> (seq, value)), records sorted by key."""
-    keys = sorted(items)
-    return wal.encode(keys, [items[k][1] for k in keys], max_seq, level)
 
 
 class CheckpointMixin:
@@ -203,10 +203,11 @@ class CheckpointMixin:
         """Pacing: this checkpoint interval's allowance for flush and compaction output,
         scaled by the backlog so work that fell behind catches up."""
         if self._pacer.enabled:
-            sealed, version = self._view
-            # Half a grant more per memtable or L0 run waiting beyond the first: enough to
-            # catch up over a few intervals without one interval doubling its bytes.
-            behind = max(0, len(sealed) - 1)
+            immutable, version = self._view
+            # Half a grant more per immutable memtable past twice the flush trigger (a flush
+            # that fell a whole flush behind) or L0 run waiting: enough to catch up over a
+            # few intervals without one interval doubling its bytes.
+            behind = max(0, len(immutable) - 2 * self.opts.flush_segments)
             if self.opts.compaction:
                 behind += max(0, version.l0_runs() - self.opts.l0_trigger)
             backlog = 1 + 0.5 * behind
@@ -224,14 +225,17 @@ class CheckpointMixin:
         """Upload one segment. A segment whose upload failed goes again under the same
         name: no manifest ever referred to it, so whatever a failed put left is garbage."""
         try:
-            data = encode_segment(seg.records, seg.max_seq, self.opts.wal_zstd_level)
+            if seg.data is None:
+                self._encode(seg)
+            data = seg.data
             self.store.put(seg.name, data)
-            cp.records += len(seg.records)
+            cp.records += wal_count(data)
             cp.wal_bytes += len(data)
             self._count_bytes("wal", len(data))
             with self._lock:
                 self._known_files.add(seg.name)
-            seg.state, seg.records, seg.error = "uploaded", None, None
+            seg.state, seg.error = "uploaded", None
+            seg.data = None       # the Delta (while it is a source) holds the same bytes
         except BaseException as e:
             seg.state, seg.error = "failed", e
             raise DkvError(f"checkpoint {cp.epoch}: uploading WAL segment {seg.name} failed: {e}") from e

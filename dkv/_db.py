@@ -1,8 +1,12 @@
 """DB: the public handle on one dkv instance.
 
-Writes go to the WAL buffer and through to the active memtable; reads look in the
-active memtable, the sealed memtables, then the SST levels. Reads take no lock: the
-sealed memtables and the Version are published together as one immutable pair.
+Writes go to the active memtable, which holds the records of the current checkpoint
+interval and is that interval's WAL buffer. Sealing it (at a checkpoint, or when it
+outgrows ``memtable_bytes``) makes it an immutable memtable, encoded once as its WAL
+segment and kept in memory in that encoding (a Delta, see _delta.py) until a flush merges
+the immutable memtables into an SST run. Reads look in the active memtable, the immutable
+memtables newest first, then the SST levels. Reads take no lock: the immutable memtables
+and the Version are published together as one immutable pair.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from . import _paths, _recovery
 from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
 from ._flush import FlushMixin
 from ._refresh import RefreshMixin
+from ._memtable import _MISSING as _ABSENT
 from ._memtable import Memtable
 from ._merge import merge_visible
 from ._options import Options
@@ -57,6 +62,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._orphans_listed = False
         self._bg_error: BaseException | None = None
         self._compaction_queued = False
+        self._flush_queued = False
+        self._flushing = False
         self._deferred_pins = 0
         self._gen = 0       # bumped by refresh(): background work begun before it is void
         self._doomed: list = []
@@ -87,11 +94,9 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 self._glo, self._ghi = group_bounds(self.groups)
         self._seq = restored.last_seq
         self._flushed_seq = restored.flushed_seq
-        self._active = restored.memtable
-        self._view = ((), restored.version)
-        self._segments: list[Segment] = restored.segments
-        self._wal: dict = {}               # WAL buffer: key -> (seq, value) since the last checkpoint or seal
-        self._wal_sealed: list = []        # (max seq, buffer) of seals since the last checkpoint
+        self._active = Memtable()
+        self._view = (restored.sources, restored.version)     # immutable memtables newest first
+        self._segments: list[Segment] = restored.segments     # live WAL segments, oldest first
         self._next_segment = 0
         self._next_table = 0
         self.opened_from = restored.info
@@ -142,11 +147,9 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 self._check_write()
             if self._glo is not None or self._ghi is not None:
                 self._check_group(key)
-            seq = self._seq = self._seq + 1
-            rec = (seq, value)
-            self._wal[key] = rec
+            self._seq += 1
             mem = self._active
-            mem.put(key, rec)
+            mem.put(key, value)
             if mem.nbytes >= self.opts.memtable_bytes:
                 self._seal()
 
@@ -157,11 +160,9 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             self._check_write()
             if self._glo is not None or self._ghi is not None:
                 self._check_group(key)
-            seq = self._seq = self._seq + 1
-            rec = (seq, None)
-            self._wal[key] = rec
+            self._seq += 1
             mem = self._active
-            mem.put(key, rec)
+            mem.put(key, None)
             if mem.nbytes >= self.opts.memtable_bytes:
                 self._seal()
 
@@ -177,7 +178,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 self._check_group(min(keys))        # min and max run in C
                 self._check_group(max(keys))
             mem = self._active
-            self._seq = mem.apply(batch, self._seq, self._wal)
+            mem.apply(batch._ops, batch.nbytes)
+            self._seq += len(batch)
             if mem.nbytes >= self.opts.memtable_bytes:
                 self._seal()
 
@@ -191,21 +193,27 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
     # -- reads ----------------------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
-        """The value of key, or None. Active memtable, sealed memtables, then L0 newest first
-        and one table per deeper level; stops at the first hit. O(1) in memory, else
-        O(levels * (k + log n)) plus a block fetch on a cache miss."""
+        """The value of key, or None. Active memtable, immutable memtables newest first
+        (skipped by key range and bloom filter), then L0 newest first and one table per
+        deeper level; stops at the first hit. O(1) in the active memtable, else
+        O(sources * (k + log n)) plus a block decode on a cache miss."""
         if type(key) is not bytes or not key:
             key = check_key(key)
         if self._closed:
             raise ClosedError("this dkv store is closed")
-        rec = self._active.data.get(key)
-        if rec is not None:
-            return rec[1]
-        sealed, version = self._view
-        for mem in sealed:
-            rec = mem.data.get(key)
-            if rec is not None:
-                return rec[1]
+        value = self._active.data.get(key, _ABSENT)
+        if value is not _ABSENT:
+            return value
+        sources, version = self._view
+        for src in sources:
+            if type(src) is Memtable:
+                value = src.data.get(key, _ABSENT)
+                if value is not _ABSENT:
+                    return value
+            elif src.min_key <= key <= src.max_key:
+                rec = src.get(key)
+                if rec is not _MISSING:
+                    return rec[1]
         try:
             rec = version.get(key)
         except ObjectMissingError:
@@ -232,8 +240,13 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
     def _scan(self, start, end):
         while True:
             active = self._active
-            sealed, version = self._view
-            sources = [m.scan_blocks(start, end) for m in (active,) + sealed if m.data]
+            immutable, version = self._view
+            sources = [active.scan_blocks(start, end, self._seq + 1)] if active.data else []
+            for src in immutable:
+                if type(src) is Memtable:
+                    sources.append(src.scan_blocks(start, end, src.max_seq))
+                elif (end is None or src.min_key < end) and (start is None or src.max_key >= start):
+                    sources.append(src.scan_blocks(start, end))
             sources += version.sources(start, end)
             try:
                 for item in merge_visible(sources):
@@ -255,16 +268,16 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
     def checkpoint(self, epoch: int, flush: bool | None = None) -> Checkpoint:
         """Start checkpoint ``epoch`` (an int greater than the previous one) and return at once.
 
-        Synchronous phase: seal the WAL buffer, pin the current levels. The upload (WAL
-        segment, then the manifest by conditional create) runs in the background;
+        Synchronous phase: seal the active memtable (it becomes the interval's WAL
+        segment), pin the current levels and live segments. Encoding and uploading the
+        segment, then the manifest by conditional create, run in the background;
         ``cp.wait()`` returns the manifest name when it is durable.
 
         ``flush=True`` (or, by default, memtables holding more than ``max_replay_bytes``)
         makes a checkpoint that needs no WAL replay: the memtables are flushed to SSTs
         first and the manifest references those instead of WAL segments. With the option
-        ``wait_for_flushes``, a checkpoint taken while sealed memtables are being flushed
-        waits for those flushes and references their SSTs; their records are then never
-        uploaded as WAL.
+        ``wait_for_flushes``, a checkpoint taken while a flush is queued or running waits
+        for it and references its SSTs instead of the segments it covers.
         """
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError(f"checkpoint epoch must be a non-negative int, got {epoch!r}")
@@ -275,50 +288,33 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                                  f"({self._last_epoch})")
             if flush is None:
                 flush = 0 < self.opts.max_replay_bytes < self._replay_bytes()
+            self._seal()
             with self._lock:
-                new = self._new_segments(flush)
                 self._last_epoch = epoch
                 last_seq = self._seq
                 # A checkpoint after a flushing one must pin after that flush too, or it would
                 # miss the records the flushing checkpoint did not put in a WAL segment.
                 deferred = (flush or self._deferred_pins > 0
-                            or (self.opts.wait_for_flushes and bool(self._view[0])))
+                            or (self.opts.wait_for_flushes and (self._flushing or self._flush_queued)))
+                cp = Checkpoint(epoch)
                 if deferred:
                     self._deferred_pins += 1
                     self._pacer.hurry(1)        # this checkpoint waits for flushes: unpaced
                     segs = list(self._segments)   # later checkpoints' segments are not ours
                 else:
-                    pin = self._pin(last_seq)
-            cp = Checkpoint(epoch)
-            mem = self._active if flush else None
+                    # Submitted under the lock: uploads must be queued in epoch order, and a
+                    # deferred checkpoint queues its own under the lock too (_pin_after_flushes).
+                    self._submit_upload(cp, self._pin(last_seq))
+                    return cp
+        if self.opts.background:
             if flush:
-                self._seal()
-        if not deferred:
-            self._submit_upload(cp, pin)
-        elif self.opts.background:
-            self._flusher.submit(self._pin_after_flushes, cp, last_seq, mem, segs)
+                self._flusher.submit(self._run_bg, lambda: self._flush_sources(last_seq))
+            self._flusher.submit(self._pin_after_flushes, cp, last_seq, flush, segs)
         else:
-            self._pin_after_flushes(cp, last_seq, mem, segs)
+            if flush:
+                self._flush_sources(last_seq)
+            self._pin_after_flushes(cp, last_seq, flush, segs)
         return cp
-
-    def _new_segments(self, flush: bool) -> list:
-        """Caller holds both locks. Turn the WAL buffers into segments: one per memtable
-        seal since the last checkpoint (a segment never straddles a seal) plus the current
-        buffer. With ``flush`` the buffers are dropped: the flush covers them."""
-        buffers = self._wal_sealed + [(self._seq, self._wal)]
-        self._wal_sealed, self._wal = [], {}
-        if flush:
-            self._segments = [s for s in self._segments if s.state != "failed"]
-            return []
-        new = []
-        for max_seq, items in buffers:
-            if items and max_seq > self._flushed_seq:       # else a flush already covers it
-                self._next_segment += 1
-                seg = Segment(self.ns, self._writer, self._next_segment, max_seq, 0, self.groups,
-                              state="pending", records=items)
-                self._segments.append(seg)
-                new.append(seg)
-        return new
 
     def _pin(self, last_seq, segs=None) -> Pinned:
         """Caller holds the state lock. ``segs``: the segments that existed at the
@@ -331,19 +327,18 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._pending.append(pin)
         return pin
 
-    def _pin_after_flushes(self, cp, last_seq, mem, segs) -> None:
+    def _pin_after_flushes(self, cp, last_seq, flushed: bool, segs) -> None:
         """Runs on the flush thread after every flush queued before it."""
         self._pacer.hurry(-1)
         with self._lock:
             self._deferred_pins -= 1
             unflushed = [m for m in self._view[0] if m.max_seq <= last_seq]
-            if mem is not None and (unflushed or self._bg_error is not None):
+            if flushed and (unflushed or self._bg_error is not None):
                 # A memtable sealed before this checkpoint is still not an SST: its flush
                 # failed. The checkpoint put no WAL segment for it, so it must fail too.
                 cp._finish(DkvError(f"checkpoint {cp.epoch}: a memtable flush it needs failed: {self._bg_error}"))
                 return
-            pin = self._pin(last_seq, segs)
-        self._submit_upload(cp, pin)
+            self._submit_upload(cp, self._pin(last_seq, segs))
 
     def _submit_upload(self, cp, pin) -> None:
         if self.opts.background:
@@ -353,6 +348,9 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
     def _replay_bytes(self) -> int:
         return self._active.nbytes + sum(m.nbytes for m in self._view[0])
+
+    def _sealed_unencoded(self) -> int:
+        return sum(1 for m in self._view[0] if type(m) is Memtable)
 
     def _upload_and_log(self, cp, pin) -> None:
         try:
@@ -369,10 +367,16 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
     # -- maintenance ----------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Seal the active memtable and wait until every sealed memtable is an SST."""
+        """Seal the active memtable and wait until every immutable memtable is an SST."""
         with self._wlock:
             self._check_write()
             self._seal()
+            upto = self._seq
+        if self.opts.background:
+            with self._pacer.hurried():
+                self._flusher.submit(self._run_bg, lambda: self._flush_sources(upto)).result()
+        else:
+            self._flush_sources(upto)
         self.wait_idle()
 
     def compact(self, full: bool = False) -> None:
@@ -423,11 +427,13 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
     def stats(self) -> dict:
         """Sizes and counters: memtables, levels, sequence numbers, bytes written by kind."""
-        sealed, version = self._view
+        immutable, version = self._view
         return {
             "instance": self.ns, "writer_epoch": self._writer, "last_seq": self._seq,
             "memtable_bytes": self._active.nbytes, "memtable_records": len(self._active),
-            "sealed_memtables": len(sealed),
+            "sealed_memtables": len(immutable),
+            "immutable_bytes": sum(m.nbytes for m in immutable),
+            "flush_pending": self._flush_queued or self._flushing,
             "levels": [{"level": 0, "tables": len(version.l0), "bytes": version.level_bytes(0)}] + [
                 {"level": i + 1, "tables": len(lv), "bytes": sum(t.ref.size for t in lv)}
                 for i, lv in enumerate(version.levels)],

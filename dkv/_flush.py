@@ -1,15 +1,22 @@
-"""Flushes and compactions: the background half of the write path.
+"""Seals, flushes and compactions: the background half of the write path.
 
 Sealing is synchronous (``DB._seal``: a new memtable takes writes, the old one joins the
-sealed list). Flushing is asynchronous: the flush thread writes the oldest sealed
-memtable as an L0 SST, publishes a new Version, and drops the WAL segments the SST now
-covers. Compaction runs on its own thread so a long merge never delays a flush.
+immutable memtables and becomes a live WAL segment). Encoding runs on the upload thread:
+the sealed memtable's records become the segment's bytes and, in memory, a Delta over
+them that replaces the dict. Flushing runs on its own thread once the immutable memtables
+reach ``flush_segments`` segments or ``flush_bytes`` bytes: it merges all of them into one
+L0 sorted run (a key range at a time, so memory stays bounded), publishes a new Version,
+and drops the WAL segments the run covers. Records that died within those checkpoint
+intervals never reach an SST. Compaction runs on a third thread so a long merge never
+delays a flush.
 """
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 
-from . import _compaction, _paths
+from . import _compaction, _delta, _paths
+from ._checkpoint import Segment
 from ._memtable import Memtable
 from ._table import Table
 from .format.manifest import TableRef
@@ -18,35 +25,93 @@ from .errors import DkvError, FencedError
 from .format.sst import SstBuilder
 
 log = logging.getLogger(__name__)
+MERGE_RANGE_RECORDS = 1 << 16     # records per key range a flush merges at once (bounds its memory)
 
 
 class FlushMixin:
     """The background half of DB (see _db.py for the state it uses)."""
 
-    def _seal(self) -> None:
-        """Caller holds the write lock. O(1) unless writes must wait for flushes."""
+    def _seal(self):
+        """Caller holds the write lock. Make the active memtable immutable and a live WAL
+        segment; O(1) unless writes must wait for encodings or flushes to catch up."""
         mem = self._active
         if not mem.data:
-            return
+            return None
         mem.max_seq = self._seq
-        if self._wal:       # WAL segments must not straddle a seal (see format/wal.py)
-            self._wal_sealed.append((self._seq, self._wal))
-            self._wal = {}
         with self._lock:        # a flush or compaction publishing concurrently must see it
-            sealed, version = self._view
-            self._view = ((mem,) + sealed, version)   # readers see it sealed before it leaves active
+            self._next_segment += 1
+            seg = Segment(self.ns, self._writer, self._next_segment, self._seq, 0, self.groups,
+                          state="pending", source=mem)
+            self._segments.append(seg)
+            sources, version = self._view
+            self._view = ((mem,) + sources, version)   # readers see it immutable before it leaves active
             self._active = Memtable()
         if self.opts.background:
-            self._flusher.submit(self._run_bg, self._flush_one)
-            if len(self._view[0]) > self.opts.max_sealed_memtables:
-                with self._pacer.hurried(), self._cond:       # a stalled writer: flush unpaced
-                    while len(self._view[0]) > self.opts.max_sealed_memtables and not self._closing:
-                        if self._bg_error is not None:
-                            raise DkvError(f"a background flush failed, so writes cannot continue; reopen "
-                                           f"the store: {self._bg_error}") from self._bg_error
-                        self._cond.wait(0.1)
+            self._uploader.submit(self._run_bg, lambda: self._encode(seg))
+            self._maybe_flush()
+            self._wait_for_background()
         else:
-            self._flush_one()
+            self._encode(seg)
+            self._maybe_flush()
+        return seg
+
+    def _wait_for_background(self) -> None:
+        """A writer ahead of its encodings or flushes waits (unpaced) until they catch up."""
+        o = self.opts
+
+        def behind() -> bool:
+            sources = self._view[0]
+            return (self._sealed_unencoded() > o.max_sealed_memtables
+                    or len(sources) > 2 * o.flush_segments
+                    or sum(m.nbytes for m in sources) > 2 * o.flush_bytes)
+        if not behind():
+            return
+        with self._pacer.hurried(), self._cond:
+            while behind() and not self._closing:
+                if self._bg_error is not None:
+                    raise DkvError(f"a background flush failed, so writes cannot continue; reopen "
+                                   f"the store: {self._bg_error}") from self._bg_error
+                self._maybe_flush()
+                self._cond.wait(0.1)
+
+    def _encode(self, seg) -> None:
+        """Upload thread: a sealed memtable becomes its segment's bytes and a Delta."""
+        mem = seg.source
+        if type(mem) is not Memtable:
+            return
+        keys, values = mem.columns_sorted()
+        data, delta = _delta.encode(seg.name, keys, values, seg.max_seq, self._cache, self.groups,
+                                    self.opts.wal_zstd_level, self.opts.wal_block_bytes)
+        with self._lock:
+            seg.data = data
+            if delta is None:       # nothing but... an empty memtable is never sealed
+                return
+            seg.source = delta
+            sources, version = self._view
+            if any(m is mem for m in sources):
+                self._view = (tuple(delta if m is mem else m for m in sources), version)
+        with self._cond:
+            self._cond.notify_all()
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        sources = self._view[0]
+        if self._flush_queued or self._closing or not sources:
+            return
+        o = self.opts
+        if len(sources) < o.flush_segments and sum(m.nbytes for m in sources) < o.flush_bytes:
+            return
+        self._flush_queued = True
+        # Only what is immutable now: a checkpoint whose pin waits behind this flush on the
+        # flush thread must not see records written after it.
+        upto = self._seq
+        if self.opts.background:
+            try:
+                self._flusher.submit(self._run_bg, lambda: self._flush_sources(upto))
+            except RuntimeError:        # closing
+                self._flush_queued = False
+        else:
+            self._flush_sources(upto)
 
     def _run_bg(self, fn) -> None:
         try:
@@ -97,51 +162,65 @@ class FlushMixin:
         log.debug("writer %d of %r is fenced: paced background work waits", writer, self.ns)
         self._pacer.pause_until(lambda: self._writer != writer or self._closing)
 
-    def _flush_one(self) -> None:
-        sealed, _ = self._view
-        if not sealed or self._closing:
+    def _flush_sources(self, upto: int | None = None) -> None:
+        """Flush thread: merge every immutable memtable (or those up to sequence number
+        ``upto``) into one L0 run and publish it."""
+        self._flush_queued = False
+        picked = [m for m in reversed(self._view[0]) if upto is None or m.max_seq <= upto]   # oldest first
+        if not picked or self._closing:
             return
-        mem = sealed[-1]
-        with self._pacer.working():
-            while not self._write_flush(mem):
-                if self._closing:
-                    return
-        log.debug("flushed memtable of %d records", len(mem))
+        self._flushing = True
+        try:
+            with self._pacer.working():
+                while not self._write_flush(picked):
+                    if self._closing:
+                        return
+        finally:
+            self._flushing = False
+        log.debug("flushed %d immutable memtables", len(picked))
         with self._cond:
             self._cond.notify_all()
         self._schedule_compaction()
 
-    def _write_flush(self, mem) -> bool:
-        """Write ``mem`` as L0 tables and publish them. False: a refresh made this writer
-        another writer meanwhile (files the old one wrote may be gone), so write it again."""
+    def _write_flush(self, picked: list) -> bool:
+        """Write the merge of ``picked`` (oldest first) as L0 tables and publish them. False:
+        a refresh made this writer another writer meanwhile (files the old one wrote may
+        be gone), so write it again."""
         gen = self._gen
         # Paced, a flush writes small tables (one sorted run of L0, disjoint key ranges) so
         # its output can spread over several checkpoint intervals.
-        limit = self._pacer.flush_table_bytes(self.opts.table_bytes) if self._pacer.enabled else None
-        run = mem.max_seq
+        limit = self._pacer.flush_table_bytes(self.opts.table_bytes) if self._pacer.enabled else self.opts.table_bytes
+        seq = max(m.max_seq for m in picked)
+        # Nothing older than these records: tombstones have nothing left to hide.
+        bottom = not any(True for _ in self._view[1].tables())
+        run = seq
         tables = []
         builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
-        keys, values, seqs = mem.columns_sorted()
-        i = 0
-        while i < len(keys):
-            i = builder.add_sorted(keys, values, seqs, i, limit)
-            if limit is not None and builder.estimated_size >= limit:
-                tables.append(self._write_table(builder, run))
-                builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
-                if self._closing or self._gen != gen:
-                    return self._discard(tables)
-        if builder.count or not tables:
+        for keys, values in _merged_ranges(picked, bottom):
+            i = 0
+            while i < len(keys):
+                i = builder.add_sorted(keys, values, seq, i, limit)
+                if builder.estimated_size >= limit:
+                    tables.append(self._write_table(builder, run))
+                    builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
+                    if self._closing or self._gen != gen:
+                        return self._discard(tables)
+        if builder.count:
             tables.append(self._write_table(builder, run))
         with self._lock:
             if self._gen != gen:
                 return self._discard(tables)
-            sealed, version = self._view
-            self._view = (tuple(m for m in sealed if m is not mem), version.with_l0(tables))
+            sources, version = self._view
+            kept = tuple(m for m in sources if m.max_seq > seq)
+            self._view = (kept, version.with_l0(tables) if tables else version)
             for table in tables:
                 self._writing.discard(table.path)
-            self._flushed_seq = mem.max_seq
+            self._flushed_seq = max(self._flushed_seq, seq)
             # WAL truncation: segments whose records are all in SSTs are no longer needed.
-            self._segments = [s for s in self._segments if s.max_seq > mem.max_seq]
+            self._segments = [s for s in self._segments if s.max_seq > seq]
+        for m in sources:
+            if m.max_seq <= seq and type(m) is not Memtable:
+                m.release()
         return True
 
     def _discard(self, tables: list) -> bool:
@@ -198,3 +277,77 @@ class FlushMixin:
     def _forget_table(self, path: str) -> None:
         for key in [k for k in self._tables if k[0] == path]:
             self._tables.pop(key).release()
+
+
+def _cursor(src):
+    """Sorted (keys, values) chunks of an immutable memtable."""
+    if type(src) is Memtable:
+        keys, values = src.columns_sorted()
+        yield keys, values
+    else:
+        yield from src.records()
+
+
+def _merged_ranges(picked: list, drop_tombstones: bool):
+    """Yield (keys, values) of the merge of ``picked`` (oldest first: a later one's record
+    for a key wins), a key range at a time, ascending. Each range is merged with a dict
+    and one sort (C speed: the dict's insertion order is the sources' sorted runs, which
+    timsort merges), so memory holds one range, not the whole merge."""
+    cursors = [_Cursor(_cursor(m)) for m in picked]
+    while True:
+        live = [c for c in cursors if not c.done]
+        if not live:
+            return
+        # The range ends where the source that is furthest behind would have given
+        # MERGE_RANGE_RECORDS records (or its current chunk ends); every source contributes
+        # its keys below that bound.
+        bound = min(c.bound(MERGE_RANGE_RECORDS) for c in live)
+        merged: dict = {}
+        for c in cursors:
+            if not c.done:
+                ks, vs = c.take(bound)
+                merged.update(zip(ks, vs))
+        if drop_tombstones:
+            merged = {k: v for k, v in merged.items() if v is not None}
+        if merged:
+            keys = sorted(merged)
+            yield keys, list(map(merged.__getitem__, keys))
+
+
+class _Cursor:
+    """A position in a source's sorted chunks."""
+
+    __slots__ = ("_chunks", "keys", "values", "i", "done")
+
+    def __init__(self, chunks) -> None:
+        self._chunks = chunks
+        self.keys, self.values, self.i, self.done = [], [], 0, False
+        self._fill()
+
+    def _fill(self) -> None:
+        while self.i >= len(self.keys):
+            nxt = next(self._chunks, None)
+            if nxt is None:
+                self.done = True
+                return
+            self.keys, self.values, self.i = nxt[0], nxt[1], 0
+
+    def bound(self, n: int) -> bytes:
+        """A key bound after about n records from here, at most the end of the current chunk."""
+        j = self.i + n
+        return self.keys[j] if j < len(self.keys) else self.keys[-1] + b"\x00"
+
+    def take(self, bound: bytes) -> tuple[list, list]:
+        """Records with key < bound from here on."""
+        out_k: list = []
+        out_v: list = []
+        while not self.done:
+            keys = self.keys
+            j = bisect_left(keys, bound, self.i)
+            out_k += keys[self.i:j]
+            out_v += self.values[self.i:j]
+            self.i = j
+            if j < len(keys):
+                break
+            self._fill()
+        return out_k, out_v

@@ -1,7 +1,8 @@
 """Merging sorted sources: newest version of each key wins, tombstones hide.
 
 A source yields chunks ``(keys, values, seqs)`` — parallel lists in ascending key order
-(an SST block, a slice of a memtable). With one source the chunks are walked directly;
+(an SST block, a slice of a memtable; ``seqs`` may be one int the whole chunk shares).
+With one source the chunks are walked directly;
 with several, records ``(key, -seq, src, value)`` go through a heap merge so that within
 a key the newest record (smallest ``-seq``) comes first and is the one kept. ``src``
 only breaks ties so tuples never compare values.
@@ -9,12 +10,16 @@ only breaks ties so tuples never compare values.
 from __future__ import annotations
 
 import heapq
+from itertools import repeat
+from operator import neg
 
 
 def _records(chunks, src: int):
     for keys, values, seqs in chunks:
-        for x in range(len(keys)):
-            yield keys[x], -seqs[x], src, values[x]
+        if type(seqs) is int:
+            yield from zip(keys, repeat(-seqs), repeat(src), values)
+        else:
+            yield from zip(keys, map(neg, seqs), repeat(src), values)
 
 
 def merge_visible(sources: list):

@@ -3,13 +3,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+KiB = 1 << 10
 MiB = 1 << 20
 
 
 @dataclass
 class Options:
-    memtable_bytes: int = 32 * MiB        # seal and flush the active memtable past this size
-    max_sealed_memtables: int = 4         # writes wait for flushes past this many
+    memtable_bytes: int = 32 * MiB        # seal the active memtable past this size (a checkpoint seals it too)
+    flush_segments: int = 16              # flush the immutable memtables when this many are live
+    flush_bytes: int = 64 * MiB           # ... or when their WAL segments hold this many bytes
+    max_sealed_memtables: int = 4         # writes wait for encodings past this many sealed memtables
+    wal_block_bytes: int = 32 * KiB       # raw bytes of a block of a WAL segment
     block_bytes: int = 4096               # uncompressed target size of an SST data block
     block_cache_bytes: int = 128 * MiB    # decoded blocks kept in memory
     table_bytes: int = 16 * MiB           # target size of compaction output tables
@@ -45,7 +49,8 @@ class Options:
             raise TypeError(f"unknown dkv option(s): {', '.join(unknown)}; known: {', '.join(sorted(names))}")
         opts = cls(**kwargs)
         for name in ("memtable_bytes", "block_bytes", "block_cache_bytes", "table_bytes", "l0_trigger",
-                     "level_base_bytes", "level_ratio", "max_levels", "retain", "max_sealed_memtables"):
+                     "level_base_bytes", "level_ratio", "max_levels", "retain", "max_sealed_memtables",
+                     "flush_segments", "flush_bytes", "wal_block_bytes"):
             value = getattr(opts, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"dkv option {name} must be a positive int, got {value!r}")

@@ -1,21 +1,22 @@
-"""Opening a store: choose the manifest, build the Version lazily, replay WAL segments.
+"""Opening a store: choose the manifest, build the Version lazily, load the WAL segments.
 
-Opening costs O(manifest + WAL segments to replay): SSTs are referenced, not read, until
-a read needs them. With ``sources`` an instance starts from other instances' checkpoints
-restricted to its key-group range (a rescale), sharing their files without copying.
+Opening costs O(manifest + WAL segment bytes): SSTs are referenced, not read, until a
+read needs them, and WAL segments become immutable memtables (Deltas) over their bytes
+without being decoded. With ``sources`` an instance starts from other instances'
+checkpoints restricted to its key-group range (a rescale), sharing their files without
+copying.
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from . import _delta
 from ._checkpoint import Segment
-from ._memtable import Memtable
 from ._table import Table, group_bounds
 from ._timeline import Timeline
 from ._version import Version
 from .errors import CheckpointNotFoundError
 from .format import manifest as mf
-from .format import wal
 
 
 class Restored:
@@ -25,7 +26,7 @@ class Restored:
         self.manifest: mf.Manifest | None = None
         self.info = None
         self.version = Version()
-        self.memtable = Memtable()
+        self.sources: tuple = ()           # immutable memtables (Deltas), newest first
         self.segments: list[Segment] = []
         self.last_seq = 0
         self.flushed_seq = 0
@@ -103,7 +104,7 @@ def _apply(r: Restored, m: mf.Manifest, groups: tuple, store, cache, tables: dic
                 levels[i - 1].append(t)
     r.version = Version(l0, levels)
     r.last_seq = max(r.last_seq, m.last_seq)
-    _replay(r, m.wal, groups, store)
+    _replay(r, m.wal, groups, store, cache)
 
 
 def _range_overlaps(ref: mf.TableRef, groups: tuple) -> bool:
@@ -111,7 +112,7 @@ def _range_overlaps(ref: mf.TableRef, groups: tuple) -> bool:
     return (hi is None or ref.min_key < hi) and (lo is None or ref.max_key >= lo)
 
 
-def _replay(r: Restored, ranges: list, groups: tuple, store) -> None:
+def _replay(r: Restored, ranges: list, groups: tuple, store, cache) -> None:
     todo = []
     for rng in ranges:
         part = intersect(rng.groups, groups)
@@ -121,30 +122,23 @@ def _replay(r: Restored, ranges: list, groups: tuple, store) -> None:
             todo.append(Segment(rng.ns, rng.writer, i, 0, rng.skip_through, part))
     if not todo:
         return
-    if len(todo) == 1:
-        blobs = [store.get(todo[0].name)]
-    else:
-        with ThreadPoolExecutor(min(8, len(todo))) as pool:
-            blobs = list(pool.map(lambda s: store.get(s.name), todo))
-    for seg, blob in zip(todo, blobs):
-        apply_segment(r.memtable, seg, wal.decode(blob, f"WAL segment {seg.name}"))
+    for seg, blob in zip(todo, fetch(store, todo)):
+        seg.source = load_segment(seg, blob, cache)
         r.segments.append(seg)
+        if seg.source is not None:
+            r.sources = (seg.source,) + r.sources
 
 
-def apply_segment(mem, seg, records, changed: list | None = None) -> None:
-    """Replay one decoded segment into ``mem``: every record with the segment's max_seq,
-    unless a flush already covers the segment (max_seq <= skip), within the key groups.
-    Segments must be applied in their order (a later one's record for a key wins)."""
-    seg.max_seq = records.max_seq
-    if records.max_seq <= seg.skip:
-        return
-    lo, hi = group_bounds(seg.groups)
-    seq = records.max_seq
-    for key, value in zip(records.keys, records.values):
-        if (lo is not None and key < lo) or (hi is not None and key >= hi):
-            continue
-        cur = mem.data.get(key)
-        if cur is None or cur[0] <= seq:
-            mem.put(key, (seq, value))
-            if changed is not None:
-                changed.append(key)
+def fetch(store, segments: list) -> list:
+    """The bytes of WAL segments, read in parallel."""
+    if len(segments) == 1:
+        return [store.get(segments[0].name)]
+    with ThreadPoolExecutor(min(8, len(segments))) as pool:
+        return list(pool.map(lambda s: store.get(s.name), segments))
+
+
+def load_segment(seg: Segment, blob: bytes, cache):
+    """A read source over a segment's bytes (sets ``seg.max_seq`` from its header), or None
+    when a flush already covers it (max_seq <= skip) or it holds no records."""
+    seg.max_seq, delta = _delta.load(seg.name, blob, cache, seg.groups, seg.skip)
+    return delta

@@ -17,11 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import _paths
 from ._checkpoint import Segment
-from ._recovery import apply_segment
+from ._recovery import fetch, load_segment
 from ._timeline import Timeline, claim_writer
 from .errors import CheckpointNotFoundError, ClosedError, ReadOnlyError
 from .format import manifest as mf
-from .format import wal
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,8 @@ class RefreshMixin:
         if self.read_only:
             raise ReadOnlyError("refresh() is for writers; reopen a read_only store instead")
         with self._wlock, self._lock:
-            if self._pending or self._wal or self._wal_sealed or self._deferred_pins or self._bg_error:
+            if (self._pending or self._active.data or self._deferred_pins or self._bg_error
+                    or any(s.state != "uploaded" for s in self._segments)):
                 return None
             if not self._committed or checkpoint <= self._committed[-1].epoch:
                 return None
@@ -72,7 +72,7 @@ class RefreshMixin:
                 return None
             if not {(s.ns, s.writer, s.id) for s in self._segments} <= set(have):
                 return None     # we wrote a segment no committed checkpoint of ours holds
-            # max_seq 0 until applied (apply_segment sets it from the segment's header)
+            # max_seq 0 until loaded (load_segment sets it from the segment's header)
             new = [Segment(r.ns, r.writer, i, 0, r.skip_through, r.groups) for r, i in theirs[len(have):]]
             changed = self._apply_segments(new)
             # A flush or compaction still running began as the old writer. If any of its
@@ -106,14 +106,18 @@ class RefreshMixin:
             return [name for name in self._writing if name in stored]
 
     def _apply_segments(self, segments: list) -> list[bytes]:
+        """Load ``segments`` (oldest first) as the newest immutable memtables; returns their
+        keys. Caller holds both locks."""
         if not segments:
             return []
-        if len(segments) == 1:
-            blobs = [self.store.get(segments[0].name)]
-        else:
-            with ThreadPoolExecutor(min(8, len(segments))) as pool:
-                blobs = list(pool.map(lambda s: self.store.get(s.name), segments))
         changed: list = []
-        for seg, blob in zip(segments, blobs):
-            apply_segment(self._active, seg, wal.decode(blob, f"WAL segment {seg.name}"), changed)
+        added: tuple = ()
+        for seg, blob in zip(segments, fetch(self.store, segments)):
+            seg.source = load_segment(seg, blob, self._cache)
+            if seg.source is not None:
+                added = (seg.source,) + added
+                for keys, _ in seg.source.records():
+                    changed += keys
+        sources, version = self._view
+        self._view = (added + sources, version)
         return changed

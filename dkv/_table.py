@@ -20,6 +20,11 @@ TAIL_READ = 64 * 1024
 _MISSING = object()
 
 
+def _maybe(key: bytes) -> bool:
+    """The membership test of a table without a bloom filter."""
+    return True
+
+
 class BlockCache:
     """Byte budget over the decoded blocks of every table of a DB; evicts with CLOCK."""
 
@@ -96,7 +101,7 @@ class Table:
                     meta = self._load_meta()
                     n = len(meta.first_keys)
                     self._first = meta.first_keys
-                    self._bloom = meta.bloom.checker()
+                    self._bloom = _maybe if meta.bloom is None else meta.bloom.checker()
                     self._ref = bytearray(n)
                     self._blocks = [None] * n
                     self._meta = meta
@@ -116,13 +121,11 @@ class Table:
         return sst.parse_meta(raw, crc, what)
 
     def block(self, i: int):
-        """Decoded block i as [keys, values, seqs, position dict or None]."""
+        """Decoded block i as [keys, values, seqs, position dict or None]; seqs is a list,
+        or one int that every record of the block has."""
         blk = self._blocks[i]
         if blk is None:
-            meta = self._meta
-            off, ln = meta.offsets[i], meta.lengths[i]
-            frame = self._store.get(self.path, off, off + ln)
-            keys, values, seqs, raw_len = sst.decode_block(frame, meta.crcs[i], f"SST {self.path} block {i}")
+            keys, values, seqs, raw_len = self._decode(i)
             blk = [keys, values, seqs, None]
             self._blocks[i] = blk
             # Decoded, a block takes about twice its raw size (measured with tracemalloc,
@@ -132,6 +135,12 @@ class Table:
             self._ref[i] = 1
             self._cache.hits += 1
         return blk
+
+    def _decode(self, i: int):
+        meta = self._meta
+        off, ln = meta.offsets[i], meta.lengths[i]
+        frame = self._store.get(self.path, off, off + ln)
+        return sst.decode_block(frame, meta.crcs[i], f"SST {self.path} block {i}")
 
     def get(self, key: bytes):
         """(seq, value) for key (value None = tombstone), or _MISSING.
@@ -153,7 +162,7 @@ class Table:
             keys, values, seqs, _ = self.block(i)     # a fresh block: one bisect is cheapest
             j = bisect_left(keys, key)
             if j < len(keys) and keys[j] == key:
-                return seqs[j], values[j]
+                return (seqs if type(seqs) is int else seqs[j]), values[j]
             return _MISSING
         self._ref[i] = 1
         self._cache.hits += 1
@@ -164,7 +173,8 @@ class Table:
         j = pos.get(key)
         if j is None:
             return _MISSING
-        return blk[2][j], blk[1][j]
+        seqs = blk[2]
+        return (seqs if type(seqs) is int else seqs[j]), blk[1][j]
 
     def may_contain(self, key: bytes) -> bool:
         if self._meta is None:
@@ -193,16 +203,10 @@ class Table:
             if j == 0 and k == len(keys):
                 yield keys, values, seqs
             elif j < k:
-                yield keys[j:k], values[j:k], seqs[j:k]
+                yield keys[j:k], values[j:k], (seqs if type(seqs) is int else seqs[j:k])
             if k < len(keys):
                 return
             i += 1
-
-    def scan(self, start: bytes | None, end: bytes | None, src: int):
-        """Yield (key, -seq, src, value) for keys in [start, end) ∩ owned groups, ascending."""
-        for keys, values, seqs in self.scan_blocks(start, end):
-            for x in range(len(keys)):
-                yield keys[x], -seqs[x], src, values[x]
 
     def release(self) -> None:
         """Forget cached blocks (the file was deleted)."""

@@ -1,8 +1,10 @@
 """Shared pieces of the formats: checksums, zstd (thread-local contexts) and record batches.
 
-A *record batch* is how WAL segments and SST blocks store records: one msgpack array of
-three parallel arrays ``[keys, values, seqs]``; ``values[i]`` is nil for a tombstone.
-msgpack's C codec makes this far faster in Python than a hand-rolled record loop.
+A *record batch* is how SST blocks store records: one msgpack array of three parallel
+arrays ``[keys, values, seqs]``; ``values[i]`` is nil for a tombstone, and ``seqs`` may be
+one integer that every record of the batch shares (SST format 2). WAL blocks are the
+pair ``[keys, values]``. msgpack's C codec makes this far faster in Python than a
+hand-rolled record loop.
 """
 from __future__ import annotations
 
@@ -42,18 +44,35 @@ def decompress(data: bytes, what: str) -> bytes:
         raise CorruptionError(f"{what}: zstd frame is damaged ({e})") from None
 
 
-def pack_records(keys: list, values: list, seqs: list) -> bytes:
+def pack_records(keys: list, values: list, seqs) -> bytes:
+    """A record batch; ``seqs`` is a list or one int shared by every record."""
     return msgpack.packb((keys, values, seqs), use_bin_type=True)
 
 
-def unpack_records(data: bytes, what: str) -> tuple[list, list, list]:
+def unpack_records(data: bytes, what: str) -> tuple[list, list, list | int]:
+    """(keys, values, seqs) of a record batch; seqs is a list or one shared int."""
     try:
         keys, values, seqs = msgpack.unpackb(data, raw=True, use_list=True)
     except Exception as e:
         raise CorruptionError(f"{what}: record batch does not decode ({e})") from None
-    if not (len(keys) == len(values) == len(seqs)):
+    if len(keys) != len(values) or (type(seqs) is not int and len(seqs) != len(keys)):
         raise CorruptionError(f"{what}: record batch arrays have different lengths")
     return keys, values, seqs
+
+
+def pack_pair(keys: list, values: list) -> bytes:
+    """A WAL block: ``[keys, values]``."""
+    return msgpack.packb((keys, values), use_bin_type=True)
+
+
+def unpack_pair(data: bytes, what: str) -> tuple[list, list]:
+    try:
+        keys, values = msgpack.unpackb(data, raw=True, use_list=True)
+    except Exception as e:
+        raise CorruptionError(f"{what}: body is not a [keys, values] pair ({e})") from None
+    if type(keys) is not list or type(values) is not list or len(keys) != len(values):
+        raise CorruptionError(f"{what}: body is not a [keys, values] pair of equal lengths")
+    return keys, values
 
 
 def pack_obj(obj) -> bytes:

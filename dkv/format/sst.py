@@ -8,9 +8,11 @@ Layout (docs/format/sst.md)::
 
     data block   zstd frame of a record batch [keys, values, seqs] (~4 KiB before
                  compression, no padding), or the batch itself when zstd would not save
-                 an eighth; its CRC-32 is kept in the sparse index
+                 an eighth; its CRC-32 is kept in the sparse index. seqs is one integer
+                 when every record of the block has the same sequence number (version 2)
     metadata     zstd frame of a msgpack map: counts, min/max key, sequence range,
-                 bloom filter, sparse index (first key, offset, length, crc of each block)
+                 bloom filter (optional in version 2), sparse index (first key, offset,
+                 length, crc of each block)
     footer       meta_offset u64 | meta_length u32 | meta_crc u32 | version u16 |
                  flags u16 | footer_crc u32 | magic "DKVSST\\x00\\x01" (8)
 
@@ -28,7 +30,8 @@ from ._codec import (check_crc, compress, crc32, decompress, pack_obj, pack_reco
                      unpack_obj, unpack_records)
 
 MAGIC = b"DKVSST\x00\x01"
-VERSION = 1
+VERSION = 2         # 1: a list of seqs in every block and always a bloom filter
+READABLE = (1, 2)
 _FOOTER = struct.Struct("<QIIHHI8s")
 FOOTER_SIZE = _FOOTER.size  # 32
 BLOCK_SIZE = 4096           # target uncompressed bytes per data block
@@ -44,7 +47,7 @@ class SstMeta:
     min_seq: int
     max_seq: int
     raw_bytes: int
-    bloom: bloom.Bloom
+    bloom: bloom.Bloom | None     # None: the table has no filter
     first_keys: list       # sparse index: first key of each block
     offsets: list
     lengths: list
@@ -54,12 +57,14 @@ class SstMeta:
 class SstBuilder:
     """Accumulates records in ascending key order and returns the table's bytes.
 
-    ``add`` is amortised O(1); ``finish`` builds the bloom filter (O(n * k)).
+    ``add`` is amortised O(1); ``finish`` builds the bloom filter (O(n * k)) unless
+    ``bloom=False``.
     """
 
-    def __init__(self, block_size: int = BLOCK_SIZE, level: int = 1) -> None:
+    def __init__(self, block_size: int = BLOCK_SIZE, level: int = 1, bloom: bool = True) -> None:
         self.block_size = block_size
         self.level = level
+        self.bloom = bloom
         self._parts: list[bytes] = []
         self._offset = 0
         self._keys: list[bytes] = []
@@ -93,9 +98,10 @@ class SstBuilder:
     def add_sorted(self, keys: list, values: list, seqs: list, start: int = 0, limit: int | None = None) -> int:
         """``add`` for ``keys[start:]`` (ascending) with their values and seqs, a block at a
         time instead of a record at a time; the table's bytes are exactly those of calling
-        ``add`` in order. With ``limit``, stops after the first record that brings
-        ``estimated_size`` to ``limit`` (where a caller checking after every ``add`` would
-        start a new table). Returns the index after the last record added."""
+        ``add`` in order. ``seqs`` may be one int shared by every record. With ``limit``,
+        stops after the first record that brings ``estimated_size`` to ``limit`` (where a
+        caller checking after every ``add`` would start a new table). Returns the index
+        after the last record added."""
         n, block, rec = len(keys), self.block_size, RECORD_OVERHEAD
         i = start
         while i < n:
@@ -110,7 +116,8 @@ class SstBuilder:
                 j += 1
                 if added >= room or (stop is not None and bbytes + added >= stop):
                     break
-            ks, vs, ss = keys[i:j], values[i:j], seqs[i:j]
+            ks, vs = keys[i:j], values[i:j]
+            ss = [seqs] * (j - i) if type(seqs) is int else seqs[i:j]
             self._keys += ks
             self._bk += ks
             self._bv += vs
@@ -119,7 +126,7 @@ class SstBuilder:
             self.raw_bytes += added
             self.count += j - i
             self.tombstones += vs.count(None)
-            lo, hi = min(ss), max(ss)
+            lo, hi = (seqs, seqs) if type(seqs) is int else (min(ss), max(ss))
             if self.min_seq is None or lo < self.min_seq:
                 self.min_seq = lo
             if hi > self.max_seq:
@@ -146,7 +153,8 @@ class SstBuilder:
     def _flush_block(self) -> None:
         if not self._bk:
             return
-        raw = pack_records(self._bk, self._bv, self._bs)
+        bs = self._bs
+        raw = pack_records(self._bk, self._bv, bs[0] if min(bs) == max(bs) else bs)
         frame = compress(raw, self.level)
         if len(frame) > len(raw) - len(raw) // 8:
             frame = raw         # incompressible (e.g. random values): skip decompression on reads
@@ -167,8 +175,10 @@ class SstBuilder:
         meta = {
             "n": self.count, "t": self.tombstones, "lo": self._keys[0], "hi": self._keys[-1],
             "s0": self.min_seq, "s1": self.max_seq, "rb": self.raw_bytes,
-            "bf": bloom.build(self._keys), "ik": fk, "io": off, "il": ln, "ic": cr,
+            "ik": fk, "io": off, "il": ln, "ic": cr,
         }
+        if self.bloom:
+            meta["bf"] = bloom.build(self._keys)
         meta_bytes = compress(pack_obj(meta), 1)
         footer_head = _FOOTER.pack(self._offset, len(meta_bytes), crc32(meta_bytes), VERSION, 0, 0, MAGIC)
         footer = footer_head[:20] + struct.pack("<I", crc32(footer_head[:20])) + MAGIC
@@ -184,7 +194,7 @@ def parse_footer(tail: bytes, what: str) -> tuple[int, int, int]:
     if magic != MAGIC:
         raise CorruptionError(f"{what}: bad SST magic {magic!r} (torn or foreign file)")
     check_crc(footer[:20], fcrc, f"{what} footer")
-    if ver != VERSION:
+    if ver not in READABLE:
         raise CorruptionError(f"{what}: unsupported SST format version {ver}")
     return meta_off, meta_len, meta_crc
 
@@ -193,8 +203,9 @@ def parse_meta(data: bytes, crc: int, what: str) -> SstMeta:
     check_crc(data, crc, f"{what} metadata")
     m = unpack_obj(decompress(data, what), what)
     try:
+        bf = m.get("bf")
         return SstMeta(m["n"], m["t"], m["lo"], m["hi"], m["s0"], m["s1"], m["rb"],
-                       bloom.Bloom(m["bf"]), m["ik"], m["io"], m["il"], m["ic"])
+                       None if bf is None else bloom.Bloom(bf), m["ik"], m["io"], m["il"], m["ic"])
     except (KeyError, TypeError, IndexError) as e:
         raise CorruptionError(f"{what}: metadata is missing a field ({e})") from None
 
@@ -202,11 +213,13 @@ def parse_meta(data: bytes, crc: int, what: str) -> SstMeta:
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-def decode_block(frame: bytes, crc: int, what: str) -> tuple[list, list, list, int]:
+def decode_block(frame: bytes, crc: int | None, what: str) -> tuple[list, list, list | int, int]:
     """(keys, values, seqs, uncompressed size) of a block: a zstd frame, or the record batch
     itself when compression would not have saved an eighth (a msgpack array never starts
-    with the zstd magic)."""
-    check_crc(frame, crc, what)
+    with the zstd magic). seqs is one int when the block's records share it. ``crc`` None:
+    the caller verified the bytes already."""
+    if crc is not None:
+        check_crc(frame, crc, what)
     raw = decompress(frame, what) if frame[:4] == ZSTD_MAGIC else frame
     keys, values, seqs = unpack_records(raw, what)
     return keys, values, seqs, len(raw)

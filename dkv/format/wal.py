@@ -1,14 +1,24 @@
-"""WAL segment: the records written since the previous checkpoint, one object per segment.
+"""WAL segment: the records written between two checkpoints, one object per segment.
 
 Layout (docs/format/wal.md)::
 
-    +--------+-----+-------+-------+----------+-------+----------------------------------------+
-    | "DKVW" | ver | flags | count | body_len |  crc  | body: zstd frame (flags bit 0) of a    |
-    |   4    |  1  |   1   |  u32  |   u32    |  u32  | record batch [keys, values, seqs]      |
-    +--------+-----+-------+-------+----------+-------+----------------------------------------+
+    +--------+-----+-------+-------+---------+----------+-------+------------------------------+
+    | "DKVW" | ver | flags | count | max_seq | body_len |  crc  | body                         |
+    |   4    |  1  |   1   |  u32  |   u64   |   u32    |  u32  |                              |
+    +--------+-----+-------+-------+---------+----------+-------+------------------------------+
 
-All integers little-endian; ``crc`` is the CRC-32 of ver..body_len followed by the body. A segment holds at most one record per key (the newest since
-the previous segment), sorted by key; replay applies ``seq > skip_through`` records.
+    body, flag BLOCKED clear:  one record batch [keys, values] (a zstd frame when flag ZSTD)
+    body, flag BLOCKED set:    index_len u32 | index (zstd frame of msgpack
+                               [first_keys, last_key, lengths]) | block 0 | block 1 | ...
+                               each block a record batch [keys, values], a zstd frame unless
+                               compression would not save an eighth
+
+All integers little-endian; ``crc`` is the CRC-32 of ver..body_len followed by the body. A
+segment holds at most one record per key, sorted by key; every record replays with
+``max_seq``. Version 3 adds blocked bodies (version 2 segments are the unblocked form and
+still read): a segment in blocks can serve reads in memory a block at a time, the way an
+SST does, so the engine keeps recent segments as read sources instead of replaying them
+into a memtable.
 """
 from __future__ import annotations
 
@@ -16,13 +26,18 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import CorruptionError
-from ._codec import compress, crc32, decompress, pack_obj, unpack_obj
+from ._codec import compress, crc32, decompress, pack_obj, pack_pair, unpack_obj, unpack_pair
 
 MAGIC = b"DKVW"
-VERSION = 2          # 1 had per-record sequence numbers (a 3-array body)
+VERSION = 3          # 2: unblocked bodies only; 1 had per-record sequence numbers
+READABLE = (2, 3)
 FLAG_ZSTD = 1
+FLAG_BLOCKED = 2
 _HEADER = struct.Struct("<4sBBIQII")
 HEADER_SIZE = _HEADER.size  # 26
+_U32 = struct.Struct("<I")
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+BLOCK_BYTES = 32 << 10      # target raw bytes of a block of a blocked segment
 
 
 @dataclass
@@ -32,36 +47,125 @@ class WalSegment:
     max_seq: int
 
 
-def encode(keys: list, values: list, max_seq: int, level: int = 3) -> bytes:
-    """Encode records (already sorted by key) into segment bytes."""
-    raw = pack_obj((keys, values))
+@dataclass
+class SegmentIndex:
+    """Where the blocks of a parsed segment are (offsets into the segment's bytes)."""
+    count: int
+    max_seq: int
+    first_keys: list
+    last_key: bytes | None
+    offsets: list
+    lengths: list
+
+    @property
+    def min_key(self) -> bytes | None:
+        return self.first_keys[0] if self.first_keys else None
+
+
+def _raw_size(keys: list, values: list, i: int, j: int) -> int:
+    return sum(map(len, keys[i:j])) + sum(len(v) for v in values[i:j] if v is not None) + 4 * (j - i)
+
+
+def _frame(raw: bytes, level: int) -> bytes:
+    body = compress(raw, level)
+    return raw if len(body) > len(raw) - len(raw) // 8 else body
+
+
+def encode(keys: list, values: list, max_seq: int, level: int = 3, block_bytes: int = BLOCK_BYTES) -> bytes:
+    """Encode records (already sorted by key, unique) into segment bytes: one record batch
+    when they fit in a block, else blocks of about ``block_bytes`` raw bytes."""
+    n = len(keys)
+    if n and _raw_size(keys, values, 0, min(n, 64)) * n // min(n, 64) > 2 * block_bytes:
+        return _encode_blocked(keys, values, max_seq, level, block_bytes)
+    raw = pack_pair(keys, values)
     body = compress(raw, level)
     flags = FLAG_ZSTD
     if len(body) >= len(raw):
         body, flags = raw, 0
-    fields = struct.pack("<BBIQI", VERSION, flags, len(keys), max_seq, len(body))
-    return MAGIC + fields + struct.pack("<I", crc32(body, crc32(fields))) + body
+    return _with_header(flags, n, max_seq, body)
 
 
-def decode(data: bytes, what: str = "WAL segment") -> WalSegment:
-    """Parse and verify segment bytes. Raises CorruptionError on any mismatch."""
+def _encode_blocked(keys: list, values: list, max_seq: int, level: int, block_bytes: int) -> bytes:
+    n, i = len(keys), 0
+    frames, first = [], []
+    while i < n:
+        j, size = i, 0
+        while j < n and size < block_bytes:      # records up to the one that fills the block
+            v = values[j]
+            size += len(keys[j]) + (0 if v is None else len(v)) + 4
+            j += 1
+        first.append(keys[i])
+        frames.append(_frame(pack_pair(keys[i:j], values[i:j]), level))
+        i = j
+    index = compress(pack_obj([first, keys[-1], [len(f) for f in frames]]), level)
+    body = b"".join([_U32.pack(len(index)), index] + frames)
+    return _with_header(FLAG_ZSTD | FLAG_BLOCKED, n, max_seq, body)
+
+
+def _with_header(flags: int, count: int, max_seq: int, body: bytes) -> bytes:
+    fields = struct.pack("<BBIQI", VERSION, flags, count, max_seq, len(body))
+    return MAGIC + fields + _U32.pack(crc32(body, crc32(fields))) + body
+
+
+def count(data: bytes) -> int:
+    """The record count in a segment's header (unchecked)."""
+    return _HEADER.unpack_from(data)[3]
+
+
+def parse(data: bytes, what: str = "WAL segment") -> SegmentIndex:
+    """Check a segment (header, length, checksum) and locate its blocks without decoding
+    records. An unblocked segment is one block. Raises CorruptionError on any mismatch."""
     if len(data) < HEADER_SIZE:
         raise CorruptionError(f"{what}: {len(data)} bytes is shorter than the header")
     magic, ver, flags, count, max_seq, blen, crc = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise CorruptionError(f"{what}: bad magic {magic!r}")
-    if ver != VERSION:
-        raise CorruptionError(f"{what}: WAL format version {ver}, this dkv reads version {VERSION}")
-    body = data[HEADER_SIZE:]
-    if len(body) != blen:
-        raise CorruptionError(f"{what}: body is {len(body)} bytes, header says {blen} (torn write?)")
-    if crc32(body, crc32(data[4:HEADER_SIZE - 4])) != crc:
+    if ver not in READABLE:
+        raise CorruptionError(f"{what}: WAL format version {ver}, this dkv reads versions {READABLE}")
+    if len(data) - HEADER_SIZE != blen:
+        raise CorruptionError(f"{what}: body is {len(data) - HEADER_SIZE} bytes, header says {blen} (torn write?)")
+    if crc32(memoryview(data)[HEADER_SIZE:], crc32(memoryview(data)[4:HEADER_SIZE - 4])) != crc:
         raise CorruptionError(f"{what}: checksum mismatch")
-    raw = decompress(body, what) if flags & FLAG_ZSTD else body
+    if not flags & FLAG_BLOCKED:
+        if count == 0:
+            return SegmentIndex(0, max_seq, [], None, [], [])
+        return SegmentIndex(count, max_seq, [None], None, [HEADER_SIZE], [blen])   # keys: from the block
+    if blen < 4:
+        raise CorruptionError(f"{what}: blocked body too short for its index")
+    (ilen,) = _U32.unpack_from(data, HEADER_SIZE)
+    start = HEADER_SIZE + 4 + ilen
+    if start > len(data):
+        raise CorruptionError(f"{what}: block index runs past the end")
     try:
-        keys, values = unpack_obj(raw, what)
+        first, last, lengths = unpack_obj(decompress(data[HEADER_SIZE + 4:start], what), what)
     except (TypeError, ValueError):
-        raise CorruptionError(f"{what}: body is not a [keys, values] pair") from None
-    if len(keys) != count or len(values) != count:
-        raise CorruptionError(f"{what}: {len(keys)} keys and {len(values)} values, header says {count}")
-    return WalSegment(keys, values, max_seq)
+        raise CorruptionError(f"{what}: block index is malformed") from None
+    if len(first) != len(lengths) or start + sum(lengths) != len(data) or not first:
+        raise CorruptionError(f"{what}: block index does not match the body")
+    offsets, off = [], start
+    for ln in lengths:
+        offsets.append(off)
+        off += ln
+    return SegmentIndex(count, max_seq, first, last, offsets, lengths)
+
+
+def decode_block(frame: bytes, what: str) -> tuple[list, list, int]:
+    """(keys, values, raw size) of one block: a zstd frame or the raw record batch."""
+    raw = decompress(frame, what) if frame[:4] == ZSTD_MAGIC else frame
+    keys, values = unpack_pair(raw, what)
+    return keys, values, len(raw)
+
+
+def decode(data: bytes, what: str = "WAL segment") -> WalSegment:
+    """Parse, verify and decode every record of a segment. Raises CorruptionError on any
+    mismatch (magic, length, checksum, zstd frame, array lengths, count)."""
+    index = parse(data, what)
+    keys: list = []
+    values: list = []
+    for off, ln in zip(index.offsets, index.lengths):
+        k, v, _ = decode_block(data[off:off + ln], what)
+        keys += k
+        values += v
+    if len(keys) != index.count:
+        raise CorruptionError(f"{what}: {len(keys)} records, header says {index.count}")
+    return WalSegment(keys, values, index.max_seq)

@@ -12,10 +12,11 @@ import dkv
 from dkv.format import manifest as mf
 from dkv.storage import MemoryStore, ObjectStore
 
-# Options that make a few hundred small records go through flushes, L0 compactions and
-# several levels (the defaults need tens of MiB before anything leaves the memtable).
-SMALL = dict(memtable_bytes=2000, table_bytes=3000, block_bytes=256, l0_trigger=3,
-             level_base_bytes=6000, level_ratio=3)
+# Options that make a few hundred small records go through seals, flushes of a few immutable
+# memtables, L0 compactions and several levels (the defaults need tens of MiB before
+# anything leaves the memtables).
+SMALL = dict(memtable_bytes=2000, flush_segments=3, flush_bytes=3000, table_bytes=3000, block_bytes=256,
+             l0_trigger=3, level_base_bytes=6000, level_ratio=3)
 
 # Keys that stress ordering edge cases next to the ordinary ones.
 SPECIAL_KEYS = [b"\x00", b"\x00\x01", b"k", b"k\x00", b"k\xff", b"\xff", b"\xff\xff", b"\xff\xff\xff"]

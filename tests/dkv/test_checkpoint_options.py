@@ -17,11 +17,11 @@ def fill(db, model, n, start=0):
 def test_wait_for_flushes_references_the_sst_and_uploads_no_wal_for_it(background):
     store = LoggingStore(MemoryStore())
     model = {}
-    db = dkv.open(store, memtable_bytes=20_000, wait_for_flushes=True, background=background)
+    db = dkv.open(store, memtable_bytes=20_000, flush_segments=2, wait_for_flushes=True, background=background)
     fill(db, model, 120)                          # below the memtable size: WAL only
     db.checkpoint(1).wait()
     store.clear()
-    fill(db, model, 400, start=120)               # seals the memtable mid-way
+    fill(db, model, 400, start=120)               # seals the memtable mid-way: two segments, a flush
     cp = db.checkpoint(2)
     cp.wait()
     kinds = [c.kind + " " + c.key.split("/")[0] for c in store.calls if c.kind in ("put", "put_if_absent")]

@@ -18,7 +18,7 @@ def run(*args, ok=True):
 @pytest.fixture
 def store(tmp_path):
     loc = str(tmp_path / "db")
-    with dkv.open(loc, background=False, memtable_bytes=4000) as db:
+    with dkv.open(loc, background=False, memtable_bytes=4000, flush_segments=2) as db:
         for i in range(300):
             db.put(b"\x00\x01user%04d" % i, b"v%d" % i)
         db.checkpoint(3).wait()

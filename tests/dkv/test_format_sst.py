@@ -39,7 +39,7 @@ def test_round_trip_through_blocks(n):
         assert k[0] == meta.first_keys[i], "the sparse index holds each block's first key"
         got_k += k
         got_v += v
-        got_s += s
+        got_s += [s] * len(k) if type(s) is int else s
     assert (got_k, got_v, got_s) == (keys, values, seqs)
     # Blocks are contiguous from offset 0 up to the metadata segment.
     assert meta.offsets[0] == 0 and meta.offsets[-1] + meta.lengths[-1] == off
@@ -72,10 +72,10 @@ def test_blocks_follow_the_target_size():
 
 def test_footer_layout_is_pinned():
     _, data, _, _, _ = _build(50)
-    assert sst.FOOTER_SIZE == 32 and sst.MAGIC == b"DKVSST\x00\x01" and sst.VERSION == 1
+    assert sst.FOOTER_SIZE == 32 and sst.MAGIC == b"DKVSST\x00\x01" and sst.VERSION == 2
     footer = data[-32:]
     meta_off, meta_len, meta_crc, ver, flags, fcrc, magic = struct.unpack("<QIIHHI8s", footer)
-    assert magic == sst.MAGIC and ver == 1 and flags == 0
+    assert magic == sst.MAGIC and ver == 2 and flags == 0
     assert fcrc == zlib.crc32(footer[:20])
     assert meta_crc == zlib.crc32(data[meta_off:meta_off + meta_len])
     assert meta_off + meta_len == len(data) - 32
@@ -213,3 +213,49 @@ def test_adding_sorted_runs_writes_the_bytes_of_adding_one_record_at_a_time(seed
     one, bulk = tables(False), tables(True)
     assert bulk == one
     assert sum(t[0] for t in bulk) == len(keys)
+
+
+def test_a_block_whose_records_share_a_seq_stores_it_once():
+    keys = [b"k%05d" % i for i in range(400)]
+    b = sst.SstBuilder(512)
+    b.add_sorted(keys, [b"v"] * 400, 77)
+    data = b.finish()
+    _, _, meta = _parse(data)
+    for o, ln, c in zip(meta.offsets, meta.lengths, meta.crcs):
+        k, v, s, _ = sst.decode_block(data[o:o + ln], c, "b")
+        assert s == 77, "one int for the whole block"
+    mixed = sst.SstBuilder(512)
+    mixed.add_sorted(keys, [b"v"] * 400, list(range(400)))
+    data = mixed.finish()
+    _, _, meta = _parse(data)
+    k, v, s, _ = sst.decode_block(data[meta.offsets[0]:meta.offsets[0] + meta.lengths[0]], meta.crcs[0], "b")
+    assert s == list(range(len(k)))
+
+
+def test_a_table_without_a_bloom_filter():
+    b = sst.SstBuilder(256, bloom=False)
+    for i in range(100):
+        b.add(b"k%03d" % i, b"v", i)
+    _, _, meta = _parse(b.finish())
+    assert meta.bloom is None and meta.count == 100
+
+
+def test_version_1_tables_still_read():
+    """Format 1: always a bloom filter and a list of seqs in every block. Built here with
+    list seqs (what version 1 wrote) and the footer's version set back to 1."""
+    _, data, keys, values, seqs = _build(300)
+    footer = bytearray(data[-32:])
+    struct.pack_into("<H", footer, 16, 1)
+    struct.pack_into("<I", footer, 20, zlib.crc32(bytes(footer[:20])))
+    old = data[:-32] + bytes(footer)
+    off, length, crc = sst.parse_footer(old, "v1")
+    meta = sst.parse_meta(old[off:off + length], crc, "v1")
+    got = []
+    for o, ln, c in zip(meta.offsets, meta.lengths, meta.crcs):
+        k, v, s, _ = sst.decode_block(old[o:o + ln], c, "v1")
+        got += zip(k, v, [s] * len(k) if type(s) is int else s)
+    assert got == list(zip(keys, values, seqs))
+    struct.pack_into("<H", footer, 16, 3)
+    struct.pack_into("<I", footer, 20, zlib.crc32(bytes(footer[:20])))
+    with pytest.raises(dkv.CorruptionError, match="version 3"):
+        sst.parse_footer(data[:-32] + bytes(footer), "v3")

@@ -1,8 +1,11 @@
 """WAL segment format (dkv/format/wal.py): round trips and every header field.
 
 Layout: magic "DKVW" | ver u8 | flags u8 | count u32 | max_seq u64 | body_len u32 | crc u32 |
-body (zstd frame when flags bit 0) = msgpack [keys, values]; values nil = tombstone. One
-record per key, sorted; every record of a segment replays with the segment's max_seq.
+body. Unblocked body (zstd frame when flags bit 0) = msgpack [keys, values]; values nil =
+tombstone. Blocked body (flags bit 1) = index_len u32 | zstd frame of the index msgpack
+[first_keys, last_key, lengths] | blocks, each a [keys, values] batch (a zstd frame unless
+that would not save an eighth). One record per key, sorted; every record of a segment
+replays with the segment's max_seq.
 """
 from __future__ import annotations
 
@@ -27,19 +30,54 @@ def _records(n: int, seed: int = 0):
     return keys, values, rng.randrange(1, 1 << 64)
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 500])
-def test_round_trip(n):
+@pytest.mark.parametrize("n", [0, 1, 7, 500, 5000])
+@pytest.mark.parametrize("block_bytes", [256, wal.BLOCK_BYTES])
+def test_round_trip(n, block_bytes):
     keys, values, max_seq = _records(n)
-    seg = wal.decode(wal.encode(keys, values, max_seq))
+    seg = wal.decode(wal.encode(keys, values, max_seq, block_bytes=block_bytes))
+    assert (seg.keys, seg.values, seg.max_seq) == (keys, values, max_seq)
+
+
+def test_blocked_segments_locate_their_blocks_without_decoding():
+    keys, values, max_seq = _records(3000)
+    data = wal.encode(keys, values, max_seq, block_bytes=512)
+    assert data[5] == wal.FLAG_ZSTD | wal.FLAG_BLOCKED
+    index = wal.parse(data)
+    assert index.count == len(keys) and index.max_seq == max_seq and len(index.first_keys) > 20
+    assert index.min_key == keys[0] and index.last_key == keys[-1]
+    got = []
+    for first, off, ln in zip(index.first_keys, index.offsets, index.lengths):
+        k, v, raw = wal.decode_block(data[off:off + ln], "t")
+        assert k[0] == first and raw >= len(k)
+        got += zip(k, v)
+    assert got == list(zip(keys, values))
+    (ilen,) = struct.unpack_from("<I", data, 26)
+    assert index.offsets[0] == 26 + 4 + ilen and index.offsets[-1] + index.lengths[-1] == len(data)
+
+
+def test_small_segments_stay_one_record_batch():
+    keys, values, max_seq = _records(20)
+    data = wal.encode(keys, values, max_seq)
+    assert not data[5] & wal.FLAG_BLOCKED and wal.parse(data).offsets == [26]
+
+
+def test_version_2_segments_still_read():
+    """Version 2 wrote only the unblocked body: a version-3 unblocked segment with the
+    version byte set back to 2 (and its checksum redone) is exactly a version-2 segment."""
+    keys, values, max_seq = _records(40)
+    data = bytearray(wal.encode(keys, values, max_seq))
+    data[4] = 2
+    struct.pack_into("<I", data, 22, zlib.crc32(bytes(data[26:]), zlib.crc32(bytes(data[4:22]))))
+    seg = wal.decode(bytes(data))
     assert (seg.keys, seg.values, seg.max_seq) == (keys, values, max_seq)
 
 
 def test_header_fields_are_pinned():
     keys, values = [b"a", b"b", b"c"], [b"1", None, b""]
     data = wal.encode(keys, values, (1 << 64) - 1)
-    assert wal.MAGIC == b"DKVW" and wal.VERSION == 2 and wal.HEADER_SIZE == struct.calcsize(HEADER) == 26
+    assert wal.MAGIC == b"DKVW" and wal.VERSION == 3 and wal.HEADER_SIZE == struct.calcsize(HEADER) == 26
     magic, ver, flags, count, max_seq, body_len, crc = struct.unpack_from(HEADER, data)
-    assert (magic, ver, count, max_seq, body_len) == (b"DKVW", 2, 3, (1 << 64) - 1, len(data) - 26)
+    assert (magic, ver, count, max_seq, body_len) == (b"DKVW", 3, 3, (1 << 64) - 1, len(data) - 26)
     body = data[26:]
     assert crc == zlib.crc32(body, zlib.crc32(data[4:22]))
     raw = zstandard.ZstdDecompressor().decompress(body) if flags & wal.FLAG_ZSTD else body
@@ -88,8 +126,11 @@ def test_checksummed_but_malformed_body_is_corruption(body):
         wal.decode(data)
 
 
-def test_every_byte_flip_is_detected():
-    data = wal.encode(*_records(6))
+@pytest.mark.parametrize("n, block_bytes", [(6, wal.BLOCK_BYTES), (60, 128)], ids=["one-batch", "blocked"])
+def test_every_byte_flip_is_detected(n, block_bytes):
+    keys, values, max_seq = _records(n)
+    data = wal.encode(keys, values, max_seq, block_bytes=block_bytes)
+    assert bool(data[5] & wal.FLAG_BLOCKED) == (block_bytes == 128)
     for i in range(len(data)):
         bad = bytearray(data)
         bad[i] ^= 0xFF
@@ -100,3 +141,14 @@ def test_every_byte_flip_is_detected():
 def test_error_names_the_segment():
     with pytest.raises(dkv.CorruptionError, match="wal/0001.wal"):
         wal.decode(b"nonsense" * 4, "WAL segment wal/0001.wal")
+
+
+@pytest.mark.parametrize("index", [[[b"a"], b"a", [999]], [[], None, []], {"x": 1}],
+                         ids=["lengths-past-the-end", "no-blocks", "not-a-list"])
+def test_checksummed_but_malformed_block_index_is_corruption(index):
+    frame = zstandard.ZstdCompressor().compress(msgpack.packb(index))
+    body = struct.pack("<I", len(frame)) + frame + msgpack.packb([[b"a"], [b"1"]])
+    fields = struct.pack("<BBIQI", 3, wal.FLAG_ZSTD | wal.FLAG_BLOCKED, 1, 5, len(body))
+    data = b"DKVW" + fields + struct.pack("<I", zlib.crc32(body, zlib.crc32(fields))) + body
+    with pytest.raises(dkv.CorruptionError):
+        wal.decode(data)

@@ -75,7 +75,7 @@ def test_golden_flush():
 
 def test_golden_compaction():
     log = LoggingStore(MemoryStore())
-    db = dkv.open(log, background=False, memtable_bytes=1500, block_bytes=512, table_bytes=2500,
+    db = dkv.open(log, background=False, memtable_bytes=1500, flush_segments=1, block_bytes=512, table_bytes=2500,
                   l0_trigger=3, retain=1)
     _fill(db, 20)
     db.checkpoint(1).wait()

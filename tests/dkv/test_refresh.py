@@ -52,7 +52,7 @@ def test_refresh_declines_after_the_other_writer_flushed():
     a = dkv.open(store, background=False, memtable_bytes=2000)
     fill(a, model, rng, n=5)
     a.checkpoint(1).wait()
-    b = dkv.open(store, background=False, memtable_bytes=2000)
+    b = dkv.open(store, background=False, memtable_bytes=2000, flush_segments=1)
     fill(b, model, rng, n=200)                           # b flushes: its SSTs differ from a's
     b.checkpoint(2).wait()
     assert a.refresh(2) is None

@@ -47,7 +47,11 @@ def _populate(db, model, groups, seed, rounds=3):
             db.put(k, v)
             model[k] = v
     db.checkpoint(rounds + 1).wait()
-    return rounds + 1
+    k = key(groups[0], 98)                          # after the last flush: only in the WAL
+    db.put(k, b"wal only")
+    model[k] = b"wal only"
+    db.checkpoint(rounds + 2).wait()
+    return rounds + 2
 
 
 def _ssts_written(log) -> list:
@@ -233,7 +237,7 @@ def test_sources_must_exist_and_not_be_read_only():
 
 
 def test_compaction_after_split_and_merge_keeps_both_halves_of_a_shared_sst():
-    opts = dict(background=False, memtable_bytes=2000, block_bytes=256, table_bytes=1 << 20,
+    opts = dict(background=False, memtable_bytes=2000, flush_segments=1, block_bytes=256, table_bytes=1 << 20,
                 l0_trigger=3, level_base_bytes=1 << 20, level_ratio=3)
     root = MemoryStore()
     model = {}

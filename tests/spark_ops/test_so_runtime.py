@@ -225,7 +225,7 @@ def test_rescale_references_the_old_layouts_files_without_copying(tmp_path):
     batches = [[{"k": f"k{i}", "v": b, "pad": "x" * 200} for i in range(30)] for b in range(6)]
     expected = run_model(BufferModel(["k"], count=6), batches, keys=["k"])
     h = OperatorHarness(Buffer(count=6, key_columns=("k",)), key="k", partitions=2, key_groups=16,
-                        state=str(tmp_path), dkv_options=dict(memtable_bytes=8 << 10))
+                        state=str(tmp_path), dkv_options=dict(memtable_bytes=8 << 10, flush_segments=2))
     for b in range(4):
         h.run_batch(batches[b])
     h.rescale(3)
