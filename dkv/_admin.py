@@ -111,9 +111,9 @@ def verify(location, instance: str = "", checkpoint: int | None = None, progress
             if len(data) != size:
                 raise CorruptionError(f"SST {path}: {len(data)} bytes, the manifest says {size}")
             off, length, crc = sst.parse_footer(data, f"SST {path}")
-            meta = sst.parse_meta(data[off:off + length], crc, f"SST {path}")
+            meta = sst.parse_meta(data[off:off + length], crc, f"SST {path}", sst.footer_version(data))
             for i, (o, ln, c) in enumerate(zip(meta.offsets, meta.lengths, meta.crcs)):
-                keys = sst.decode_block(data[o:o + ln], c, f"SST {path} block {i}")[0]
+                keys = sst.decode_block(data[o:o + ln], c, f"SST {path} block {i}", meta.version)[0]
                 report["records"] += len(keys)
                 report["blocks"] += 1
             report["sst_files"] += 1

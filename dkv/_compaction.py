@@ -9,15 +9,14 @@ Two triggers, as in the DKV design:
    ``max_size_amp`` times the last level's bytes, everything is merged into the last
    level, which also drops every tombstone and shadowed version.
 
-Outputs are split into tables of about ``table_bytes``. Input files are not deleted here:
-retained checkpoints may still reference them (garbage collection decides).
+Outputs are split into tables of about ``table_bytes`` (see FlushMixin._compact). Input files
+are not deleted here: retained checkpoints may still reference them (garbage collection
+decides).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._merge import merge_records
-from .format.sst import SstBuilder
 
 
 @dataclass
@@ -61,16 +60,9 @@ def pick(version, opts) -> Compaction | None:
     return None
 
 
-def run(task: Compaction, write_table, opts) -> list:
-    """Merge ``task.inputs`` into new tables; ``write_table(builder)`` stores one and returns it."""
-    sources = [t.scan_blocks(None, None) for t in task.inputs]
-    outputs = []
-    builder = SstBuilder(opts.block_bytes, opts.sst_zstd_level)
-    for key, seq, value in merge_records(sources, drop_tombstones=task.bottom):
-        builder.add(key, value, seq)
-        if builder.estimated_size >= opts.table_bytes:
-            outputs.append(write_table(builder))
-            builder = SstBuilder(opts.block_bytes, opts.sst_zstd_level)
-    if builder.count:
-        outputs.append(write_table(builder))
-    return outputs
+def oldest_first(version, tables: list) -> list:
+    """A compaction's inputs from oldest to newest, by their place in ``version`` (the order
+    reads consult them, newest first: L0 newest first, then each level), not by sequence
+    numbers, which after a rescale belong to several instances."""
+    rank = {id(t): i for i, t in enumerate(version.tables())}
+    return sorted(tables, key=lambda t: -rank[id(t)])

@@ -41,7 +41,8 @@ class Delta(Table):
     def __init__(self, name: str, data: bytes, index: wal.SegmentIndex, cache, groups=ALL_KEY_GROUPS,
                  keys: list | None = None) -> None:
         if index.first_keys and index.first_keys[0] is None:       # one unblocked record batch
-            k, _, _ = wal.decode_block(data[index.offsets[0]:index.offsets[0] + index.lengths[0]], name)
+            k, _, _ = wal.decode_block(data[index.offsets[0]:index.offsets[0] + index.lengths[0]], name,
+                                       index.version)
             keys = k
             index.first_keys, index.last_key = [k[0]], k[-1]
         ref = TableRef(name, len(data), index.min_key or b"", index.last_key or b"", index.max_seq,
@@ -69,7 +70,7 @@ class Delta(Table):
     def _decode(self, i: int):
         ix = self.index
         off = ix.offsets[i]
-        keys, values, raw_len = wal.decode_block(self._store.data[off:off + ix.lengths[i]], self.path)
+        keys, values, raw_len = wal.decode_block(self._store.data[off:off + ix.lengths[i]], self.path, ix.version)
         return keys, values, self.max_seq, raw_len
 
     def records(self):
@@ -77,8 +78,9 @@ class Delta(Table):
         without the block cache (a flush reads each block once)."""
         data = self._store.data
         lo, hi = self.clip_lo, self.clip_hi
+        version = self.index.version
         for off, ln in zip(self.index.offsets, self.index.lengths):
-            keys, values, _ = wal.decode_block(data[off:off + ln], self.path)
+            keys, values, _ = wal.decode_block(data[off:off + ln], self.path, version)
             if lo is not None or hi is not None:
                 i = 0 if lo is None else bisect_left(keys, lo)
                 j = len(keys) if hi is None else bisect_left(keys, hi)

@@ -13,11 +13,10 @@ delays a flush.
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left
-
 from . import _compaction, _delta, _paths
 from ._checkpoint import Segment
 from ._memtable import Memtable
+from ._merge import merged_ranges
 from ._table import Table
 from .format.manifest import TableRef
 from ._timeline import check_not_fenced
@@ -25,7 +24,6 @@ from .errors import DkvError, FencedError
 from .format.sst import SstBuilder
 
 log = logging.getLogger(__name__)
-MERGE_RANGE_RECORDS = 1 << 16     # records per key range a flush merges at once (bounds its memory)
 
 
 class FlushMixin:
@@ -131,7 +129,6 @@ class FlushMixin:
 
     def _write_table(self, builder: SstBuilder, run: int | None = None) -> Table:
         data = builder.finish()
-        self._pacer.take(len(data))
         if self._pacer.enabled:
             self._pause_while_fenced()
         name = self._new_table_name()
@@ -187,26 +184,13 @@ class FlushMixin:
         a refresh made this writer another writer meanwhile (files the old one wrote may
         be gone), so write it again."""
         gen = self._gen
-        # Paced, a flush writes small tables (one sorted run of L0, disjoint key ranges) so
-        # its output can spread over several checkpoint intervals.
-        limit = self._pacer.flush_table_bytes(self.opts.table_bytes) if self._pacer.enabled else self.opts.table_bytes
         seq = max(m.max_seq for m in picked)
         # Nothing older than these records: tombstones have nothing left to hide.
         bottom = not any(True for _ in self._view[1].tables())
-        run = seq
-        tables = []
-        builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
-        for keys, values in _merged_ranges(picked, bottom):
-            i = 0
-            while i < len(keys):
-                i = builder.add_sorted(keys, values, seq, i, limit)
-                if builder.estimated_size >= limit:
-                    tables.append(self._write_table(builder, run))
-                    builder = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
-                    if self._closing or self._gen != gen:
-                        return self._discard(tables)
-        if builder.count:
-            tables.append(self._write_table(builder, run))
+        sources = [_chunks(m) for m in picked]
+        tables = self._write_run(merged_ranges(sources, bottom), seq, seq, lambda: self._gen != gen)
+        if tables is None:
+            return False
         with self._lock:
             if self._gen != gen:
                 return self._discard(tables)
@@ -222,6 +206,35 @@ class FlushMixin:
             if m.max_seq <= seq and type(m) is not Memtable:
                 m.release()
         return True
+
+    def _write_run(self, ranges, seq: int, run, stop) -> list | None:
+        """Write sorted (keys, values) ranges, every record with sequence number ``seq``, as
+        tables of about ``table_bytes`` (one sorted run). Paced, each block spends tokens as
+        it is built, so the CPU a flush or compaction takes spreads over checkpoint
+        intervals however big its tables. None (and the tables discarded) when ``stop()``
+        says the work is void or the store closes."""
+        limit = self.opts.table_bytes
+        tables: list = []
+
+        def builder():
+            b = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
+            if self._pacer.enabled:
+                b.on_block = self._pacer.take
+            return b
+        b = builder()
+        for keys, values in ranges:
+            i = 0
+            while i < len(keys):
+                i = b.add_sorted(keys, values, seq, i, limit)
+                if b.estimated_size >= limit:
+                    tables.append(self._write_table(b, run))
+                    b = builder()
+                if self._closing or stop():
+                    self._discard(tables)
+                    return None
+        if b.count:
+            tables.append(self._write_table(b, run))
+        return tables
 
     def _discard(self, tables: list) -> bool:
         """Give up on tables written but not published: garbage for a later collection."""
@@ -262,7 +275,12 @@ class FlushMixin:
         log.debug("compaction to L%d of %d tables: %s", task.level, len(task.inputs), task.reason)
         gen = self._gen
         with self._pacer.working():
-            outputs = _compaction.run(task, self._write_table, self.opts)
+            seq = max(t.ref.max_seq for t in task.inputs)
+            ordered = _compaction.oldest_first(self._view[1], task.inputs)
+            ranges = merged_ranges([t.records() for t in ordered], task.bottom)
+            outputs = self._write_run(ranges, seq, None, lambda: self._gen != gen)
+        if outputs is None:
+            return
         with self._lock:
             if self._gen != gen:        # a refresh came between (see _write_flush)
                 self._discard(outputs)
@@ -279,75 +297,10 @@ class FlushMixin:
             self._tables.pop(key).release()
 
 
-def _cursor(src):
+
+def _chunks(src):
     """Sorted (keys, values) chunks of an immutable memtable."""
     if type(src) is Memtable:
-        keys, values = src.columns_sorted()
-        yield keys, values
+        yield src.columns_sorted()
     else:
         yield from src.records()
-
-
-def _merged_ranges(picked: list, drop_tombstones: bool):
-    """Yield (keys, values) of the merge of ``picked`` (oldest first: a later one's record
-    for a key wins), a key range at a time, ascending. Each range is merged with a dict
-    and one sort (C speed: the dict's insertion order is the sources' sorted runs, which
-    timsort merges), so memory holds one range, not the whole merge."""
-    cursors = [_Cursor(_cursor(m)) for m in picked]
-    while True:
-        live = [c for c in cursors if not c.done]
-        if not live:
-            return
-        # The range ends where the source that is furthest behind would have given
-        # MERGE_RANGE_RECORDS records (or its current chunk ends); every source contributes
-        # its keys below that bound.
-        bound = min(c.bound(MERGE_RANGE_RECORDS) for c in live)
-        merged: dict = {}
-        for c in cursors:
-            if not c.done:
-                ks, vs = c.take(bound)
-                merged.update(zip(ks, vs))
-        if drop_tombstones:
-            merged = {k: v for k, v in merged.items() if v is not None}
-        if merged:
-            keys = sorted(merged)
-            yield keys, list(map(merged.__getitem__, keys))
-
-
-class _Cursor:
-    """A position in a source's sorted chunks."""
-
-    __slots__ = ("_chunks", "keys", "values", "i", "done")
-
-    def __init__(self, chunks) -> None:
-        self._chunks = chunks
-        self.keys, self.values, self.i, self.done = [], [], 0, False
-        self._fill()
-
-    def _fill(self) -> None:
-        while self.i >= len(self.keys):
-            nxt = next(self._chunks, None)
-            if nxt is None:
-                self.done = True
-                return
-            self.keys, self.values, self.i = nxt[0], nxt[1], 0
-
-    def bound(self, n: int) -> bytes:
-        """A key bound after about n records from here, at most the end of the current chunk."""
-        j = self.i + n
-        return self.keys[j] if j < len(self.keys) else self.keys[-1] + b"\x00"
-
-    def take(self, bound: bytes) -> tuple[list, list]:
-        """Records with key < bound from here on."""
-        out_k: list = []
-        out_v: list = []
-        while not self.done:
-            keys = self.keys
-            j = bisect_left(keys, bound, self.i)
-            out_k += keys[self.i:j]
-            out_v += self.values[self.i:j]
-            self.i = j
-            if j < len(keys):
-                break
-            self._fill()
-        return out_k, out_v

@@ -1,25 +1,29 @@
-"""Merging sorted sources: newest version of each key wins, tombstones hide.
+"""Merging sorted sources: the newest version of each key wins, tombstones hide.
 
 A source yields chunks ``(keys, values, seqs)`` — parallel lists in ascending key order
 (an SST block, a slice of a memtable; ``seqs`` may be one int the whole chunk shares).
-With one source the chunks are walked directly;
-with several, records ``(key, -seq, src, value)`` go through a heap merge so that within
-a key the newest record (smallest ``-seq``) comes first and is the one kept. ``src``
-only breaks ties so tuples never compare values.
+Sources are given newest first, in the order a ``get`` consults them (active memtable,
+immutable memtables, L0 newest first, then each level): that order, not sequence
+numbers, decides which version of a key is newest, because after a rescale the records
+of one instance can carry sequence numbers of several (each instance counts its own).
+With one source the chunks are walked directly; with several, records ``(key, src,
+value)`` go through a heap merge so that within a key the newest source's record comes
+first.
+
+``merge_visible`` serves reads; ``merged_ranges`` serves flushes and compactions.
 """
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from itertools import repeat
-from operator import neg
+
+MERGE_RANGE_RECORDS = 4096        # records per source and key range a flush or compaction merges at once
 
 
 def _records(chunks, src: int):
-    for keys, values, seqs in chunks:
-        if type(seqs) is int:
-            yield from zip(keys, repeat(-seqs), repeat(src), values)
-        else:
-            yield from zip(keys, map(neg, seqs), repeat(src), values)
+    for keys, values, _ in chunks:
+        yield from zip(keys, repeat(src), values)
 
 
 def merge_visible(sources: list):
@@ -33,7 +37,7 @@ def merge_visible(sources: list):
                     yield kv
         return
     last = None
-    for key, _, _, value in heapq.merge(*[_records(s, i) for i, s in enumerate(sources)]):
+    for key, _, value in heapq.merge(*[_records(s, i) for i, s in enumerate(sources)]):
         if key == last:
             continue
         last = key
@@ -41,13 +45,70 @@ def merge_visible(sources: list):
             yield key, value
 
 
-def merge_records(sources: list, drop_tombstones: bool):
-    """Yield (key, seq, value) — the newest record per key — for compaction."""
-    last = None
-    for key, nseq, _, value in heapq.merge(*[_records(s, i) for i, s in enumerate(sources)]):
-        if key == last:
-            continue
-        last = key
-        if value is None and drop_tombstones:
-            continue
-        yield key, -nseq, value
+def merged_ranges(sources: list, drop_tombstones: bool, range_records: int = MERGE_RANGE_RECORDS):
+    """Yield (keys, values) of the merge of ``sources`` — iterators of sorted (keys, values)
+    chunks, oldest first: a later source's record for a key wins — a key range at a time,
+    ascending. Each range is merged with a dict and one sort (C speed: the dict's insertion
+    order is the sources' sorted runs, which timsort merges), so memory holds one range,
+    not the whole merge. For flushes and compactions (reads use ``merge_visible``)."""
+    cursors = [_Cursor(chunks) for chunks in sources]
+    while True:
+        live = [c for c in cursors if not c.done]
+        if not live:
+            return
+        # The range ends where the source with the fewest keys ahead would have given
+        # range_records records; every source contributes its keys below that bound.
+        bounds = [b for b in (c.bound(range_records) for c in live) if b is not None]
+        bound = min(bounds) if bounds else None
+        merged: dict = {}
+        for c in live:
+            ks, vs = c.take(bound)
+            merged.update(zip(ks, vs))
+        if drop_tombstones:
+            merged = {k: v for k, v in merged.items() if v is not None}
+        if merged:
+            keys = sorted(merged)
+            yield keys, list(map(merged.__getitem__, keys))
+
+
+class _Cursor:
+    """A position in a source's sorted chunks, with the chunks ahead of it buffered."""
+
+    __slots__ = ("_chunks", "_more", "keys", "values", "i", "done")
+
+    def __init__(self, chunks) -> None:
+        self._chunks = chunks
+        self._more = True
+        self.keys: list = []
+        self.values: list = []
+        self.i = 0
+        self.done = False
+        self._pull(1)
+
+    def _pull(self, n: int) -> None:
+        """Buffer chunks until n records lie ahead (or the source ends)."""
+        if self.i and self.i * 2 >= len(self.keys):
+            self.keys, self.values, self.i = self.keys[self.i:], self.values[self.i:], 0
+        while self._more and len(self.keys) - self.i < n:
+            nxt = next(self._chunks, None)
+            if nxt is None:
+                self._more = False
+            else:
+                self.keys += nxt[0]
+                self.values += nxt[1]
+        self.done = not self._more and self.i >= len(self.keys)
+
+    def bound(self, n: int):
+        """The key n records ahead, or None when fewer than n are left."""
+        self._pull(n + 1)
+        j = self.i + n
+        return self.keys[j] if j < len(self.keys) else None
+
+    def take(self, bound) -> tuple[list, list]:
+        """Records with key < bound (all that are left when bound is None)."""
+        i = self.i
+        j = len(self.keys) if bound is None else bisect_left(self.keys, bound, i)
+        self.i = j
+        out = self.keys[i:j], self.values[i:j]
+        self.done = not self._more and j >= len(self.keys)
+        return out

@@ -1,18 +1,18 @@
 """Pacing of background writes, so flushes and compactions do not land as one spike.
 
-Without pacing, a flush writes a whole memtable's SST at once, and a compaction all of
-its outputs: a host that checkpoints once per micro-batch sees one batch write many
-times what a typical batch writes. With the option ``pace`` > 0, flush and compaction
-write their output in tables (compaction: about ``table_bytes``; flush: half a grant, at
-most that) and each table spends *tokens*:
+Without pacing, a flush or a compaction runs flat out: on a host that checkpoints once per
+micro-batch, the batches during which it runs compete with it for the CPU (and the GIL) and
+one batch writes many times what a typical batch writes. With the option ``pace`` > 0,
+every block a flush or compaction builds spends *tokens* (its tables are still cut at
+``table_bytes``, so objects stay few and large):
 
 - every completed WAL upload of a checkpoint grants ``pace`` × its bytes (at least
   ``pace`` × 16 KiB), plus half of that for each sealed memtable beyond the first and each
   L0 run past the compaction trigger, so work that falls behind catches up instead of
   piling up (without one interval doubling its bytes);
-- a table may be written while the balance is positive; it may overdraw it once;
+- a block may be built while the balance is positive; it may overdraw it once;
 - nothing is banked: a grant replaces what is left of the previous one, and goes only to
-  work in progress, so one interval spends at most one grant plus one table.
+  work in progress, so one interval spends at most one grant plus one block.
 
 So the background writes of one checkpoint interval stay near ``pace`` times its WAL
 bytes. Whenever a caller waits for background work (a write stalled on sealed
@@ -69,13 +69,8 @@ class Pacer:
             self._tokens = min(self._tokens, 0.0) + (amount if self._working else 0.0)
             self._cond.notify_all()
 
-    def flush_table_bytes(self, table_bytes: int) -> int:
-        """Size of the tables a paced flush cuts: half a grant (so one interval's flush
-        output is spread over a few tables, not one big overdraw), at most table_bytes."""
-        return int(min(table_bytes, max(MIN_GRANT, self._last_grant / 2)))
-
     def take(self, nbytes: int) -> None:
-        """Wait until a table of ``nbytes`` may be written, then spend the tokens."""
+        """Wait until a block of ``nbytes`` may be built, then spend the tokens."""
         if not self.enabled:
             return
         with self._cond:

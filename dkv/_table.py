@@ -111,14 +111,19 @@ class Table:
         size = self.ref.size
         start = max(0, size - TAIL_READ)
         tail = self._store.get(self.path, start, size)
-        what = f"SST {self.path}"
         if len(tail) != size - start:
-            raise CorruptionError(f"{what}: expected {size} bytes, found {start + len(tail)}")
+            raise CorruptionError(f"SST {self.path}: expected {size} bytes, found {start + len(tail)}")
+        return self._parse_meta(tail, start)
+
+    def _parse_meta(self, tail: bytes, start: int) -> sst.SstMeta:
+        """The metadata from the file's bytes from ``start`` to its end."""
+        size = self.ref.size
+        what = f"SST {self.path}"
         off, length, crc = sst.parse_footer(tail, what)
         if off + length + sst.FOOTER_SIZE != size:
             raise CorruptionError(f"{what}: footer points outside the file")
         raw = tail[off - start: off - start + length] if off >= start else self._store.get(self.path, off, off + length)
-        return sst.parse_meta(raw, crc, what)
+        return sst.parse_meta(raw, crc, what, sst.footer_version(tail))
 
     def block(self, i: int):
         """Decoded block i as [keys, values, seqs, position dict or None]; seqs is a list,
@@ -140,7 +145,7 @@ class Table:
         meta = self._meta
         off, ln = meta.offsets[i], meta.lengths[i]
         frame = self._store.get(self.path, off, off + ln)
-        return sst.decode_block(frame, meta.crcs[i], f"SST {self.path} block {i}")
+        return sst.decode_block(frame, meta.crcs[i], f"SST {self.path} block {i}", meta.version)
 
     def get(self, key: bytes):
         """(seq, value) for key (value None = tombstone), or _MISSING.
@@ -207,6 +212,26 @@ class Table:
             if k < len(keys):
                 return
             i += 1
+
+    def records(self):
+        """(keys, values) per block, in key order, within the owned key groups, read with one
+        fetch of the whole file and decoded without the block cache (a compaction reads
+        each block once)."""
+        lo, hi = self.clip_lo, self.clip_hi
+        data = self._store.get(self.path)
+        if len(data) != self.ref.size:
+            raise CorruptionError(f"SST {self.path}: {len(data)} bytes, the manifest says {self.ref.size}")
+        meta = self._meta or self._parse_meta(data, 0)
+        for i, (off, ln, crc) in enumerate(zip(meta.offsets, meta.lengths, meta.crcs)):
+            if hi is not None and meta.first_keys[i] >= hi:
+                return
+            keys, values, _, _ = sst.decode_block(data[off:off + ln], crc, f"SST {self.path} block {i}", meta.version)
+            if lo is not None or hi is not None:
+                a = 0 if lo is None else bisect_left(keys, lo)
+                b = len(keys) if hi is None else bisect_left(keys, hi)
+                keys, values = keys[a:b], values[a:b]
+            if keys:
+                yield keys, values
 
     def release(self) -> None:
         """Forget cached blocks (the file was deleted)."""

@@ -1,10 +1,11 @@
 """Shared pieces of the formats: checksums, zstd (thread-local contexts) and record batches.
 
-A *record batch* is how SST blocks store records: one msgpack array of three parallel
-arrays ``[keys, values, seqs]``; ``values[i]`` is nil for a tombstone, and ``seqs`` may be
-one integer that every record of the batch shares (SST format 2). WAL blocks are the
-pair ``[keys, values]``. msgpack's C codec makes this far faster in Python than a
-hand-rolled record loop.
+A *record batch* is how blocks store records. Current formats (WAL 3, SST 2) front-code
+them (``_front.py``: each key as the prefix it shares with the previous one plus the rest,
+values likewise), followed in SST blocks by the msgpack of the sequence numbers (one int
+the whole block shares, or a list). Older formats used one msgpack array of parallel arrays,
+``[keys, values, seqs]`` in SST blocks (format 1) and ``[keys, values]`` in WAL segments
+(format 2), which still read; ``values[i]`` is nil (None) for a tombstone.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import msgpack
 import zstandard
 
 from ..errors import CorruptionError
+from . import _front
 
 crc32 = zlib.crc32
 _local = threading.local()
@@ -60,8 +62,31 @@ def unpack_records(data: bytes, what: str) -> tuple[list, list, list | int]:
     return keys, values, seqs
 
 
+def pack_block(keys: list, values: list, seqs=None) -> bytes:
+    """A front-coded record batch; with ``seqs`` (a list, or one int shared by every
+    record) the msgpack of the seqs follows (SST blocks)."""
+    raw = _front.encode(keys, values)
+    return raw if seqs is None else raw + msgpack.packb(seqs)
+
+
+def unpack_block(data, what: str, with_seqs: bool) -> tuple[list, list, list | int | None]:
+    """(keys, values, seqs or None) of a front-coded record batch."""
+    try:
+        keys, values, end = _front.decode(data)
+        if not with_seqs:
+            if end != len(data):
+                raise ValueError("bytes after the records")
+            return keys, values, None
+        seqs = msgpack.unpackb(data[end:])
+    except Exception as e:
+        raise CorruptionError(f"{what}: record batch does not decode ({e})") from None
+    if type(seqs) is not int and (type(seqs) is not list or len(seqs) != len(keys)):
+        raise CorruptionError(f"{what}: record batch has {len(keys)} records but its seqs do not match")
+    return keys, values, seqs
+
+
 def pack_pair(keys: list, values: list) -> bytes:
-    """A WAL block: ``[keys, values]``."""
+    """A WAL format 2 body: ``[keys, values]``."""
     return msgpack.packb((keys, values), use_bin_type=True)
 
 

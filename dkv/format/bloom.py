@@ -7,9 +7,17 @@ byte ``p >> 3``).
 """
 from __future__ import annotations
 
+from itertools import repeat
 from zlib import crc32
 
-try:        # optional: builds large filters ~5x faster, with the same bits
+try:        # the C twins (dkv/format/_native.c): the same bits, ~20x faster
+    from functools import partial as _partial
+
+    from ._native import bloom_build as _c_build
+    from ._native import bloom_check as _c_check
+except ImportError:     # pragma: no cover - no compiler when installed
+    _c_build = _c_check = None
+try:        # optional: builds large filters ~5x faster than pure Python, with the same bits
     import numpy as _np
 except ImportError:     # pragma: no cover - numpy comes with the spark and bench extras
     _np = None
@@ -26,6 +34,8 @@ def build(keys, bits_per_key: int = BITS_PER_KEY) -> bytes:
     # k = 5 at 10 bits/key gives ~0.9% false positives (k = 7, the optimum, gives 0.8%)
     # for two fewer probes on every lookup.
     k = max(1, min(30, round(bits_per_key * 0.5)))
+    if _c_build is not None and type(keys) is list:
+        return bytes((k,)) + _c_build(keys, m, k)
     if _np is not None and n >= 256:
         return bytes((k,)) + _build_np(keys, m, k)
     bits = bytearray(m >> 3)
@@ -42,7 +52,7 @@ def _build_np(keys, m: int, k: int) -> bytes:
     """The bit array of ``build``, computed with numpy (same positions, same bytes)."""
     n = len(keys)
     h1 = _np.fromiter(map(crc32, keys), dtype=_np.uint64, count=n)
-    h2 = _np.fromiter((crc32(key, SEED2) | 1 for key in keys), dtype=_np.uint64, count=n)
+    h2 = _np.fromiter(map(crc32, keys, repeat(SEED2)), dtype=_np.uint64, count=n) | _np.uint64(1)
     steps = _np.arange(k, dtype=_np.uint64)
     pos = (h1[:, None] + steps[None, :] * h2[:, None]) % _np.uint64(m)     # < 2**37: no overflow
     bits = _np.zeros(m, dtype=_np.uint8)
@@ -92,4 +102,6 @@ class Bloom:
 
     def checker(self):
         """The fastest membership function for this filter."""
+        if _c_check is not None and type(self.bits) is bytes:
+            return _partial(_c_check, self.bits, self.k)
         return self.may_contain_5 if self.k == 5 else self.may_contain

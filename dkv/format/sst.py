@@ -6,10 +6,11 @@ Layout (docs/format/sst.md)::
     | data block 0   | data block 1   | ... | metadata segment | footer (32 bytes)    |
     +----------------+----------------+-----+------------------+----------------------+
 
-    data block   zstd frame of a record batch [keys, values, seqs] (~4 KiB before
-                 compression, no padding), or the batch itself when zstd would not save
-                 an eighth; its CRC-32 is kept in the sparse index. seqs is one integer
-                 when every record of the block has the same sequence number (version 2)
+    data block   zstd frame of a record batch (~16 KiB before compression, no padding), or
+                 the batch itself when zstd would not save an eighth; its CRC-32 is kept
+                 in the sparse index. Version 2: front-coded keys and values (_front.py)
+                 then the msgpack of the seqs, one integer when every record of the block
+                 has the same sequence number. Version 1: msgpack [keys, values, seqs]
     metadata     zstd frame of a msgpack map: counts, min/max key, sequence range,
                  bloom filter (optional in version 2), sparse index (first key, offset,
                  length, crc of each block)
@@ -22,11 +23,14 @@ them. No I/O here: the engine decides what to fetch.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add
 
 from ..errors import CorruptionError
 from . import bloom
-from ._codec import (check_crc, compress, crc32, decompress, pack_obj, pack_records,
+from ._codec import (check_crc, compress, crc32, decompress, pack_block, pack_obj, unpack_block,
                      unpack_obj, unpack_records)
 
 MAGIC = b"DKVSST\x00\x01"
@@ -34,7 +38,7 @@ VERSION = 2         # 1: a list of seqs in every block and always a bloom filter
 READABLE = (1, 2)
 _FOOTER = struct.Struct("<QIIHHI8s")
 FOOTER_SIZE = _FOOTER.size  # 32
-BLOCK_SIZE = 4096           # target uncompressed bytes per data block
+BLOCK_SIZE = 16 << 10       # target uncompressed bytes per data block
 RECORD_OVERHEAD = 12        # rough per-record msgpack cost, for block sizing
 
 
@@ -52,6 +56,7 @@ class SstMeta:
     offsets: list
     lengths: list
     crcs: list
+    version: int = VERSION
 
 
 class SstBuilder:
@@ -76,6 +81,7 @@ class SstBuilder:
         self.count = self.tombstones = self.raw_bytes = 0
         self.min_seq = None
         self.max_seq = 0
+        self.on_block = None        # called with each finished block's size (pacing)
 
     def add(self, key: bytes, value: bytes | None, seq: int) -> None:
         self._keys.append(key)
@@ -102,20 +108,25 @@ class SstBuilder:
         stops after the first record that brings ``estimated_size`` to ``limit`` (where a
         caller checking after every ``add`` would start a new table). Returns the index
         after the last record added."""
-        n, block, rec = len(keys), self.block_size, RECORD_OVERHEAD
-        i = start
+        n, block = len(keys), self.block_size
+        if start >= n:
+            return start
+        # Running size of the records from start on (each counted as ``add`` counts it),
+        # in C; each block's last record is then found by bisection.
+        sizes = map(add, map(add, map(len, keys[start:]), map(len, [v or b"" for v in values[start:]])),
+                    repeat(RECORD_OVERHEAD))
+        cum = list(accumulate(sizes))
+        i, base = start, 0
         while i < n:
             # This block's records: up to the one that fills it (or the one that reaches
             # the table limit, whichever comes first).
-            bbytes, room, j = self._bbytes, block - self._bbytes, i
-            stop = None if limit is None else 3 * (limit - self._offset)   # estimated_size >= limit
-            added = 0
-            while j < n:
-                v = values[j]
-                added += len(keys[j]) + (0 if v is None else len(v)) + rec
-                j += 1
-                if added >= room or (stop is not None and bbytes + added >= stop):
-                    break
+            bbytes = self._bbytes
+            t = bisect_left(cum, base + block - bbytes, i - start)
+            if limit is not None:       # estimated_size >= limit
+                t = min(t, bisect_left(cum, base + 3 * (limit - self._offset) - bbytes, i - start))
+            j = min(n, start + t + 1)
+            added = cum[j - start - 1] - base
+            base += added
             ks, vs = keys[i:j], values[i:j]
             ss = [seqs] * (j - i) if type(seqs) is int else seqs[i:j]
             self._keys += ks
@@ -154,7 +165,7 @@ class SstBuilder:
         if not self._bk:
             return
         bs = self._bs
-        raw = pack_records(self._bk, self._bv, bs[0] if min(bs) == max(bs) else bs)
+        raw = pack_block(self._bk, self._bv, bs[0] if min(bs) == max(bs) else bs)
         frame = compress(raw, self.level)
         if len(frame) > len(raw) - len(raw) // 8:
             frame = raw         # incompressible (e.g. random values): skip decompression on reads
@@ -165,6 +176,8 @@ class SstBuilder:
         cr.append(crc32(frame))
         self._parts.append(frame)
         self._offset += len(frame)
+        if self.on_block is not None:
+            self.on_block(len(frame))
         self._bk, self._bv, self._bs, self._bbytes = [], [], [], 0
 
     def finish(self) -> bytes:
@@ -185,6 +198,11 @@ class SstBuilder:
         return b"".join(self._parts) + meta_bytes + footer
 
 
+def footer_version(tail: bytes) -> int:
+    """The format version in a (checked) footer."""
+    return _FOOTER.unpack(tail[-FOOTER_SIZE:])[3]
+
+
 def parse_footer(tail: bytes, what: str) -> tuple[int, int, int]:
     """(meta_offset, meta_length, meta_crc) from bytes ending with the footer."""
     if len(tail) < FOOTER_SIZE:
@@ -199,13 +217,13 @@ def parse_footer(tail: bytes, what: str) -> tuple[int, int, int]:
     return meta_off, meta_len, meta_crc
 
 
-def parse_meta(data: bytes, crc: int, what: str) -> SstMeta:
+def parse_meta(data: bytes, crc: int, what: str, version: int = VERSION) -> SstMeta:
     check_crc(data, crc, f"{what} metadata")
     m = unpack_obj(decompress(data, what), what)
     try:
         bf = m.get("bf")
         return SstMeta(m["n"], m["t"], m["lo"], m["hi"], m["s0"], m["s1"], m["rb"],
-                       None if bf is None else bloom.Bloom(bf), m["ik"], m["io"], m["il"], m["ic"])
+                       None if bf is None else bloom.Bloom(bf), m["ik"], m["io"], m["il"], m["ic"], version)
     except (KeyError, TypeError, IndexError) as e:
         raise CorruptionError(f"{what}: metadata is missing a field ({e})") from None
 
@@ -213,7 +231,7 @@ def parse_meta(data: bytes, crc: int, what: str) -> SstMeta:
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-def decode_block(frame: bytes, crc: int | None, what: str) -> tuple[list, list, list | int, int]:
+def decode_block(frame: bytes, crc: int | None, what: str, version: int = VERSION) -> tuple[list, list, list | int, int]:
     """(keys, values, seqs, uncompressed size) of a block: a zstd frame, or the record batch
     itself when compression would not have saved an eighth (a msgpack array never starts
     with the zstd magic). seqs is one int when the block's records share it. ``crc`` None:
@@ -221,5 +239,8 @@ def decode_block(frame: bytes, crc: int | None, what: str) -> tuple[list, list, 
     if crc is not None:
         check_crc(frame, crc, what)
     raw = decompress(frame, what) if frame[:4] == ZSTD_MAGIC else frame
-    keys, values, seqs = unpack_records(raw, what)
+    if version < 2:
+        keys, values, seqs = unpack_records(raw, what)
+    else:
+        keys, values, seqs = unpack_block(raw, what, True)
     return keys, values, seqs, len(raw)

@@ -7,18 +7,20 @@ Layout (docs/format/wal.md)::
     |   4    |  1  |   1   |  u32  |   u64   |   u32    |  u32  |                              |
     +--------+-----+-------+-------+---------+----------+-------+------------------------------+
 
-    body, flag BLOCKED clear:  one record batch [keys, values] (a zstd frame when flag ZSTD)
+    body, flag BLOCKED clear:  one record batch (a zstd frame when flag ZSTD)
     body, flag BLOCKED set:    index_len u32 | index (zstd frame of msgpack
                                [first_keys, last_key, lengths]) | block 0 | block 1 | ...
-                               each block a record batch [keys, values], a zstd frame unless
-                               compression would not save an eighth
+                               each block a record batch, a zstd frame unless compression
+                               would not save an eighth
+    record batch (version 3):  front-coded keys and values (_front.py)
+    record batch (version 2):  msgpack [keys, values]
 
 All integers little-endian; ``crc`` is the CRC-32 of ver..body_len followed by the body. A
 segment holds at most one record per key, sorted by key; every record replays with
-``max_seq``. Version 3 adds blocked bodies (version 2 segments are the unblocked form and
-still read): a segment in blocks can serve reads in memory a block at a time, the way an
-SST does, so the engine keeps recent segments as read sources instead of replaying them
-into a memtable.
+``max_seq``. Version 3 front-codes records and adds blocked bodies (version 2 segments,
+unblocked msgpack batches, still read): a segment in blocks can serve reads in memory a
+block at a time, the way an SST does, so the engine keeps recent segments as read sources
+instead of replaying them into a memtable.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import CorruptionError
-from ._codec import compress, crc32, decompress, pack_obj, pack_pair, unpack_obj, unpack_pair
+from ._codec import compress, crc32, decompress, pack_block, pack_obj, unpack_block, unpack_obj, unpack_pair
 
 MAGIC = b"DKVW"
 VERSION = 3          # 2: unblocked bodies only; 1 had per-record sequence numbers
@@ -37,7 +39,7 @@ _HEADER = struct.Struct("<4sBBIQII")
 HEADER_SIZE = _HEADER.size  # 26
 _U32 = struct.Struct("<I")
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-BLOCK_BYTES = 32 << 10      # target raw bytes of a block of a blocked segment
+BLOCK_BYTES = 64 << 10      # target raw bytes of a block of a blocked segment
 
 
 @dataclass
@@ -50,6 +52,7 @@ class WalSegment:
 @dataclass
 class SegmentIndex:
     """Where the blocks of a parsed segment are (offsets into the segment's bytes)."""
+    version: int
     count: int
     max_seq: int
     first_keys: list
@@ -77,7 +80,7 @@ def encode(keys: list, values: list, max_seq: int, level: int = 3, block_bytes: 
     n = len(keys)
     if n and _raw_size(keys, values, 0, min(n, 64)) * n // min(n, 64) > 2 * block_bytes:
         return _encode_blocked(keys, values, max_seq, level, block_bytes)
-    raw = pack_pair(keys, values)
+    raw = pack_block(keys, values)
     body = compress(raw, level)
     flags = FLAG_ZSTD
     if len(body) >= len(raw):
@@ -95,7 +98,7 @@ def _encode_blocked(keys: list, values: list, max_seq: int, level: int, block_by
             size += len(keys[j]) + (0 if v is None else len(v)) + 4
             j += 1
         first.append(keys[i])
-        frames.append(_frame(pack_pair(keys[i:j], values[i:j]), level))
+        frames.append(_frame(pack_block(keys[i:j], values[i:j]), level))
         i = j
     index = compress(pack_obj([first, keys[-1], [len(f) for f in frames]]), level)
     body = b"".join([_U32.pack(len(index)), index] + frames)
@@ -128,9 +131,9 @@ def parse(data: bytes, what: str = "WAL segment") -> SegmentIndex:
         raise CorruptionError(f"{what}: checksum mismatch")
     if not flags & FLAG_BLOCKED:
         if count == 0:
-            return SegmentIndex(0, max_seq, [], None, [], [])
-        return SegmentIndex(count, max_seq, [None], None, [HEADER_SIZE], [blen])   # keys: from the block
-    if blen < 4:
+            return SegmentIndex(ver, 0, max_seq, [], None, [], [])
+        return SegmentIndex(ver, count, max_seq, [None], None, [HEADER_SIZE], [blen])   # keys: from the block
+    if blen < 4 or ver < 3:
         raise CorruptionError(f"{what}: blocked body too short for its index")
     (ilen,) = _U32.unpack_from(data, HEADER_SIZE)
     start = HEADER_SIZE + 4 + ilen
@@ -146,13 +149,18 @@ def parse(data: bytes, what: str = "WAL segment") -> SegmentIndex:
     for ln in lengths:
         offsets.append(off)
         off += ln
-    return SegmentIndex(count, max_seq, first, last, offsets, lengths)
+    return SegmentIndex(ver, count, max_seq, first, last, offsets, lengths)
 
 
-def decode_block(frame: bytes, what: str) -> tuple[list, list, int]:
-    """(keys, values, raw size) of one block: a zstd frame or the raw record batch."""
+def decode_block(frame: bytes, what: str, version: int = VERSION) -> tuple[list, list, int]:
+    """(keys, values, raw size) of one block: a zstd frame or the raw record batch (neither
+    a msgpack array nor a front-coded batch starts with the zstd magic: the first key of a
+    front-coded batch shares 0 bytes with nothing, so its second byte is 0)."""
     raw = decompress(frame, what) if frame[:4] == ZSTD_MAGIC else frame
-    keys, values = unpack_pair(raw, what)
+    if version < 3:
+        keys, values = unpack_pair(raw, what)
+    else:
+        keys, values, _ = unpack_block(raw, what, False)
     return keys, values, len(raw)
 
 
@@ -163,7 +171,7 @@ def decode(data: bytes, what: str = "WAL segment") -> WalSegment:
     keys: list = []
     values: list = []
     for off, ln in zip(index.offsets, index.lengths):
-        k, v, _ = decode_block(data[off:off + ln], what)
+        k, v, _ = decode_block(data[off:off + ln], what, index.version)
         keys += k
         values += v
     if len(keys) != index.count:

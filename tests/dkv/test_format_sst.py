@@ -240,22 +240,74 @@ def test_a_table_without_a_bloom_filter():
     assert meta.bloom is None and meta.count == 100
 
 
+def _v1_table(keys, values, seqs, per_block=50) -> bytes:
+    """An SST as format 1 wrote it: blocks msgpack [keys, values, seqs] (zstd frames), the
+    metadata map with a bloom filter, the footer with version 1."""
+    import msgpack
+    import zstandard
+    z = zstandard.ZstdCompressor(level=1, write_checksum=False)
+    blocks, fk, off, ln, cr, pos = [], [], [], [], [], 0
+    for i in range(0, len(keys), per_block):
+        frame = z.compress(msgpack.packb((keys[i:i + per_block], values[i:i + per_block], seqs[i:i + per_block]),
+                                         use_bin_type=True))
+        fk.append(keys[i]), off.append(pos), ln.append(len(frame)), cr.append(zlib.crc32(frame))
+        blocks.append(frame)
+        pos += len(frame)
+    meta = {"n": len(keys), "t": values.count(None), "lo": keys[0], "hi": keys[-1], "s0": min(seqs),
+            "s1": max(seqs), "rb": 0, "bf": bloom.build(keys), "ik": fk, "io": off, "il": ln, "ic": cr}
+    mb = z.compress(msgpack.packb(meta, use_bin_type=True))
+    head = struct.pack("<QIIHHI8s", pos, len(mb), zlib.crc32(mb), 1, 0, 0, sst.MAGIC)
+    return b"".join(blocks) + mb + head[:20] + struct.pack("<I", zlib.crc32(head[:20])) + sst.MAGIC
+
+
 def test_version_1_tables_still_read():
-    """Format 1: always a bloom filter and a list of seqs in every block. Built here with
-    list seqs (what version 1 wrote) and the footer's version set back to 1."""
-    _, data, keys, values, seqs = _build(300)
-    footer = bytearray(data[-32:])
-    struct.pack_into("<H", footer, 16, 1)
-    struct.pack_into("<I", footer, 20, zlib.crc32(bytes(footer[:20])))
-    old = data[:-32] + bytes(footer)
+    """Format 1: msgpack [keys, values, seqs] blocks, always a bloom filter."""
+    _, _, keys, values, seqs = _build(300)
+    old = _v1_table(keys, values, seqs)
+    assert sst.footer_version(old) == 1
     off, length, crc = sst.parse_footer(old, "v1")
-    meta = sst.parse_meta(old[off:off + length], crc, "v1")
+    meta = sst.parse_meta(old[off:off + length], crc, "v1", sst.footer_version(old))
     got = []
     for o, ln, c in zip(meta.offsets, meta.lengths, meta.crcs):
-        k, v, s, _ = sst.decode_block(old[o:o + ln], c, "v1")
-        got += zip(k, v, [s] * len(k) if type(s) is int else s)
+        k, v, s, _ = sst.decode_block(old[o:o + ln], c, "v1", meta.version)
+        got += zip(k, v, s)
     assert got == list(zip(keys, values, seqs))
+    assert all(meta.bloom.may_contain(k) for k in keys)
+    footer = bytearray(old[-32:])
     struct.pack_into("<H", footer, 16, 3)
     struct.pack_into("<I", footer, 20, zlib.crc32(bytes(footer[:20])))
     with pytest.raises(dkv.CorruptionError, match="version 3"):
-        sst.parse_footer(data[:-32] + bytes(footer), "v3")
+        sst.parse_footer(old[:-32] + bytes(footer), "v3")
+
+
+def test_a_version_1_table_reads_through_the_engine():
+    """The engine picks the block decoder by the footer's version."""
+    from dkv._table import BlockCache, Table
+    from dkv.format.manifest import TableRef
+    from dkv.storage import MemoryStore
+    _, _, keys, values, seqs = _build(400)
+    store = MemoryStore()
+    data = _v1_table(keys, values, seqs, per_block=30)
+    store.put("sst/x.sst", data)
+    t = Table(TableRef("sst/x.sst", len(data), keys[0], keys[-1], min(seqs), max(seqs), len(keys)), store,
+              BlockCache(1 << 20))
+    for k, v, s in zip(keys, values, seqs):
+        assert t.get(k) == (s, v)
+    assert [r for c in t.scan_blocks(None, None) for r in zip(*c)] == list(zip(keys, values, seqs))
+
+
+@pytest.mark.skipif(bloom._c_build is None, reason="the C helpers were not built (no compiler)")
+def test_bloom_built_and_probed_in_c_has_the_pure_python_bits():
+    rng = random.Random(11)
+    keys = [rng.randbytes(rng.randrange(0, 60)) for _ in range(4000)]
+    fast = bloom.build(keys)
+    saved_c, saved_np = bloom._c_build, bloom._np
+    bloom._c_build = bloom._np = None
+    try:
+        assert bloom.build(keys) == fast
+    finally:
+        bloom._c_build, bloom._np = saved_c, saved_np
+    f = bloom.Bloom(fast)
+    check = f.checker()
+    for key in keys + [rng.randbytes(rng.randrange(0, 60)) for _ in range(4000)]:
+        assert check(key) == f.may_contain(key)

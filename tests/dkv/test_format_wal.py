@@ -61,15 +61,19 @@ def test_small_segments_stay_one_record_batch():
     assert not data[5] & wal.FLAG_BLOCKED and wal.parse(data).offsets == [26]
 
 
+def _v2_segment(keys, values, max_seq) -> bytes:
+    """A segment as version 2 wrote it: one zstd frame of msgpack [keys, values]."""
+    body = zstandard.ZstdCompressor(level=3).compress(msgpack.packb((keys, values), use_bin_type=True))
+    fields = struct.pack("<BBIQI", 2, wal.FLAG_ZSTD, len(keys), max_seq, len(body))
+    return b"DKVW" + fields + struct.pack("<I", zlib.crc32(body, zlib.crc32(fields))) + body
+
+
 def test_version_2_segments_still_read():
-    """Version 2 wrote only the unblocked body: a version-3 unblocked segment with the
-    version byte set back to 2 (and its checksum redone) is exactly a version-2 segment."""
     keys, values, max_seq = _records(40)
-    data = bytearray(wal.encode(keys, values, max_seq))
-    data[4] = 2
-    struct.pack_into("<I", data, 22, zlib.crc32(bytes(data[26:]), zlib.crc32(bytes(data[4:22]))))
-    seg = wal.decode(bytes(data))
+    data = _v2_segment(keys, values, max_seq)
+    seg = wal.decode(data)
     assert (seg.keys, seg.values, seg.max_seq) == (keys, values, max_seq)
+    assert wal.parse(data).version == 2
 
 
 def test_header_fields_are_pinned():
@@ -81,8 +85,10 @@ def test_header_fields_are_pinned():
     body = data[26:]
     assert crc == zlib.crc32(body, zlib.crc32(data[4:22]))
     raw = zstandard.ZstdDecompressor().decompress(body) if flags & wal.FLAG_ZSTD else body
-    # The body is one msgpack pair: [keys, values (nil = tombstone)].
-    assert msgpack.unpackb(raw, raw=True) == [keys, values]
+    # The body is one front-coded batch: n, then each key as (shared, suffix length,
+    # suffix), then each value as (shared, length + 1 or 0 for a tombstone, suffix).
+    assert raw == bytes([3, 0, 1]) + b"a" + bytes([0, 1]) + b"b" + bytes([0, 1]) + b"c" + \
+        bytes([0, 2]) + b"1" + bytes([0, 0]) + bytes([0, 1])
 
 
 def test_compressed_only_when_it_helps():

@@ -1,0 +1,85 @@
+"""Front coding (dkv/format/_front.py and its C twin _native.c): the same bytes from both,
+round trips, the layout, and malformed input refused by both."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dkv.format import _front
+
+needs_c = pytest.mark.skipif(_front._c_encode is None, reason="the C codec was not built (no compiler)")
+
+
+def _records(rng, n):
+    keys = sorted({rng.randbytes(rng.choice([1, 3, 12, 40, 200, 300])) for _ in range(n)})
+    values = [None if rng.random() < 0.2 else rng.randbytes(rng.choice([0, 1, 9, 130, 1000])) for _ in keys]
+    return keys, values
+
+
+def test_the_layout():
+    data = _front.py_encode([b"item/01", b"item/02", b"items"], [b"abc", None, b"abd"])
+    assert data == (bytes([3]) + bytes([0, 7]) + b"item/01" + bytes([6, 1]) + b"2" + bytes([4, 1]) + b"s"
+                    + bytes([0, 4]) + b"abc" + bytes([0, 0]) + bytes([2, 2]) + b"d")
+    assert _front.py_decode(data) == ([b"item/01", b"item/02", b"items"], [b"abc", None, b"abd"], len(data))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_python_round_trip(seed):
+    rng = random.Random(seed)
+    keys, values = _records(rng, rng.choice([0, 1, 5, 200]))
+    data = _front.py_encode(keys, values)
+    assert _front.py_decode(b"xy" + data, 2) == (keys, values, len(data) + 2)
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_c_writes_and_reads_the_bytes_of_python(seed):
+    rng = random.Random(seed)
+    keys, values = _records(rng, rng.choice([0, 1, 5, 200, 3000]))
+    data = _front.py_encode(keys, values)
+    assert _front._c_encode(keys, values) == data
+    assert _front._c_decode(data) == (keys, values, len(data))
+    assert _front._c_decode(memoryview(b"ab" + data), 2) == (keys, values, len(data) + 2)
+
+
+def _decoders():
+    return [_front.py_decode] + ([_front._c_decode] if _front._c_decode else [])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_damaged_bytes_are_refused_or_decode_to_something_else_never_crash(seed):
+    rng = random.Random(seed)
+    keys, values = _records(rng, 50)
+    data = bytearray(_front.py_encode(keys, values))
+    for _ in range(200):
+        bad = bytearray(data)
+        bad[rng.randrange(len(bad))] = rng.randrange(256)
+        cut = bytes(bad[:rng.randrange(len(bad) + 1)]) if rng.random() < 0.3 else bytes(bad)
+        outcomes = set()
+        for decode in _decoders():
+            try:
+                outcomes.add(repr(decode(cut)))
+            except ValueError:
+                outcomes.add("ValueError")
+        assert len(outcomes) == 1, "the C and Python decoders disagree on damaged input"
+
+
+@pytest.mark.parametrize("data", [b"", b"\x05", b"\x01\x03\x01a", b"\x01\x00\x05ab", b"\x01\x00\x01a\x01\x00",
+                                  b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"],
+                         ids=["empty", "count-only", "shared-past-previous", "suffix-past-end", "tombstone-shared",
+                              "huge-varint"])
+def test_malformed_is_value_error(data):
+    for decode in _decoders():
+        with pytest.raises(ValueError):
+            decode(data)
+
+
+def test_bad_input_types_are_refused():
+    for encode in [_front.py_encode] + ([_front._c_encode] if _front._c_encode else []):
+        with pytest.raises(TypeError):
+            encode(["str key"], [b"v"])
+        with pytest.raises(TypeError):
+            encode([b"k"], ["str value"])
+        with pytest.raises(ValueError):
+            encode([b"k"], [])
