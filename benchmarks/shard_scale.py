@@ -7,7 +7,9 @@ Runs the runtime's own ``run_shard_batch`` (what a shard host runs for a Spark t
 shard 0 of ``--shards`` on the buffer operator, with the workload of spark_vs_tws.py: a
 staggered warm-up batch (key i gets ``i % count`` events, so buffers fill at different
 batches), then ``--events-per-key`` events per key per batch. State goes to a local folder.
-Per batch it records the shard's time (the part of a Spark batch the state layer costs),
+Python's cyclic GC runs as in a shard host (off during a batch, the heap frozen after each,
+a full collection every 200). Per batch it records the shard's time (the part of a Spark
+batch the state layer costs),
 durable bytes and objects written (a listing of the folder), the checkpoint's own metrics,
 and this process's RSS. The steady figures leave out the warm-up batches.
 
@@ -30,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from spark_ops import _runtime  # noqa: E402
+from spark_ops import _host, _runtime  # noqa: E402
 from spark_ops._runtime import ShardSpec, run_shard_batch  # noqa: E402
 from spark_ops._shards import shard_of  # noqa: E402
 from spark_ops.operators._buffer import Buffer  # noqa: E402
@@ -106,9 +108,11 @@ def run(args) -> dict:
     spec = ShardSpec(state=str(state), operator=op, groups=args.groups, shards=args.shards,
                      dkv_options=dkv_options)
     if args.memory:
-        spec.memory = args.memory
+        from spark_ops._spark import memory_bytes
+        spec.memory = memory_bytes(args.memory)
     mine = shard_keys(args.keys, 0, args.shards, args.groups)
     baseline = rss_mb()
+    gc.disable()            # as in a shard host (spark_ops/_host.py): no GC inside a batch
     seen: dict = {}
     batches = []
     seq = 0
@@ -116,10 +120,10 @@ def run(args) -> dict:
     for b in range(args.batches):
         events = batch_events(b, mine, args.count, args.events_per_key, args.prefill, seq)
         seq += len(events)
-        gc.collect()
         t0 = time.perf_counter()
         emitted, metrics = run_shard_batch(spec, b, 0, events, batch_time=b * 1000)
         ms = (time.perf_counter() - t0) * 1000
+        _host._tidy_heap(b + 1)
         emitted_total += sum(len(r["items"]) for r in emitted)
         now = listing(state)
         grown = {p: s - seen.get(p, 0) for p, s in now.items() if s > seen.get(p, 0)}

@@ -13,6 +13,7 @@ See docs/objectspace.md (guide) and docs/format/objectspace.md (storage layout).
 """
 from __future__ import annotations
 
+from ._cache import ObjectCache
 from ._codec import register_type, unregister_type
 from ._dict import PersistedDict, PersistedSortedDict
 from ._groups import PendingEntry
@@ -31,7 +32,7 @@ from .errors import (AlreadyExistsError, CorruptionError, EncodingError, KindMis
 from .space import DEFAULT_PREFIX, ObjectSpace
 
 __all__ = [
-    "ObjectSpace", "DEFAULT_PREFIX",
+    "ObjectSpace", "DEFAULT_PREFIX", "ObjectCache",
     "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
     "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
     "PersistedDict", "PersistedSortedDict", "PersistedStream", "PendingEntry",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from . import _layout as L
+from ._cache import OBJECT_BYTES
 from .errors import EncodingError, ObjectDeletedError
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,15 @@ class PersistedObject:
             self._msaved = self._mlast
         self._pflags = 0
         return not self._flags
+
+    # -- memory (see _cache.py) ---------------------------------------------------------------
+
+    def _mem_estimate(self, item_bytes: int) -> int:
+        """Estimated bytes this object holds in memory (handle and cached items). O(1)."""
+        return OBJECT_BYTES
+
+    def _evict_clean(self) -> None:
+        """Forget cached items that are saved (they reload from the store). O(cached)."""
 
     def _kill(self) -> None:
         """The object was deleted from the space: the handle stops working."""

@@ -156,22 +156,44 @@ def _default(obj):
                     "(register it with objectspace.register_type)")
 
 
+_TZ: dict = {None: None, 0: _UTC}
+
+
 def _tz(seconds):
-    if seconds is None:
-        return None
-    return _dt.timezone(_dt.timedelta(microseconds=seconds))
+    tz = _TZ.get(seconds)
+    if tz is None and seconds is not None:
+        tz = _dt.timezone(_dt.timedelta(microseconds=seconds))
+        if len(_TZ) < 64:
+            _TZ[seconds] = tz
+    return tz
+
+
+_DT_DECODED: dict = {}      # ext bytes -> datetime (immutable, so rows may share one)
+_DT_DECODED_MAX = 4096
+
+
+def _decode_datetime(data: bytes):
+    """A datetime ext's value, memoised by its bytes: rows read back together share their
+    timestamps more often than not (a batch's events)."""
+    o = _DT_DECODED.get(data)
+    if o is None:
+        y, mo, d, h, mi, s, us, tz, fold = _unpack(data)
+        o = _dt.datetime(y, mo, d, h, mi, s, us, _tz(tz), fold=fold)
+        if len(_DT_DECODED) >= _DT_DECODED_MAX:
+            _DT_DECODED.clear()
+        _DT_DECODED[data] = o
+    return o
 
 
 def _ext_hook(code: int, data: bytes):
+    if code == EXT_DATETIME:
+        return _decode_datetime(data)
     if code == EXT_TUPLE:
         return tuple(_unpack(data))
     if code == EXT_SET:
         return set(_unpack(data))
     if code == EXT_FROZENSET:
         return frozenset(_unpack(data))
-    if code == EXT_DATETIME:
-        y, mo, d, h, mi, s, us, tz, fold = _unpack(data)
-        return _dt.datetime(y, mo, d, h, mi, s, us, _tz(tz), fold=fold)
     if code == EXT_DATE:
         return _dt.date.fromordinal(_unpack(data))
     if code == EXT_TIME:

@@ -3,6 +3,9 @@ stored at ``items/<encoded key>``, metadata ``[count]``."""
 from __future__ import annotations
 
 from ._base import F_META, PersistedObject
+from ._cache import OBJECT_BYTES
+
+ENTRY_BYTES = 80        # per cached entry: its encoded key and dict slot (see _cache.py)
 from ._keycodec import _SHORT_STRS, decode_key, encode_key
 from ._table import Table
 from .errors import EncodingError
@@ -76,6 +79,12 @@ class KeyedObject(PersistedObject):
         self._flags |= F_META
 
     # -- save -------------------------------------------------------------------------------
+
+    def _mem_estimate(self, item_bytes: int) -> int:
+        return OBJECT_BYTES + len(self._t.vals) * (item_bytes + ENTRY_BYTES)
+
+    def _evict_clean(self) -> None:
+        self._t.evict(0)
 
     def _collect_items(self, out: list, full: bool) -> None:
         self._t.collect(out, full)

@@ -12,9 +12,11 @@ from collections.abc import Collection
 
 from . import _layout as L
 from ._base import F_META, PersistedObject
+from ._cache import OBJECT_BYTES
 from .errors import CorruptionError
 
 _ID = 8
+NODE_BYTES = 200        # a LinkedListNode and its dict slot, besides its value (see _cache.py)
 
 
 class LinkedListNode:
@@ -321,6 +323,12 @@ class PersistedLinkedList(PersistedObject, Collection):
             if nid in nodes:
                 nxt = nodes[nid]._next
                 out.append((lp + nid.to_bytes(_ID, "big"), (nxt._id if nxt else 0).to_bytes(_ID, "big")))
+
+    def _mem_estimate(self, item_bytes: int) -> int:
+        return OBJECT_BYTES + (len(self._nodes) * (item_bytes + NODE_BYTES) if self._nodes else 0)
+
+    # _evict_clean keeps the nodes: a caller's LinkedListNode handles must stay the list's
+    # own. The cache drops its reference to the list; unreferenced, list and nodes go.
 
     def _promote(self) -> None:
         super()._promote()

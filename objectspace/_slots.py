@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from . import _layout as L
 from ._base import F_META, F_REPLACE, MISSING, PersistedObject
+from ._cache import OBJECT_BYTES
 from .errors import CorruptionError
 
 _slot_key = L.slot_key
@@ -138,16 +139,27 @@ class SlotSequence(PersistedObject):
             yield v
             s += 1
 
-    def _evict(self) -> None:
-        """Drop clean cached slots down to half of cache_items. O(len(_vals))."""
+    def _mem_estimate(self, item_bytes: int) -> int:
+        return OBJECT_BYTES + len(self._vals) * item_bytes
+
+    def _evict_clean(self) -> None:
+        self._evict(0)
+
+    def _evict(self, limit: int | None = None) -> None:
+        """Drop clean cached slots down to ``limit`` (half of cache_items). O(len(_vals))."""
         if (self._flags | self._pflags) & F_REPLACE:
             return
-        limit = self._space._cache_items // 2
+        if limit is None:
+            limit = self._space._cache_items // 2
+        if not limit and not self._dirty and not self._pending:
+            self._vals = {}
+            self._complete = self._head == self._tail
+            return
         pinned = self._dirty | self._pending
         vals = self._vals
         for s in [s for s in vals if s not in pinned][: max(0, len(vals) - limit)]:
             del vals[s]
-        self._complete = False
+        self._complete = self._head == self._tail
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -234,6 +246,8 @@ class SlotSequence(PersistedObject):
         self._pflags = 0
         self._pending.clear()
         self._lo, self._hi = self._snap
-        if len(self._vals) > self._space._cache_items:
+        if self._space._cache.pressed():
+            self._evict(0)      # under memory pressure, saved items are not kept (write-around)
+        elif len(self._vals) > self._space._cache_items:
             self._evict()
         return not self._flags and not self._dirty

@@ -12,6 +12,8 @@ from collections.abc import Collection, Mapping
 from ._base import F_META, MISSING, PersistedObject
 from ._groups import GroupsMixin
 from ._layout import MAX_SEQ, format_id, id_key, key_id, parse_id, range_bound
+from ._cache import OBJECT_BYTES
+from ._keyed import ENTRY_BYTES
 from ._table import Table
 from .errors import StreamIdError
 
@@ -223,6 +225,15 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
     def _collect_items(self, out: list, full: bool) -> None:
         self._t.collect(out, full)
         self._collect_groups(out, full)
+
+    def _mem_estimate(self, item_bytes: int) -> int:
+        pels = sum(len(g.pel.vals) for g in (self._groups or {}).values())
+        return OBJECT_BYTES + len(self._t.vals) * (item_bytes + ENTRY_BYTES) + pels * ENTRY_BYTES * 2
+
+    def _evict_clean(self) -> None:
+        self._t.evict(0)
+        for g in (self._groups or {}).values():
+            g.pel.evict(0)
 
     def _promote(self) -> None:
         super()._promote()

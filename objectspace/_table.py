@@ -215,18 +215,22 @@ class Table:
         self.clr = True
         self.version += 1
 
-    def evict(self) -> None:
-        """Drop clean cached entries down to half of cache_items. O(len(vals))."""
+    def evict(self, limit: int | None = None) -> None:
+        """Drop clean cached entries down to ``limit`` (half of cache_items). O(len(vals))."""
         o = self.owner
         if self.clr or self.pclr or (o._flags | o._pflags) & F_REPLACE:
             return
+        if limit is None:
+            limit = o._space._cache_items // 2
         vals = self.vals
         pinned = self.dirty | self.pending
-        excess = len(vals) - o._space._cache_items // 2
-        for ek in [ek for ek in vals if ek not in pinned][:max(0, excess)]:
+        excess = len(vals) - limit
+        if excess <= 0:
+            return
+        for ek in [ek for ek in vals if ek not in pinned][:excess]:
             del vals[ek]
-        self.complete = False
-        self.order = None
+        self.complete = self.count == 0
+        self.order = SortedList() if self.sorted and self.complete else None
 
     # -- save -------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._base import F_VALUE, MISSING, PersistedObject
+from ._cache import OBJECT_BYTES
 from ._slots import SlotSequence
 from .errors import CorruptionError
 
@@ -64,6 +65,13 @@ class PersistedValue(PersistedObject):
 
     def _repr_len(self):
         return 1
+
+    def _mem_estimate(self, item_bytes: int) -> int:
+        return OBJECT_BYTES + (0 if self._value is MISSING else item_bytes)
+
+    def _evict_clean(self) -> None:
+        if not (self._flags | self._pflags) & F_VALUE:
+            self._value = MISSING
 
     def _collect_items(self, out: list, full: bool) -> None:
         if full or (self._flags | self._pflags) & F_VALUE:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections import OrderedDict
 
 import dkv
 from dkv.batch import WriteBatch
@@ -22,6 +21,7 @@ from dkv.keys import SCHEMA_STATE, key_prefix
 
 from . import _layout as L
 from ._base import F_INDEX, F_REPLACE
+from ._cache import ObjectCache
 from ._codec import CODECS_BY_CODE, codec_named
 from ._keycodec import decode_key, encode_name, encode_name_scope
 from ._kinds import KIND_CLASSES, KindMethods
@@ -30,6 +30,7 @@ from .errors import AlreadyExistsError, CorruptionError, KindMismatchError, Obje
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = key_prefix(0, SCHEMA_STATE)
+DEFAULT_CACHE_BYTES = 256 << 20
 
 
 def _now_ms() -> int:
@@ -49,20 +50,24 @@ class ObjectSpace(KindMethods):
     """Named persisted objects under one key prefix of a dkv store.
 
     ``ObjectSpace(db, prefix=...)`` is O(1) and does no I/O; many spaces may share one db
-    when no prefix is a prefix of another. ``cache_items`` bounds the clean items an
-    object keeps in memory (and is the size up to which an object loads whole on first
-    read); ``cache_objects`` is how many clean, unreferenced objects stay in memory;
-    ``clock`` returns milliseconds (stream ids and idle times).
+    when no prefix is a prefix of another. ``cache_bytes`` is the memory budget of clean
+    objects and the items they keep (estimated bytes; least recently used ones are
+    dropped and reload on next use); several spaces can share one budget with
+    ``cache=ObjectCache(nbytes)``. ``cache_items`` bounds the clean items one object keeps
+    (and is the size up to which an object loads whole on first read); ``cache_objects``
+    is how many clean objects stay in memory at most; ``clock`` returns milliseconds
+    (stream ids and idle times).
 
     Save protocol: ``batch = save()``; commit the batch to the same db; ``on_saved()``. A
     space is not thread-safe.
     """
 
     def __init__(self, db, prefix: bytes = DEFAULT_PREFIX, *, cache_items: int = 4096,
-                 cache_objects: int = 4096, clock=None) -> None:
+                 cache_objects: int | None = 4096, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 cache: ObjectCache | None = None, clock=None) -> None:
         if not isinstance(prefix, (bytes, bytearray)):
             raise TypeError(f"prefix must be bytes, got {type(prefix).__name__}")
-        if cache_items < 1 or cache_objects < 0:
+        if cache_items < 1 or (cache_objects is not None and cache_objects < 0):
             raise ValueError("cache_items must be >= 1 and cache_objects >= 0")
         prefix = bytes(prefix)
         self._db = db
@@ -70,10 +75,9 @@ class ObjectSpace(KindMethods):
         self._index_prefix = prefix + L.INDEX
         self._obj_prefix = prefix + L.OBJECTS
         self._cache_items = cache_items
-        self._cache_objects = cache_objects
+        self._cache = cache if cache is not None else ObjectCache(cache_bytes, cache_objects)
         self._clock = clock or _now_ms
         self._live: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-        self._recent: OrderedDict = OrderedDict()
         self._touched: dict = {}        # nkey -> object with dirty or pending changes
         self._graves: dict = {}         # nkey -> _Grave
         self._last_saved: tuple = ((), ())
@@ -83,11 +87,13 @@ class ObjectSpace(KindMethods):
 
     @classmethod
     def open(cls, location, *, prefix: bytes = DEFAULT_PREFIX, checkpoint: int | None = None,
-             cache_items: int = 4096, cache_objects: int = 4096, clock=None, **dkv_options) -> "ObjectSpace":
+             cache_items: int = 4096, cache_objects: int | None = 4096, cache_bytes: int = DEFAULT_CACHE_BYTES,
+             clock=None, **dkv_options) -> "ObjectSpace":
         """Open a dkv store at ``location`` (owned and closed by the space) and a space on it.
         ``checkpoint=epoch`` opens the state as of that checkpoint."""
         db = dkv.open(location, checkpoint=checkpoint, **dkv_options)
-        space = cls(db, prefix, cache_items=cache_items, cache_objects=cache_objects, clock=clock)
+        space = cls(db, prefix, cache_items=cache_items, cache_objects=cache_objects, cache_bytes=cache_bytes,
+                    clock=clock)
         space._owns_db = True
         return space
 
@@ -112,12 +118,7 @@ class ObjectSpace(KindMethods):
     # -- lookup -------------------------------------------------------------------------------
 
     def _remember(self, obj) -> None:
-        if self._cache_objects:
-            recent = self._recent
-            recent[obj._nkey] = obj
-            recent.move_to_end(obj._nkey)
-            if len(recent) > self._cache_objects:
-                recent.popitem(last=False)
+        self._cache.use(obj)
 
     def _lookup(self, name, kind: str | None, codec: str | None = None, nkey: bytes | None = None):
         """The object called name, checking kind and codec. O(1) when in memory, else two
@@ -230,7 +231,7 @@ class ObjectSpace(KindMethods):
         obj._kill()
         del self._live[nkey]
         self._touched.pop(nkey, None)
-        self._recent.pop(nkey, None)
+        self._cache.forget(obj)
         if not unsaved:
             self._graves[nkey] = _Grave(nkey)
 
@@ -295,6 +296,7 @@ class ObjectSpace(KindMethods):
         if batch is None:
             batch = WriteBatch()
         batch.extend(out)
+        self._cache.learn(out)
         for obj in objs:
             obj._promote()
         self._last_saved = (objs, graves)
@@ -318,12 +320,13 @@ class ObjectSpace(KindMethods):
         Objects that are clean and unreferenced may then be dropped from memory. O(saved)."""
         objs, graves = self._last_saved
         self._last_saved = ((), ())
-        touched = self._touched
+        touched, clean = self._touched, self._cache.clean
         for obj in objs:
             if not obj._dead and obj._confirm():
                 if touched.get(obj._nkey) is obj:
                     del touched[obj._nkey]
                 obj._listed = False
+                clean(obj)
         for g in graves:
             if self._graves.get(g.nkey) is g:
                 del self._graves[g.nkey]
@@ -353,7 +356,7 @@ class ObjectSpace(KindMethods):
         for obj in list(self._live.values()):
             obj._kill()
         self._live = weakref.WeakValueDictionary()
-        self._recent.clear()
+        self._cache.forget_space(self)
 
     def close(self) -> None:
         """Forget the objects (their handles stop working) and close the db if the space
@@ -366,7 +369,7 @@ class ObjectSpace(KindMethods):
         for obj in list(self._live.values()):
             obj._kill()
         self._live = weakref.WeakValueDictionary()
-        self._recent.clear()
+        self._cache.forget_space(self)
         self._touched.clear()
         self._graves.clear()
         self._closed = True

@@ -1,8 +1,8 @@
 """The DataFrame functions users call: each builds an operator and applies it.
 
 Besides their own arguments they take apply_operator's state=, name=, partitions=,
-key_groups=, dkv_options= and isolate= (pass isolate=True to union or coalesce the output
-in the same stage)."""
+key_groups=, dkv_options=, memory= (each shard's memory budget, e.g. "512m") and isolate=
+(pass isolate=True to union or coalesce the output in the same stage)."""
 from __future__ import annotations
 
 from ._spark import apply_operator, check_columns, duration_ms
@@ -17,7 +17,7 @@ def _key_fields(df, keys):
 def buffer(df, key, count: int | None = None, skip: int | None = None, duration=None, *, event_time=None,
            watermark=None, order_by=None, state: str = "./state", name: str | None = None,
            partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None):
+           isolate: bool | None = None, memory=None):
     """Group each key's rows into buffers: by ``count`` (with ``skip`` for overlapping or
     gapped buffers), by event-time ``duration`` windows, or both (a window's buffer is
     also emitted when it reaches ``count``). Output: the key column(s) and ``items``
@@ -34,13 +34,13 @@ def buffer(df, key, count: int | None = None, skip: int | None = None, duration=
     op = Buffer(count=count, skip=skip, duration_ms=dur, key_columns=tuple(keys))
     return apply_operator(df, op, keys, output_schema=StructType(fields), event_time=event_time,
                           watermark=watermark, order_by=order_by, state=state, name=name or "buffer",
-                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate)
+                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate, memory=memory)
 
 
 def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermark=None, state: str = "./state",
                    name: str | None = None, partitions: int | None = None, key_groups: int = 256,
                    dkv_options: dict | None = None,
-           isolate: bool | None = None):
+           isolate: bool | None = None, memory=None):
     """For each key, every time any input has a new row (once all inputs have one), emit
     the key and one struct column per input holding that input's latest row.
 
@@ -84,21 +84,21 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
                           watermark=watermark, order_by=[et, SOURCE] if et else [SOURCE], state=state,
                           name=name or "combine_latest", partitions=partitions, key_groups=key_groups,
                           dkv_options=dkv_options, inputs=names, input_column=SOURCE,
-                          isolate=isolate)
+                          isolate=isolate, memory=memory)
 
 
 def delay(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
           partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None):
+           isolate: bool | None = None, memory=None):
     """Emit each row once the watermark passes its event time + ``duration``. Output: the input rows."""
     return apply_operator(df, Delay(duration_ms(duration)), check_columns(df, key, event_time), output_schema=df.schema,
                           event_time=event_time, watermark=watermark, state=state, name=name or "delay",
-                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate)
+                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate, memory=memory)
 
 
 def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
             partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None):
+           isolate: bool | None = None, memory=None):
     """Emit ``key, last_event, timeout_at`` when a key has no row for ``duration`` of event time."""
     from pyspark.sql.types import StructField, StructType, TimestampType
     keys = check_columns(df, key, event_time)
@@ -106,13 +106,13 @@ def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = 
                                                  StructField("timeout_at", TimestampType())])
     return apply_operator(df, Timeout(duration_ms(duration), tuple(keys)), keys, output_schema=schema,
                           event_time=event_time, watermark=watermark, state=state, name=name or "timeout",
-                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate)
+                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate, memory=memory)
 
 
 def session_window(df, key, gap, *, event_time: str, max_duration=None, items: bool = True, watermark=None,
                    state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None):
+           isolate: bool | None = None, memory=None):
     """Gap-based sessions per key (closed after ``gap`` without rows, or at ``max_duration``).
     Output: key, session_start, session_end, count and (with ``items=True``) the rows."""
     from pyspark.sql.types import ArrayType, LongType, StructField, StructType, TimestampType
@@ -125,4 +125,4 @@ def session_window(df, key, gap, *, event_time: str, max_duration=None, items: b
                        tuple(keys), items)
     return apply_operator(df, op, keys, output_schema=StructType(fields), event_time=event_time,
                           watermark=watermark, state=state, name=name or "session_window", partitions=partitions,
-                          key_groups=key_groups, dkv_options=dkv_options, isolate=isolate)
+                          key_groups=key_groups, dkv_options=dkv_options, isolate=isolate, memory=memory)

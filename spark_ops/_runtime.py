@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import dkv
 from dkv.keys import SCHEMA_STATE, key_prefix
-from objectspace import ObjectSpace
+from objectspace import ObjectCache, ObjectSpace
 
 from . import _layout, _watermark
 from ._keys import user_key
@@ -27,7 +27,23 @@ log = logging.getLogger(__name__)
 
 END_OF_TIME = (1 << 62)
 MEMO_OBJECTS = 1 << 17
-DKV_OPTIONS = dict(memtable_bytes=16 << 20, block_cache_bytes=32 << 20, retain=3, pace=2.5, table_bytes=256 << 10)
+CHUNK_EVENTS = 1 << 14      # events per chunk of a batch (a list is cut so; see _chunked)
+DEFAULT_MEMORY = 512 << 20
+# Big tables (few objects per checkpoint, small manifests), 64 KiB blocks (they compress
+# ~1.4x better than 16 KiB ones; reads of a shard's state are mostly scans), one sorted run
+# below L0 (level_base_bytes past any shard's state: every compaction is L0 + L1 -> L1,
+# which drops tombstones), and up to 32 checkpoint intervals in memory before a flush, so
+# that queue slots appended and popped within them never reach an SST (RFC 0005).
+DKV_OPTIONS = dict(retain=3, pace=1.5, table_bytes=8 << 20, block_bytes=64 << 10, level_base_bytes=1 << 30,
+                   flush_segments=32)
+
+
+def budget(memory: int) -> tuple[dict, int]:
+    """A shard's memory budget split: dkv options (active memtable, immutable memtables,
+    block cache) and the object cache's bytes. Half goes to the objects the operator uses,
+    half to dkv."""
+    share = max(1 << 20, memory // 8)
+    return dict(memtable_bytes=share, flush_bytes=2 * share, block_cache_bytes=share), memory // 2
 
 
 @dataclass
@@ -41,6 +57,7 @@ class ShardSpec:
     groups: int = 256
     shards: int = 2
     dkv_options: dict = field(default_factory=dict)
+    memory: int | None = None       # the shard's memory budget in bytes (None: DEFAULT_MEMORY)
     drop_late: bool = True          # rows behind the watermark are dropped (watermark= given)
     inputs: list | None = None      # several inputs: one watermark basis each (min wins) ...
     input_column: str | None = None  # ... told apart by this column of each row
@@ -56,7 +73,14 @@ class ShardState:
         lo, hi = shard_range(shard, spec.shards, groups)
         self.key_groups = range(lo, hi)
         plan = _layout.plan_open(store, batch, shard, spec.shards, groups)
-        opts = {**DKV_OPTIONS, **spec.dkv_options}
+        memory = spec.memory or DEFAULT_MEMORY
+        derived, cache_bytes = budget(memory)
+        opts = {**DKV_OPTIONS, **derived, **spec.dkv_options}
+        self.cache = ObjectCache(cache_bytes, None)
+        self._evictions_seen = 0
+        # Events between early saves: the dirty objects they make fit in a quarter of the
+        # object cache (see _process).
+        self.spill_events = max(1000, cache_bytes // 4 // (2 * self.cache.item_bytes))
         kw = dict(instance=plan.instance, key_groups=(lo, hi), **opts)
         if plan.checkpoint is not None:
             self.db = dkv.open(store, checkpoint=plan.checkpoint, **kw)
@@ -93,8 +117,29 @@ class ShardState:
     def space(self, kg: int) -> ObjectSpace:
         sp = self.spaces.get(kg)
         if sp is None:
-            sp = self.spaces[kg] = ObjectSpace(self.db, key_prefix(kg, SCHEMA_STATE))
+            sp = self.spaces[kg] = ObjectSpace(self.db, key_prefix(kg, SCHEMA_STATE), cache=self.cache)
         return sp
+
+    def spill(self) -> None:
+        """Save every space's dirty objects into the store now (not a checkpoint: the
+        batch's checkpoint covers them), so they become clean and the object cache may
+        drop them. A batch much larger than the budget then runs in bounded memory. If the
+        batch fails later, the state is dropped anyway (reopened from the checkpoint)."""
+        wb = dkv.WriteBatch()
+        dirty = [sp for sp in self.spaces.values() if sp.dirty]
+        for sp in dirty:
+            sp.save(batch=wb)
+        self.db.write(wb)
+        for sp in dirty:
+            sp.on_saved()
+        self.forget_dropped()
+
+    def forget_dropped(self) -> None:
+        """Empty the memo of object handles when the object cache dropped some: the memo
+        must not keep them alive (it holds only live handles otherwise)."""
+        if self.cache.evictions != self._evictions_seen or len(self.objects) > MEMO_OBJECTS:
+            self.objects.clear()
+            self._evictions_seen = self.cache.evictions
 
     def commit(self, batch: int):
         """Save dirty slots of every space into one write batch and start checkpoint epoch
@@ -225,22 +270,19 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     new_basis = list(basis)
     if heartbeat_time is not None:
         new_basis = [max(b, heartbeat_time) for b in new_basis]
-    if spec.input_column:
-        index = {name: i for i, name in enumerate(inputs)}
-        for _, _, ts, row in events:
-            if ts is not None:
-                i = index.get(row.get(spec.input_column))
-                if i is not None and ts > new_basis[i]:
-                    new_basis[i] = ts
-    else:
-        new_basis[0] = max([new_basis[0]] + [ts for _, _, ts, _ in events if ts is not None])
+    chunks = _chunked(events)
     for attempt in range(3):
         t_open = time.perf_counter()
         st = _shard_state(spec, store, groups, batch, shard, fresh=attempt > 0)
         open_ms = (time.perf_counter() - t_open) * 1000
         try:
-            emitted, metrics, finish = _process(st, spec, batch, shard, events, watermark, processing_time,
-                                                end_of_input)
+            if attempt:
+                chunks = _chunked(events)
+                if chunks is None:
+                    raise RuntimeError("a fenced shard cannot run its batch again: its events were a one-pass "
+                                       "iterator") from None
+            emitted, metrics, finish = _process(st, spec, batch, shard, chunks, watermark, processing_time,
+                                                end_of_input, new_basis)
             n_emitted = len(emitted)
             # While the checkpoint uploads: this batch's watermark record (harmless if the
             # checkpoint then fails: a re-run writes the same basis, see _watermark) and
@@ -261,7 +303,7 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     with _LOCK:
         _SHARDS[(spec.state, shard, spec.shards)] = st
     _watermark.collect(store, batch, shard)
-    metrics.update(batch=batch, shard=shard, shards=spec.shards, rows=len(events), emitted=n_emitted,
+    metrics.update(batch=batch, shard=shard, shards=spec.shards, emitted=n_emitted,
                    watermark=watermark, processing_time=processing_time,
                    open_ms=round(open_ms, 1), duration_ms=round((time.perf_counter() - t0) * 1000, 1))
     if prepare_ms is not None:
@@ -271,26 +313,56 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     return emitted, metrics
 
 
-def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: list, watermark, ptime,
-             end_of_input: bool = False):
+def _chunked(events):
+    """Events as an iterator of lists: a list is cut in slices, an iterator of lists (a
+    caller converting its rows a chunk at a time) is taken as it is. None for a one-pass
+    iterator already consumed (see run_shard_batch's retry)."""
+    if isinstance(events, list):
+        n = CHUNK_EVENTS
+        return (events[i:i + n] for i in range(0, len(events), n))
+    if getattr(events, "_spark_ops_used", False):
+        return None
+    try:
+        events._spark_ops_used = True
+    except AttributeError:
+        pass
+    return iter(events)
+
+
+def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, watermark, ptime,
+             end_of_input: bool = False, basis: list | None = None):
+    """Run the operator over the event chunks, fire timers, start the commit. ``basis``
+    (the watermark basis per input) is raised to the event times seen."""
     op = spec.operator
     ctx = Context(st)
     ctx.batch_id, ctx.watermark, ctx.processing_time, ctx.shard = batch, watermark, ptime, shard
     st.emitted = []
-    late = 0
+    late = rows = 0
     op.open(ctx)
     arity = spec.key_arity
     drop_below = watermark if watermark is not None and spec.drop_late else None
     on_event = op.on_event
     last_parts, key = None, None
-    for kg, parts, ts, row in events:
-        if drop_below is not None and ts is not None and ts < drop_below:
-            late += 1       # as in Spark: rows behind the watermark are dropped
-            continue
-        if parts != last_parts:     # a key's rows come together: convert its key once
-            last_parts, key = parts, user_key(parts, arity)
-        ctx.key_group, ctx._parts, ctx.key, ctx.event_time = kg, parts, key, ts
-        on_event(key, row, ctx)
+    index = {name: i for i, name in enumerate(spec.inputs)} if spec.input_column else None
+    since_spill = 0
+    for events in chunks:
+        rows += len(events)
+        if basis is not None:
+            _raise_basis(basis, events, index, spec.input_column)
+        for kg, parts, ts, row in events:
+            if drop_below is not None and ts is not None and ts < drop_below:
+                late += 1       # as in Spark: rows behind the watermark are dropped
+                continue
+            if parts != last_parts:     # a key's rows come together: convert its key once
+                last_parts, key = parts, user_key(parts, arity)
+            ctx.key_group, ctx._parts, ctx.key, ctx.event_time = kg, parts, key, ts
+            on_event(key, row, ctx)
+        since_spill += len(events)
+        if since_spill >= st.spill_events:
+            # Keys come in order, so the objects of the events so far are done with: saved
+            # now, they leave memory within the budget instead of at the end of the batch.
+            st.spill()
+            since_spill = 0
     ctx.event_time = None
     fired = 0
     if end_of_input:
@@ -308,11 +380,24 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, events: li
                 op.on_timer(ctx.key, Timer(t, name, "event" if kind == EVENT_TIME else "processing"), ctx)
                 fired += 1
     op.close(ctx)
-    if len(st.objects) > MEMO_OBJECTS:
-        st.objects.clear()          # bounded: the spaces' own caches decide what stays loaded
     finish = st.commit(batch)
-    metrics = {"late_rows": late, "timers_fired": fired, "state_bytes": _state_bytes(st.db)}
+    st.forget_dropped()
+    metrics = {"rows": rows, "late_rows": late, "timers_fired": fired, "state_bytes": _state_bytes(st.db)}
     return st.emitted, metrics, finish
+
+
+def _raise_basis(basis: list, events: list, index, column) -> None:
+    """The largest event time per input (the watermark basis) over ``events``."""
+    if index is None:
+        times = [ts for _, _, ts, _ in events if ts is not None]
+        if times and max(times) > basis[0]:
+            basis[0] = max(times)
+        return
+    for _, _, ts, row in events:
+        if ts is not None:
+            i = index.get(row.get(column))
+            if i is not None and ts > basis[i]:
+                basis[i] = ts
 
 
 def _state_bytes(db) -> int:

@@ -54,6 +54,24 @@ def duration_ms(value, what: str = "duration") -> int:
     return ms
 
 
+_SIZES = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def memory_bytes(value, what: str = "memory") -> int:
+    """Bytes from an int or a string like "512m", "2g" or "64 MiB" (powers of 1024)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"{what} must be bytes (an int) or a string like '512m', got {value!r}")
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
+        if not m or m.group(2).lower() not in _SIZES:
+            raise ValueError(f"{what} {value!r} is not like '512m', '2g' or '64 MiB'")
+        value = int(float(m.group(1)) * _SIZES[m.group(2).lower()])
+    if value < 8 << 20:
+        raise ValueError(f"{what} must be at least 8 MiB, got {value:,} bytes")
+    return value
+
+
 def _resolve_state(state: str) -> str:
     if "://" in state:
         return state.rstrip("/")
@@ -83,7 +101,8 @@ def check_columns(df, key, event_time=None) -> list:
 def apply_operator(df, operator, key, *, output_schema, event_time: str | None = None, watermark=None,
                    order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None, isolate: bool | None = None,
-                   inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None):
+                   inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None,
+                   memory=None):
     """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
 
     state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
@@ -103,7 +122,9 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     column naming each row's input; the watermark then follows the slowest input.
     shard_host: keep each shard's open state in a helper process per executor and shard
     (default: on unless the environment sets SPARK_OPS_SHARD_HOST=0), so a shard stays hot
-    whichever Python worker Spark runs its task in; see docs/spark_ops.md.
+    whichever Python worker Spark runs its task in; see docs/spark_ops.md. memory: what
+    each shard keeps in memory at most (objects, memtables, block cache), e.g. "512m"
+    (the default) or "64m"; state beyond it lives in the store and is read back on demand.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
@@ -139,7 +160,8 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
                      delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
                      drop_late=watermark is not None,
                      groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
-                     inputs=list(inputs) if inputs else None, input_column=input_column)
+                     inputs=list(inputs) if inputs else None, input_column=input_column,
+                     memory=None if memory is None else memory_bytes(memory))
     toks = tokens(n)
     shard = F.expr(f"((`{KG}` + 1) * {n} - 1) div {key_groups}")
     # Timestamps reach pandas as naive wall-clock times, ambiguous around DST changes; their

@@ -22,7 +22,7 @@ from . import _runtime
 from ._keys import to_parts
 from ._runtime import ShardSpec, run_shard_batch
 from ._shards import shard_of
-from ._spark import duration_ms
+from ._spark import duration_ms, memory_bytes
 
 __all__ = ["OperatorHarness"]
 
@@ -47,7 +47,7 @@ class OperatorHarness:
     def __init__(self, operator, key="key", *, event_time: str | None = None, watermark=None,
                  order_by=None, state: str | None = None, partitions: int = 2, key_groups: int = 16,
                  dkv_options: dict | None = None, inputs: list | None = None,
-                 input_column: str | None = None) -> None:
+                 input_column: str | None = None, memory=None) -> None:
         self.keys = [key] if isinstance(key, str) else list(key)
         _check_shards(partitions, key_groups)
         self.event_time = event_time
@@ -57,7 +57,8 @@ class OperatorHarness:
                               delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
                               drop_late=watermark is not None,
                               groups=key_groups, shards=partitions, dkv_options=dict(dkv_options or {}),
-                              inputs=list(inputs) if inputs else None, input_column=input_column)
+                              inputs=list(inputs) if inputs else None, input_column=input_column,
+                              memory=None if memory is None else memory_bytes(memory))
         self.batch_id = 0
         self.metrics: list[dict] = []
 

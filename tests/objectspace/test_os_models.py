@@ -27,13 +27,13 @@ class Clock:
 
 
 class Run:
-    def __init__(self, kind: str, seed: int, location: str, cache_items: int) -> None:
+    def __init__(self, kind: str, seed: int, location: str, cache_items: int, cache_bytes: int = 256 << 20) -> None:
         self.rng = random.Random(seed)
         self.clock = Clock()
         driver = DRIVERS[kind]
         self.driver = driver(KEYTYPES[seed % 3]) if kind in ("set", "sorted_set", "dict", "sorted_dict") else driver()
         self.driver.clock = self.clock
-        self.location, self.cache_items = location, cache_items
+        self.location, self.cache_items, self.cache_bytes = location, cache_items, cache_bytes
         self.epoch = 0
         self.cp = None              # (epoch, models) of the last completed checkpoint
         self.stats = dict.fromkeys(["ops", "saves", "failed", "checkpoints", "reopens", "crashes", "recreates"], 0)
@@ -43,7 +43,8 @@ class Run:
             self.objs[name], self.models[name] = self.driver.create(self.space, name, self.rng)
 
     def _space(self, db) -> ObjectSpace:
-        return ObjectSpace(db, prefix=P, cache_items=self.cache_items, clock=lambda: self.clock.now)
+        return ObjectSpace(db, prefix=P, cache_items=self.cache_items, cache_bytes=self.cache_bytes,
+                           clock=lambda: self.clock.now)
 
     def _open(self, checkpoint) -> None:
         self.db = open_db(self.location, checkpoint)
@@ -138,12 +139,14 @@ class Run:
 KINDS = list(DRIVERS)
 
 
-@pytest.mark.parametrize("cache_items", [4096, 5], ids=["cached", "tiny-cache"])
+@pytest.mark.parametrize("cache_items, cache_bytes", [(4096, 256 << 20), (5, 256 << 20), (4096, 6000)],
+                         ids=["cached", "tiny-cache", "tiny-budget"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_reference_model(kind, cache_items):
-    """600 steps x 2 cache sizes = 1,200 steps per kind in the default suite."""
+def test_reference_model(kind, cache_items, cache_bytes):
+    """600 steps x 3 cache settings = 1,800 steps per kind in the default suite. The tiny
+    budget (6,000 bytes) drops clean items and handles after nearly every save."""
     seed = 1 if cache_items > 5 else 2
-    stats = Run(kind, seed, new_location(), cache_items).run(600)
+    stats = Run(kind, seed, new_location(), cache_items, cache_bytes).run(600)
     assert stats["saves"] and stats["checkpoints"] and stats["crashes"] and stats["ops"] > 400
 
 
@@ -158,4 +161,5 @@ def test_reference_model_on_a_folder(kind, tmp_path):
 @pytest.mark.parametrize("kind", KINDS)
 def test_reference_model_long(kind, seed, tmp_path):
     where = "dir" if seed % 4 == 0 else "memory"
-    Run(kind, seed, new_location(where, tmp_path), [4096, 5, 64][seed % 3]).run(3000)
+    Run(kind, seed, new_location(where, tmp_path), [4096, 5, 64][seed % 3],
+        [256 << 20, 256 << 20, 20_000][seed % 3]).run(3000)

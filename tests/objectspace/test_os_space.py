@@ -23,7 +23,7 @@ def create(space, kind, name):
 
 def test_public_names_are_pinned():
     assert sorted(objectspace.__all__) == sorted([
-        "ObjectSpace", "DEFAULT_PREFIX",
+        "ObjectSpace", "DEFAULT_PREFIX", "ObjectCache",
         "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
         "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
         "PersistedDict", "PersistedSortedDict", "PersistedStream", "PendingEntry",

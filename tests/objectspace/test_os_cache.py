@@ -1,0 +1,97 @@
+"""The object cache (objectspace/_cache.py): a byte budget over clean objects and their
+items, shared by spaces; dirty objects are never dropped; dropped ones reload exactly."""
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import tracemalloc
+
+import pytest
+
+import dkv
+from objectspace import ObjectCache, ObjectSpace
+
+TS = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _row(i, j):
+    return {"user": "u%07d" % i, "ts": TS, "seq": i * 1000 + j}
+
+
+def _fill(spaces, n_objects, items, start=0):
+    for i in range(n_objects):
+        q = spaces[i % len(spaces)].get_or_create_queue(("u%07d" % i, "items"))
+        for j in range(start, start + items):
+            q.append(_row(i, j))
+
+
+def _commit(db, spaces, epoch):
+    wb = dkv.WriteBatch()
+    for sp in spaces:
+        sp.save(batch=wb)
+    db.write(wb)
+    db.checkpoint(epoch).wait()
+    for sp in spaces:
+        sp.on_saved()
+
+
+def test_a_small_budget_is_kept_and_what_it_dropped_reloads_exactly():
+    db = dkv.open("memory://cache-budget", background=False)
+    cache = ObjectCache(512 << 10)
+    spaces = [ObjectSpace(db, prefix=bytes([0, kg, 0]), cache=cache) for kg in range(4)]
+    for epoch in range(1, 6):
+        _fill(spaces, 2000, 5, start=epoch * 5)
+        _commit(db, spaces, epoch)
+        assert cache.nbytes <= cache.budget, cache
+    assert cache.evictions > 0, "2,000 queues of 25 rows do not fit in 512 KiB"
+    for i in range(0, 2000, 97):
+        q = spaces[i % 4].get_queue(("u%07d" % i, "items"))
+        assert list(q) == [_row(i, j) for j in range(5, 30)]
+    db.close()
+
+
+def test_dirty_objects_are_never_dropped():
+    db = dkv.open("memory://cache-dirty", background=False)
+    cache = ObjectCache(1)                     # everything clean goes at once
+    space = ObjectSpace(db, cache=cache)
+    d = space.create_dict("d")
+    d.update({f"k{i}": i for i in range(100)})
+    space.get_or_create_queue("q").extend(range(50))
+    cache.use(space.get_or_create_value("v"))   # pressure while d and q are dirty
+    assert dict(d) == {f"k{i}": i for i in range(100)} and len(space.get_queue("q")) == 50
+    space.checkpoint(1)
+    assert cache.nbytes <= 1 or len(cache) <= 1
+    assert dict(space.get_dict("d")) == {f"k{i}": i for i in range(100)}
+    assert list(space.get_queue("q")) == list(range(50))
+    db.close()
+
+
+def test_the_estimate_follows_real_memory(tmp_path):
+    """Python memory held by clean objects (tracemalloc) is within 2x of what the cache
+    counts for them, for queues of rows, dicts and values."""
+    db = dkv.open(str(tmp_path), background=False, fsync=False)
+    cache = ObjectCache(1 << 40)
+    space = ObjectSpace(db, cache=cache)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(1500):
+        q = space.get_or_create_queue(("q", i))
+        q.extend(_row(i, j) for j in range(10))
+        d = space.get_or_create_dict(("d", i))
+        d.update({f"k{j}": {"ts": TS, "seq": j, "price": 1.5} for j in range(5)})
+        space.get_or_create_value(("v", i)).value = _row(i, 0)
+    space.checkpoint(1)
+    db.flush()                                 # the records leave the memtable
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert 0.5 < cache.nbytes / used < 2.0, (cache.nbytes, used)
+    db.close()
+
+
+def test_budget_must_be_an_int():
+    with pytest.raises(ValueError, match="cache_bytes"):
+        ObjectCache(-1)
+    with pytest.raises(ValueError, match="cache_bytes"):
+        ObjectSpace(dkv.open("memory://cache-bad"), cache_bytes=1.5)
