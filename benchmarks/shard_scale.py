@@ -45,29 +45,46 @@ def key_group(i: int, groups: int) -> int:
 
 
 def shard_keys(keys: int, shard: int, shards: int, groups: int) -> list[tuple[int, str]]:
+    """(key group, key index) of the keys shard ``shard`` owns, in processing order."""
     out = []
     for i in range(keys):
         kg = key_group(i, groups)
         if shard_of(kg, shards, groups) == shard:
             out.append((kg, i))
+    out.sort(key=lambda e: (e[0], f"u{e[1]:07d}"))
     return out
 
 
-def batch_events(batch: int, mine: list, count: int, per_key: int, prefill: bool, seq0: int) -> list:
-    """(key group, key parts, event ms, row) in processing order (key group, key, time)."""
-    events = []
-    seq = seq0
-    base = T0 + dt.timedelta(seconds=batch)
-    stamps = [base + dt.timedelta(milliseconds=j) for j in range(max(count, per_key))]
-    for kg, i in mine:
-        n = (i % count) if (prefill and batch == 0) else per_key
-        user = f"u{i:07d}"
-        for j in range(n):
-            seq += 1
-            ts = stamps[j]
-            events.append((kg, (user,), None, {"user": user, "ts": ts, "seq": seq}))
-    events.sort(key=lambda e: (e[0], e[1]))
-    return events
+class BatchEvents:
+    """One batch's (key group, key parts, event ms, row) events in processing order (key
+    group, key, time), made a chunk of keys at a time when iterated, as a shard host makes
+    them from its task's Arrow rows (spark_ops._spark.EventChunks)."""
+
+    def __init__(self, batch: int, mine: list, count: int, per_key: int, prefill: bool, seq0: int,
+                 chunk: int = 1 << 14) -> None:
+        self.batch, self.mine, self.count, self.per_key, self.prefill, self.seq0 = batch, mine, count, per_key, prefill, seq0
+        self.chunk = chunk
+        self.total = sum((i % count) if (prefill and batch == 0) else per_key for _, i in mine)
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __iter__(self):
+        seq = self.seq0
+        base = T0 + dt.timedelta(seconds=self.batch)
+        stamps = [base + dt.timedelta(milliseconds=j) for j in range(max(self.count, self.per_key))]
+        events = []
+        for kg, i in self.mine:
+            n = (i % self.count) if (self.prefill and self.batch == 0) else self.per_key
+            user = f"u{i:07d}"
+            for j in range(n):
+                seq += 1
+                events.append((kg, (user,), None, {"user": user, "ts": stamps[j], "seq": seq}))
+            if len(events) >= self.chunk:
+                yield events
+                events = []
+        if events:
+            yield events
 
 
 def listing(root: Path) -> dict:
@@ -111,6 +128,15 @@ def run(args) -> dict:
         from spark_ops._spark import memory_bytes
         spec.memory = memory_bytes(args.memory)
     mine = shard_keys(args.keys, 0, args.shards, args.groups)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_ops._output import rows_to_arrow
+    item = pa.struct([("user", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64())])
+    out_schema = pa.schema([("user", pa.string()), ("items", pa.list_(item))])
+
+    def convert(rows):       # the output to Arrow as it piles up, as in a shard host
+        return rows_to_arrow(rows, out_schema)
     baseline = rss_mb()
     gc.disable()            # as in a shard host (spark_ops/_host.py): no GC inside a batch
     seen: dict = {}
@@ -118,20 +144,20 @@ def run(args) -> dict:
     seq = 0
     emitted_total = 0
     for b in range(args.batches):
-        events = batch_events(b, mine, args.count, args.events_per_key, args.prefill, seq)
+        events = BatchEvents(b, mine, args.count, args.events_per_key, args.prefill, seq)
         seq += len(events)
         t0 = time.perf_counter()
-        emitted, metrics = run_shard_batch(spec, b, 0, events, batch_time=b * 1000)
+        emitted, metrics = run_shard_batch(spec, b, 0, events, batch_time=b * 1000, convert=convert)
         ms = (time.perf_counter() - t0) * 1000
         _host._tidy_heap(b + 1)
-        emitted_total += sum(len(r["items"]) for r in emitted)
+        emitted_total += sum(pc.sum(pc.list_value_length(rb.column("items"))).as_py() or 0 for rb in emitted)
         now = listing(state)
         grown = {p: s - seen.get(p, 0) for p, s in now.items() if s > seen.get(p, 0)}
         seen = now
         manifest = sum(s for p, s in grown.items() if "/manifest/" in p)
         sst_files = [s for p, s in now.items() if p.endswith(".sst")]
         rec = {"batch": b, "events": len(events), "ms": ms, "bytes": sum(grown.values()),
-               "objects": len(grown), "manifest_bytes": manifest, "emitted": len(emitted),
+               "objects": len(grown), "manifest_bytes": manifest, "emitted": sum(rb.num_rows for rb in emitted),
                "rss_mb": rss_mb(), "live_ssts": len(sst_files),
                "live_sst_mb": sum(sst_files) / 2**20,
                "wal_segments": sum(1 for p in now if p.endswith(".wal")),

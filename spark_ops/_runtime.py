@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 END_OF_TIME = (1 << 62)
 MEMO_OBJECTS = 1 << 17
 CHUNK_EVENTS = 1 << 14      # events per chunk of a batch (a list is cut so; see _chunked)
+OUT_CHUNK = 1 << 13         # emitted rows converted at once when the caller converts
 DEFAULT_MEMORY = 512 << 20
 # Big tables (few objects per checkpoint, small manifests), 64 KiB blocks (they compress
 # ~1.4x better than 16 KiB ones; reads of a shard's state are mostly scans), one sorted run
@@ -90,6 +91,7 @@ class ShardState:
         self.instance = plan.instance
         self.epoch = plan.checkpoint if plan.checkpoint is not None else -1
         self.spaces: dict[int, ObjectSpace] = {}
+        self.converted: list = []
         self.timers = TimerService(self.db, self.key_groups)
         self.emitted: list = []
         self.objects: dict = {}     # (key group, key parts, name) -> object handle (see Context)
@@ -235,13 +237,15 @@ def evict_idle(seconds: float) -> None:
         st.close()
 
 
-def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, batch_time: int | None = None,
+def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_time: int | None = None,
                     watermark: int | None = None, processing_time: int | None = None,
                     end_of_input: bool = False, heartbeat_time: int | None = None,
                     prepare_ms: float | None = None, convert=None) -> tuple[list, dict]:
     """Run one shard of one batch. ``events``: (key group, key parts, event ms or None, row)
-    sorted in processing order. Returns (emitted rows, metrics), or with ``convert``
-    (applied to the emitted rows while the checkpoint uploads) (its result, metrics).
+    sorted in processing order, as a list or as a re-iterable of lists (chunks a caller
+    converts when reached). Returns (emitted rows, metrics), or with ``convert`` (a
+    function of a list of rows) (the list of its results, metrics): emitted rows are
+    converted as they pile up, the rest while the checkpoint uploads.
 
     The watermark and processing time come from the previous batch's records unless given
     (the test harness gives them). ``batch_time``: this batch's time (ms), recorded as the
@@ -270,27 +274,22 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
     new_basis = list(basis)
     if heartbeat_time is not None:
         new_basis = [max(b, heartbeat_time) for b in new_basis]
-    chunks = _chunked(events)
     for attempt in range(3):
         t_open = time.perf_counter()
         st = _shard_state(spec, store, groups, batch, shard, fresh=attempt > 0)
         open_ms = (time.perf_counter() - t_open) * 1000
         try:
-            if attempt:
-                chunks = _chunked(events)
-                if chunks is None:
-                    raise RuntimeError("a fenced shard cannot run its batch again: its events were a one-pass "
-                                       "iterator") from None
-            emitted, metrics, finish = _process(st, spec, batch, shard, chunks, watermark, processing_time,
-                                                end_of_input, new_basis)
-            n_emitted = len(emitted)
+            emitted, metrics, finish = _process(st, spec, batch, shard, _chunked(events), watermark,
+                                                processing_time, end_of_input, new_basis, convert)
+            n_emitted = metrics.pop("emitted")
             # While the checkpoint uploads: this batch's watermark record (harmless if the
             # checkpoint then fails: a re-run writes the same basis, see _watermark) and
-            # the caller's conversion of the output.
+            # the caller's conversion of the rest of the output.
             _watermark.write(store, batch, spec.shards, shard, new_basis,
                              max(prev_time, batch_time if batch_time is not None else 0))   # never backwards
             if convert is not None:
-                emitted = convert(emitted)
+                emitted = st.converted + ([convert(emitted)] if emitted or not st.converted else [])
+                st.converted = []
             metrics.update(finish())
             break
         except dkv.FencedError as e:
@@ -314,29 +313,29 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events: list, *, ba
 
 
 def _chunked(events):
-    """Events as an iterator of lists: a list is cut in slices, an iterator of lists (a
-    caller converting its rows a chunk at a time) is taken as it is. None for a one-pass
-    iterator already consumed (see run_shard_batch's retry)."""
+    """Events as an iterator of lists: a list is cut in slices; anything else must be an
+    iterable of lists that can be iterated again (a fenced shard runs its batch again)."""
     if isinstance(events, list):
         n = CHUNK_EVENTS
         return (events[i:i + n] for i in range(0, len(events), n))
-    if getattr(events, "_spark_ops_used", False):
-        return None
-    try:
-        events._spark_ops_used = True
-    except AttributeError:
-        pass
-    return iter(events)
+    it = iter(events)
+    if it is events:
+        raise TypeError("run_shard_batch takes a list of events or a re-iterable of event lists, not a "
+                        "one-pass iterator")
+    return it
 
 
 def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, watermark, ptime,
-             end_of_input: bool = False, basis: list | None = None):
+             end_of_input: bool = False, basis: list | None = None, convert=None):
     """Run the operator over the event chunks, fire timers, start the commit. ``basis``
-    (the watermark basis per input) is raised to the event times seen."""
+    (the watermark basis per input) is raised to the event times seen. With ``convert``,
+    emitted rows are converted (into ``st.converted``) whenever OUT_CHUNK of them wait."""
     op = spec.operator
     ctx = Context(st)
     ctx.batch_id, ctx.watermark, ctx.processing_time, ctx.shard = batch, watermark, ptime, shard
     st.emitted = []
+    st.converted = []
+    emitted = 0
     late = rows = 0
     op.open(ctx)
     arity = spec.key_arity
@@ -358,6 +357,10 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
             ctx.key_group, ctx._parts, ctx.key, ctx.event_time = kg, parts, key, ts
             on_event(key, row, ctx)
         since_spill += len(events)
+        if convert is not None and len(st.emitted) >= OUT_CHUNK:
+            emitted += len(st.emitted)
+            st.converted.append(convert(st.emitted))
+            st.emitted = []
         if since_spill >= st.spill_events:
             # Keys come in order, so the objects of the events so far are done with: saved
             # now, they leave memory within the budget instead of at the end of the batch.
@@ -382,7 +385,8 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     op.close(ctx)
     finish = st.commit(batch)
     st.forget_dropped()
-    metrics = {"rows": rows, "late_rows": late, "timers_fired": fired, "state_bytes": _state_bytes(st.db)}
+    metrics = {"rows": rows, "late_rows": late, "timers_fired": fired, "state_bytes": _state_bytes(st.db),
+               "emitted": emitted + len(st.emitted)}
     return st.emitted, metrics, finish
 
 

@@ -253,7 +253,7 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
                 log.warning("spark_ops: running shard %d in this worker: %s", shard, e)
         if emitted is None:
             emitted = run_task(*args)
-        yield emitted
+        yield from emitted
     return run
 
 
@@ -262,12 +262,13 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
     """One shard's task after Spark's part: the rows in order, the operator, the checkpoint.
     Runs in the task's Python worker or in the shard's host (see _host). ``table``: the
     task's rows (an Arrow table; None without rows). Returns the emitted rows: a list of
-    dicts, or with ``out_schema`` (an Arrow schema) one record batch. ``batch_time``: the
-    wall-clock ms at which the task started (the next batch's processing time)."""
-    from ._keys import to_parts
+    dicts, or with ``out_schema`` (an Arrow schema) a list of record batches. The rows
+    become Python events a slice at a time (EventChunks), and the output Arrow batches as
+    it grows, so a batch of millions of rows runs in bounded memory."""
     t0 = time.perf_counter()
-    pdf = _arrow_to_pandas(_sort_rows(table, keys, columns, order), instants)
-    events, heartbeat = _events(pdf, keys, columns, spec.event_time, to_parts, instants)
+    table = _sort_rows(table, keys, columns, order)
+    events = EventChunks(table, keys, columns, spec.event_time, instants)
+    heartbeat = events.heartbeat()
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
     emitted, _ = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
                                  heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000,
@@ -276,6 +277,46 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
         from ._runtime import drop_cached
         drop_cached(spec.state)
     return emitted
+
+
+class EventChunks:
+    """A task's sorted rows as event lists of at most ``size`` rows (run_shard_batch's
+    chunks), converted when reached; iterable again (a fenced shard runs its batch again)."""
+
+    def __init__(self, table, keys, columns, event_time, instants, size: int = 1 << 14) -> None:
+        self.table, self.keys, self.columns, self.event_time = table, keys, columns, event_time
+        self.instants, self.size = instants, size
+
+    def __iter__(self):
+        from ._keys import to_parts
+        table = self.table
+        if table is None or not table.num_rows:
+            return
+        for start in range(0, table.num_rows, self.size):
+            pdf = _arrow_to_pandas(table.slice(start, self.size), self.instants)
+            yield _events(pdf, self.keys, self.columns, self.event_time, to_parts, self.instants)[0]
+
+    def heartbeat(self):
+        """The largest event time (ms) of rows with a null key (they are dropped, but
+        advance the watermark), or None."""
+        table, et = self.table, self.event_time
+        if table is None or not table.num_rows or et is None:
+            return None
+        import pyarrow.compute as pc
+        nulls = None
+        for k in self.keys:
+            m = pc.is_null(table.column(k))
+            nulls = m if nulls is None else pc.or_(nulls, m)
+        if not pc.any(nulls).as_py():
+            return None
+        import pyarrow as pa
+        col = table.filter(nulls).column(et)
+        if pa.types.is_timestamp(col.type):          # its exact instants, in µs
+            col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
+            top = pc.max(col).as_py()
+            return None if top is None else top // 1000
+        top = pc.max(col).as_py()
+        return None if top is None else int(top)
 
 
 def _naive_timestamps(ty):
