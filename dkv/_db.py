@@ -396,10 +396,15 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         """Wait for queued flushes, compactions and checkpoint uploads to finish."""
         if self.opts.background and not self.read_only:
             with self._pacer.hurried():
-                for _ in range(2):
+                # Each thread's work may queue another's (an encoding, a flush, then a
+                # compaction): go round until a round finds nothing more to wait for.
+                for rnd in range(8):
                     self._flusher.submit(lambda: None).result()
                     self._compactor.submit(lambda: None).result()
-                    self._uploader.submit(lambda: None).result()
+                    self._uploader.submit(lambda: None).result()    # last: the others queue GC there
+                    if rnd and not (self._flush_queued or self._flushing or self._compaction_queued
+                                    or self._sealed_unencoded() or self._bg_error):
+                        break
         self._raise_bg_error()
 
     def _raise_bg_error(self) -> None:

@@ -17,7 +17,7 @@ from bisect import bisect_left
 
 from .format import bloom, sst, wal
 from .format.manifest import ALL_KEY_GROUPS, TableRef
-from ._table import Table
+from ._table import RAW_ENTRY, Table, decoded_bytes
 
 
 class _Blob:
@@ -67,11 +67,15 @@ class Delta(Table):
         return sst.SstMeta(ix.count, 0, ix.min_key, ix.last_key, ix.max_seq, ix.max_seq, self.ref.size, filt,
                            ix.first_keys, ix.offsets, ix.lengths, [None] * len(ix.offsets))
 
-    def _decode(self, i: int):
+    def _load(self, i: int) -> tuple[list, int]:
         ix = self.index
         off = ix.offsets[i]
-        keys, values, raw_len = wal.decode_block(self._store.data[off:off + ix.lengths[i]], self.path, ix.version)
-        return keys, values, self.max_seq, raw_len
+        frame = self._store.data[off:off + ix.lengths[i]]
+        if ix.version < 3:
+            keys, values, _ = wal.decode_block(frame, self.path, ix.version)
+            return [keys, values, self.max_seq, None], decoded_bytes(keys, values)
+        raw = wal.block_raw(frame, self.path, ix.version)
+        return [raw, 0, self.max_seq], RAW_ENTRY + len(raw)
 
     def records(self):
         """(keys, values) per block, in key order, within the owned key groups, decoded

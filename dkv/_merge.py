@@ -6,28 +6,31 @@ Sources are given newest first, in the order a ``get`` consults them (active mem
 immutable memtables, L0 newest first, then each level): that order, not sequence
 numbers, decides which version of a key is newest, because after a rescale the records
 of one instance can carry sequence numbers of several (each instance counts its own).
-With one source the chunks are walked directly; with several, records ``(key, src,
-value)`` go through a heap merge so that within a key the newest source's record comes
-first.
+With one source the chunks are walked directly; with several, a key range at a time goes
+through a dict, oldest source first, so that the newest source's record is the one left.
 
 ``merge_visible`` serves reads; ``merged_ranges`` serves flushes and compactions.
 """
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left
-from itertools import repeat
 
 MERGE_RANGE_RECORDS = 4096        # records per source and key range a flush or compaction merges at once
 
 
-def _records(chunks, src: int):
+READ_WINDOW = 512                 # records per source a scan merges at once
+
+
+def _pairs(chunks):
     for keys, values, _ in chunks:
-        yield from zip(keys, repeat(src), values)
+        yield keys, values
 
 
 def merge_visible(sources: list):
-    """Yield (key, value) for live keys across ``sources``."""
+    """Yield (key, value) for live keys across ``sources`` (newest first). One source is
+    walked directly; several are merged a key range at a time with a dict (see
+    ``merged_ranges``), which costs C work per record where a heap merge costs a tuple
+    and a comparison in Python."""
     if not sources:
         return
     if len(sources) == 1:
@@ -36,13 +39,8 @@ def merge_visible(sources: list):
                 if kv[1] is not None:
                     yield kv
         return
-    last = None
-    for key, _, value in heapq.merge(*[_records(s, i) for i, s in enumerate(sources)]):
-        if key == last:
-            continue
-        last = key
-        if value is not None:
-            yield key, value
+    for keys, values in merged_ranges([_pairs(s) for s in reversed(sources)], True, READ_WINDOW):
+        yield from zip(keys, values)
 
 
 def merged_ranges(sources: list, drop_tombstones: bool, range_records: int = MERGE_RANGE_RECORDS):

@@ -14,6 +14,9 @@ from collections import deque
 
 from .errors import CorruptionError
 from .format import sst
+from .format._codec import block_head
+from .format._front import decode as front_decode
+from .format._front import find as front_find
 from .format.manifest import ALL_KEY_GROUPS, TableRef
 
 TAIL_READ = 64 * 1024
@@ -61,6 +64,28 @@ class BlockCache:
                 else:
                     kept.append(entry)
             self._ring = kept
+
+
+def decoded_bytes(keys: list, values: list) -> int:
+    """What a decoded block holds in memory: a bytes object per key and value (33 bytes
+    each besides the data), two list slots and the position dict built on its second read
+    (~60 bytes a record), measured with tracemalloc. O(n) in C."""
+    return 400 + 140 * len(keys) + sum(map(len, keys)) + sum(len(v) for v in values if v is not None)
+
+
+RAW_ENTRY = 200      # a cached raw block: the bytes object and its cache bookkeeping
+
+
+def _list_get(blk: list, key: bytes):
+    """(seq, value) of key in a decoded format-1 block, or _MISSING."""
+    pos = blk[3]
+    if pos is None:
+        pos = blk[3] = dict(zip(blk[0], range(len(blk[0]))))
+    j = pos.get(key)
+    if j is None:
+        return _MISSING
+    seqs = blk[2]
+    return (seqs if type(seqs) is int else seqs[j]), blk[1][j]
 
 
 def group_bounds(groups: tuple) -> tuple[bytes | None, bytes | None]:
@@ -126,32 +151,38 @@ class Table:
         return sst.parse_meta(raw, crc, what, sst.footer_version(tail))
 
     def block(self, i: int):
-        """Decoded block i as [keys, values, seqs, position dict or None]; seqs is a list,
-        or one int that every record of the block has."""
+        """Block i as cached: ``[raw, pos, seq]`` — the decompressed front-coded bytes, where
+        its records start, and the sequence number its records share (0 when they do not)
+        — or, for format-1 tables, ``[keys, values, seqs, position dict or None]``."""
         blk = self._blocks[i]
         if blk is None:
-            keys, values, seqs, raw_len = self._decode(i)
-            blk = [keys, values, seqs, None]
+            blk, cost = self._load(i)
             self._blocks[i] = blk
-            # Decoded, a block takes about twice its raw size (measured with tracemalloc,
-            # position dict included).
-            self._cache.admit(self, i, 300 + 2 * raw_len)
+            self._cache.admit(self, i, cost)
         else:
             self._ref[i] = 1
             self._cache.hits += 1
         return blk
 
-    def _decode(self, i: int):
+    def _load(self, i: int) -> tuple[list, int]:
+        """(cache entry, its bytes) of block i, fetched and checked."""
         meta = self._meta
         off, ln = meta.offsets[i], meta.lengths[i]
         frame = self._store.get(self.path, off, off + ln)
-        return sst.decode_block(frame, meta.crcs[i], f"SST {self.path} block {i}", meta.version)
+        what = f"SST {self.path} block {i}"
+        if meta.version < 2:
+            keys, values, seqs, _ = sst.decode_block(frame, meta.crcs[i], what, meta.version)
+            return [keys, values, seqs, None], decoded_bytes(keys, values)
+        raw = sst.block_raw(frame, meta.crcs[i], what)
+        seqs, pos = block_head(raw, what)
+        return [raw, pos, seqs if type(seqs) is int else 0], RAW_ENTRY + len(raw)
 
     def get(self, key: bytes):
         """(seq, value) for key (value None = tombstone), or _MISSING.
 
-        O(log n). The bloom filter is consulted only when the candidate block is not
-        cached: it exists to save a fetch, and a bisect in a cached block is cheaper.
+        O(log n) to the block, then one walk of it in C (no record but the answer becomes
+        a Python object). The bloom filter is consulted only when the candidate block is
+        not cached: it exists to save a fetch.
         """
         if self.clip_lo is not None and not self.owns(key):
             return _MISSING
@@ -164,22 +195,14 @@ class Table:
         if blk is None:
             if not self._bloom(key):
                 return _MISSING
-            keys, values, seqs, _ = self.block(i)     # a fresh block: one bisect is cheapest
-            j = bisect_left(keys, key)
-            if j < len(keys) and keys[j] == key:
-                return (seqs if type(seqs) is int else seqs[j]), values[j]
-            return _MISSING
-        self._ref[i] = 1
-        self._cache.hits += 1
-        pos = blk[3]
-        if pos is None:   # built on the second read of a block: a dict probe beats a bisect
-            keys = blk[0]
-            pos = blk[3] = dict(zip(keys, range(len(keys))))
-        j = pos.get(key)
-        if j is None:
-            return _MISSING
-        seqs = blk[2]
-        return (seqs if type(seqs) is int else seqs[j]), blk[1][j]
+            blk = self.block(i)
+        else:
+            self._ref[i] = 1
+            self._cache.hits += 1
+        if type(blk[0]) is bytes:
+            found, value = front_find(blk[0], key, blk[1])
+            return (blk[2], value) if found else _MISSING
+        return _list_get(blk, key)
 
     def may_contain(self, key: bytes) -> bool:
         if self._meta is None:
@@ -187,7 +210,8 @@ class Table:
         return self._bloom(key)
 
     def scan_blocks(self, start: bytes | None, end: bytes | None):
-        """Yield (keys, values, seqs) slices covering [start, end) ∩ owned groups, ascending."""
+        """Yield (keys, values, seqs) slices covering [start, end) ∩ owned groups, ascending;
+        only the records in range become Python objects."""
         if self.clip_lo is not None and (start is None or start < self.clip_lo):
             start = self.clip_lo
         if self.clip_hi is not None and (end is None or end > self.clip_hi):
@@ -202,15 +226,24 @@ class Table:
         while i < n:
             if end is not None and first[i] >= end:
                 return
-            keys, values, seqs, _ = self.block(i)
-            j = 0 if start is None else bisect_left(keys, start)
-            k = len(keys) if end is None else bisect_left(keys, end)
-            if j == 0 and k == len(keys):
-                yield keys, values, seqs
-            elif j < k:
-                yield keys[j:k], values[j:k], (seqs if type(seqs) is int else seqs[j:k])
-            if k < len(keys):
-                return
+            blk = self.block(i)
+            if type(blk[0]) is bytes:
+                keys, values, stop = front_decode(blk[0], blk[1], start if i == 0 or start is None or
+                                                  start > first[i] else None, end)
+                if keys:
+                    yield keys, values, blk[2]
+                if stop < 0:            # end fell inside this block
+                    return
+            else:
+                keys, values, seqs, _ = blk
+                j = 0 if start is None else bisect_left(keys, start)
+                k = len(keys) if end is None else bisect_left(keys, end)
+                if j == 0 and k == len(keys):
+                    yield keys, values, seqs
+                elif j < k:
+                    yield keys[j:k], values[j:k], (seqs if type(seqs) is int else seqs[j:k])
+                if k < len(keys):
+                    return
             i += 1
 
     def records(self):

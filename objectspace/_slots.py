@@ -118,6 +118,18 @@ class SlotSequence(PersistedObject):
                 yield vals[s]
             return
         ip, decode = self._items, self._codec.decode
+        if not vals:        # nothing cached (the common case after eviction): one scan
+            s = a
+            for key, raw in self._space._db.scan(_slot_key(ip, a), _slot_key(ip, b)):
+                if self._version != version:
+                    raise RuntimeError(f"{self.kind} mutated during iteration")
+                if int.from_bytes(key[-8:], "big") != s:
+                    break
+                yield decode(raw)
+                s += 1
+            if s < b:
+                raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
+            return
         scan = None
         s = a
         while s < b:

@@ -63,25 +63,61 @@ def unpack_records(data: bytes, what: str) -> tuple[list, list, list | int]:
 
 
 def pack_block(keys: list, values: list, seqs=None) -> bytes:
-    """A front-coded record batch; with ``seqs`` (a list, or one int shared by every
-    record) the msgpack of the seqs follows (SST blocks)."""
+    """A front-coded record batch. With ``seqs`` (SST blocks) a header comes first: byte 0
+    and a varint when every record shares one sequence number, else byte 1, a u32 length
+    and the msgpack list of them."""
     raw = _front.encode(keys, values)
-    return raw if seqs is None else raw + msgpack.packb(seqs)
+    if seqs is None:
+        return raw
+    if type(seqs) is int:
+        head = bytearray(b"\x00")
+        v = seqs
+        while v >= 0x80:
+            head.append((v & 0x7F) | 0x80)
+            v >>= 7
+        head.append(v)
+        return bytes(head) + raw
+    m = msgpack.packb(seqs)
+    return b"\x01" + len(m).to_bytes(4, "little") + m + raw
+
+
+def block_head(data, what: str) -> tuple:
+    """(seqs, position of the records) of an SST block with its seqs header."""
+    try:
+        if data[0] == 0:
+            v = shift = 0
+            pos = 1
+            while True:
+                b = data[pos]
+                pos += 1
+                v |= (b & 0x7F) << shift
+                if not b & 0x80:
+                    return v, pos
+                shift += 7
+                if shift > 63:
+                    raise ValueError("varint too long")
+        if data[0] == 1:
+            n = int.from_bytes(data[1:5], "little")
+            seqs = msgpack.unpackb(data[5:5 + n])
+            if type(seqs) is not list:
+                raise ValueError("seqs are not a list")
+            return seqs, 5 + n
+        raise ValueError(f"unknown seqs header {data[0]}")
+    except (IndexError, ValueError, TypeError, msgpack.ExtraData, msgpack.UnpackException) as e:
+        raise CorruptionError(f"{what}: block header does not decode ({e})") from None
 
 
 def unpack_block(data, what: str, with_seqs: bool) -> tuple[list, list, list | int | None]:
     """(keys, values, seqs or None) of a front-coded record batch."""
+    seqs, pos = block_head(data, what) if with_seqs else (None, 0)
     try:
-        keys, values, end = _front.decode(data)
-        if not with_seqs:
-            if end != len(data):
-                raise ValueError("bytes after the records")
-            return keys, values, None
-        seqs = msgpack.unpackb(data[end:])
-    except Exception as e:
+        keys, values, end = _front.decode(data, pos)
+    except ValueError as e:
         raise CorruptionError(f"{what}: record batch does not decode ({e})") from None
-    if type(seqs) is not int and (type(seqs) is not list or len(seqs) != len(keys)):
-        raise CorruptionError(f"{what}: record batch has {len(keys)} records but its seqs do not match")
+    if end != len(data):
+        raise CorruptionError(f"{what}: record batch does not decode (bytes after the records)")
+    if type(seqs) is list and len(seqs) != len(keys):
+        raise CorruptionError(f"{what}: record batch has {len(keys)} records but {len(seqs)} seqs")
     return keys, values, seqs
 
 

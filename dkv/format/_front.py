@@ -6,22 +6,25 @@ spends about two bytes on every key it has to match whole; front-coded, the same
 compress to a fifth of a byte each (a spark_ops buffer batch: 482 KB of keys -> 68 KB), and
 values of one kind shrink by a third. Layout (little-endian varints)::
 
-    varint n
+    varint n, varint keys_len (bytes of the key stream that follows)
     n x key:    varint shared, varint suffix_len, suffix bytes
     n x value:  varint shared, varint code, suffix bytes    (code 0: tombstone; else
                                                                suffix_len = code - 1)
 
-``shared`` counts against the previous key, or the previous non-tombstone value. The C
-module ``_native`` (built with the package when a compiler is there) writes and reads the
-same bytes ~25x faster; this module is its reference and fallback.
+``shared`` counts against the previous key, or the previous non-tombstone value. Knowing
+where the values start, a reader can take the records of a key range (``decode`` with
+``lo``/``hi``) or one key (``find``) and build Python objects for those only. The C module
+``_native`` (built with the package when a compiler is there) writes and reads the same
+bytes ~25x faster; this module is its reference and fallback.
 """
 from __future__ import annotations
 
 try:
     from ._native import decode as _c_decode
     from ._native import encode as _c_encode
+    from ._native import find as _c_find
 except ImportError:          # pragma: no cover - no compiler when installed
-    _c_encode = _c_decode = None
+    _c_encode = _c_decode = _c_find = None
 
 
 def _varint(out: bytearray, v: int) -> None:
@@ -48,17 +51,20 @@ def _shared(a: bytes, b: bytes) -> int:
 def py_encode(keys: list, values: list) -> bytes:
     if len(keys) != len(values):
         raise ValueError("keys and values differ in length")
-    out = bytearray()
-    _varint(out, len(keys))
+    ks = bytearray()
     prev = b""
     for k in keys:
         if type(k) is not bytes:
             raise TypeError("keys must be bytes")
         s = _shared(prev, k)
-        _varint(out, s)
-        _varint(out, len(k) - s)
-        out += k[s:]
+        _varint(ks, s)
+        _varint(ks, len(k) - s)
+        ks += k[s:]
         prev = k
+    out = bytearray()
+    _varint(out, len(keys))
+    _varint(out, len(ks))
+    out += ks
     prev = b""
     for v in values:
         if v is None:
@@ -74,10 +80,10 @@ def py_encode(keys: list, values: list) -> bytes:
     return bytes(out)
 
 
-def _read_varint(buf, pos: int) -> tuple[int, int]:
+def _read_varint(buf, pos: int, end: int) -> tuple[int, int]:
     v = shift = 0
     while True:
-        if pos >= len(buf) or shift > 56:
+        if pos >= end or shift > 56:
             raise ValueError("front-coded records are malformed")
         b = buf[pos]
         pos += 1
@@ -87,31 +93,76 @@ def _read_varint(buf, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def py_decode(data, pos: int = 0) -> tuple[list, list, int]:
+def _walk(data, pos, lo, hi, exact):
     buf = bytes(data)
-    n, pos = _read_varint(buf, pos)
-    if n > len(buf):
+    n, pos = _read_varint(buf, pos, len(buf))
+    klen, pos = _read_varint(buf, pos, len(buf))
+    if n > len(buf) or klen > len(buf) - pos:
         raise ValueError("front-coded records are malformed")
-    out = ([], [])
-    for stream in (0, 1):
-        items = out[stream]
-        prev = b""
-        for _ in range(n):
-            sh, pos = _read_varint(buf, pos)
-            code, pos = _read_varint(buf, pos)
-            if stream and code == 0:
-                if sh:
-                    raise ValueError("front-coded records are malformed")
-                items.append(None)
+    kend = pos + klen
+    keys: list = []
+    i0 = i1 = n
+    found = False
+    prev = b""
+    i = 0
+    while i < n:
+        sh, pos = _read_varint(buf, pos, kend)
+        slen, pos = _read_varint(buf, pos, kend)
+        if sh > len(prev) or slen > kend - pos:
+            raise ValueError("front-coded records are malformed")
+        key = prev = prev[:sh] + buf[pos:pos + slen]
+        pos += slen
+        if i0 == n:
+            if lo is not None and key < lo:
+                i += 1
                 continue
-            slen = code - stream
-            if sh > len(prev) or pos + slen > len(buf):
+            i0 = i
+            if exact:
+                found = key == lo
+                i1 = i + 1 if found else i
+                break
+        if hi is not None and key >= hi:
+            i1 = i
+            break
+        keys.append(key)
+        i += 1
+    if i == n and pos != kend:
+        raise ValueError("front-coded records are malformed")
+    values: list = []
+    prev = b""
+    vp = kend
+    for i in range(i1):
+        sh, vp = _read_varint(buf, vp, len(buf))
+        code, vp = _read_varint(buf, vp, len(buf))
+        if code == 0:
+            if sh:
                 raise ValueError("front-coded records are malformed")
-            prev = prev[:sh] + buf[pos:pos + slen]
-            pos += slen
-            items.append(prev)
-    return out[0], out[1], pos
+            if i >= i0:
+                values.append(None)
+            continue
+        slen = code - 1
+        if sh > len(prev) or slen > len(buf) - vp:
+            raise ValueError("front-coded records are malformed")
+        prev = prev[:sh] + buf[vp:vp + slen]
+        vp += slen
+        if i >= i0:
+            values.append(prev)
+    if exact:
+        return (True, values[0]) if found else (False, None)
+    return keys, values, (vp if i1 == n else -1)
+
+
+def py_decode(data, pos: int = 0, lo: bytes | None = None, hi: bytes | None = None) -> tuple[list, list, int]:
+    """(keys, values, end) of the records at ``pos`` whose keys are in [lo, hi); ``end`` is
+    where the records end, -1 when ``hi`` stopped the walk before it."""
+    return _walk(data, pos, lo, hi, False)
+
+
+def py_find(data, key: bytes, pos: int = 0) -> tuple[bool, bytes | None]:
+    """(found, value) of ``key`` (value None for a tombstone, or when not found)."""
+    return _walk(data, pos, key, None, True)
 
 
 encode = _c_encode or py_encode
 decode = _c_decode or py_decode
+find = _c_find or py_find

@@ -3,7 +3,7 @@
  *
  * A front-coded batch of n records is
  *
- *     varint n
+ *     varint n, varint keys_len (bytes of the key stream that follows)
  *     n x key:    varint shared, varint suffix_len, suffix bytes
  *     n x value:  varint shared, varint code, suffix bytes   (code 0: tombstone, no bytes;
  *                                                              else suffix_len = code - 1)
@@ -89,7 +89,9 @@ static PyObject *front_encode(PyObject *self, PyObject *args) {
         return NULL;
     }
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
-    Py_ssize_t w = put_varint(p, (size_t)n);
+    /* The header is n and the key stream's length: keys go at a fixed offset first, then
+       move next to the header once their length is known. */
+    Py_ssize_t w = 20;
     const char *prev = "";
     Py_ssize_t plen = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -103,6 +105,14 @@ static PyObject *front_encode(PyObject *self, PyObject *args) {
         w += len - sh;
         prev = s;
         plen = len;
+    }
+    {
+        unsigned char head[20];
+        Py_ssize_t klen = w - 20, h = put_varint(head, (size_t)n);
+        h += put_varint(head + h, (size_t)klen);
+        memmove(p + h, p + 20, (size_t)klen);
+        memcpy(p, head, (size_t)h);
+        w = h + klen;
     }
     prev = "";
     plen = 0;
@@ -134,70 +144,185 @@ static PyObject *malformed(void) {
     return NULL;
 }
 
-/* decode(data, pos=0) -> (keys, values, end) */
-static PyObject *front_decode(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t pos = 0;
-    if (!PyArg_ParseTuple(args, "y*|n", &view, &pos)) {
-        return NULL;
+static int cmp(const unsigned char *a, size_t la, const unsigned char *b, size_t lb) {
+    size_t n = la < lb ? la : lb;
+    int c = n ? memcmp(a, b, n) : 0;
+    if (c) {
+        return c;
     }
-    const unsigned char *buf = (const unsigned char *)view.buf;
-    Py_ssize_t len = view.len;
+    return (la > lb) - (la < lb);
+}
+
+/* A growable scratch buffer for the item being rebuilt. */
+typedef struct {
+    unsigned char *p;
+    size_t cap;
+} scratch;
+
+static int reserve(scratch *sc, size_t need) {
+    if (need <= sc->cap) {
+        return 0;
+    }
+    size_t cap = sc->cap ? sc->cap : 256;
+    while (cap < need) {
+        cap *= 2;
+    }
+    unsigned char *q = PyMem_Realloc(sc->p, cap);
+    if (q == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    sc->p = q;
+    sc->cap = cap;
+    return 0;
+}
+
+/* Walk the records at pos: the keys in [lo, hi) (NULL: unbounded) or, with exact, the one
+   key equal to lo. Returns (keys, values, end) — end is where the records end, or -1 when
+   the walk stopped before the end — or, with exact, (found, value). NULL with an exception
+   on malformed input. */
+static PyObject *walk(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, const unsigned char *lo,
+                      Py_ssize_t llo, const unsigned char *hi, Py_ssize_t lhi, int exact) {
+    size_t n, klen;
+    scratch sc = {NULL, 0};
     PyObject *keys = NULL, *values = NULL, *result = NULL;
-    size_t n;
-    if (pos < 0 || pos > len || get_varint(buf, len, &pos, &n) < 0 || n > (size_t)len) {
+    if (pos < 0 || pos > len || get_varint(buf, len, &pos, &n) < 0 || get_varint(buf, len, &pos, &klen) < 0
+        || n > (size_t)len || klen > (size_t)(len - pos)) {
         malformed();
         goto done;
     }
-    keys = PyList_New((Py_ssize_t)n);
-    values = PyList_New((Py_ssize_t)n);
+    keys = PyList_New(0);
+    values = PyList_New(0);
     if (keys == NULL || values == NULL) {
         goto done;
     }
-    for (int pass = 0; pass < 2; pass++) {
-        PyObject *list = pass == 0 ? keys : values;
-        PyObject *prev = NULL;      /* borrowed: the previous key / non-tombstone value */
-        for (size_t i = 0; i < n; i++) {
-            size_t sh, code;
-            if (get_varint(buf, len, &pos, &sh) < 0 || get_varint(buf, len, &pos, &code) < 0) {
+    Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos;
+    size_t i0 = n, i1 = n, plen = 0, i;
+    int found = 0;
+    for (i = 0; i < n; i++) {
+        size_t sh, slen;
+        if (get_varint(buf, kend, &kp, &sh) < 0 || get_varint(buf, kend, &kp, &slen) < 0 || sh > plen
+            || slen > (size_t)(kend - kp) || reserve(&sc, sh + slen) < 0) {
+            if (!PyErr_Occurred()) {
                 malformed();
-                goto done;
             }
-            if (pass == 1 && code == 0) {
-                if (sh != 0) {
-                    malformed();
-                    goto done;
-                }
-                Py_INCREF(Py_None);
-                PyList_SET_ITEM(list, (Py_ssize_t)i, Py_None);
+            goto done;
+        }
+        memcpy(sc.p + sh, buf + kp, slen);
+        kp += (Py_ssize_t)slen;
+        plen = sh + slen;
+        if (i0 == n) {
+            int c = lo == NULL ? 1 : cmp(sc.p, plen, lo, (size_t)llo);
+            if (c < 0) {
                 continue;
             }
-            size_t slen = pass == 0 ? code : code - 1;
-            Py_ssize_t plen = prev == NULL ? 0 : PyBytes_GET_SIZE(prev);
-            if (sh > (size_t)plen || slen > (size_t)(len - pos)) {
+            i0 = i;
+            if (exact) {
+                found = c == 0;
+                i1 = found ? i + 1 : i;
+                break;
+            }
+        }
+        if (hi != NULL && cmp(sc.p, plen, hi, (size_t)lhi) >= 0) {
+            i1 = i;
+            break;
+        }
+        PyObject *k = PyBytes_FromStringAndSize((const char *)sc.p, (Py_ssize_t)plen);
+        if (k == NULL || PyList_Append(keys, k) < 0) {
+            Py_XDECREF(k);
+            goto done;
+        }
+        Py_DECREF(k);
+    }
+    if (i == n && kp != kend) {
+        malformed();            /* the key stream is longer than its n keys */
+        goto done;
+    }
+    /* The values up to i1 (each may share a prefix with the previous one). */
+    Py_ssize_t vp = kend;
+    plen = 0;
+    for (i = 0; i < i1; i++) {
+        size_t sh, code;
+        if (get_varint(buf, len, &vp, &sh) < 0 || get_varint(buf, len, &vp, &code) < 0) {
+            malformed();
+            goto done;
+        }
+        if (code == 0) {
+            if (sh != 0) {
                 malformed();
                 goto done;
             }
-            PyObject *item = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(sh + slen));
-            if (item == NULL) {
+            if (i >= i0 && PyList_Append(values, Py_None) < 0) {
                 goto done;
             }
-            char *d = PyBytes_AS_STRING(item);
-            if (sh) {
-                memcpy(d, PyBytes_AS_STRING(prev), sh);
+            continue;
+        }
+        size_t slen = code - 1;
+        if (sh > plen || slen > (size_t)(len - vp) || reserve(&sc, sh + slen) < 0) {
+            if (!PyErr_Occurred()) {
+                malformed();
             }
-            memcpy(d + sh, buf + pos, slen);
-            pos += (Py_ssize_t)slen;
-            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-            prev = item;
+            goto done;
+        }
+        memcpy(sc.p + sh, buf + vp, slen);
+        vp += (Py_ssize_t)slen;
+        plen = sh + slen;
+        if (i >= i0) {
+            PyObject *v = PyBytes_FromStringAndSize((const char *)sc.p, (Py_ssize_t)plen);
+            if (v == NULL || PyList_Append(values, v) < 0) {
+                Py_XDECREF(v);
+                goto done;
+            }
+            Py_DECREF(v);
         }
     }
-    result = Py_BuildValue("(OOn)", keys, values, pos);
+    if (exact) {
+        result = found ? Py_BuildValue("(OO)", Py_True, PyList_GET_ITEM(values, 0)) : Py_BuildValue("(OO)", Py_False, Py_None);
+    } else {
+        result = Py_BuildValue("(OOn)", keys, values, i1 == n ? vp : (Py_ssize_t)-1);
+    }
 done:
+    PyMem_Free(sc.p);
     Py_XDECREF(keys);
     Py_XDECREF(values);
-    PyBuffer_Release(&view);
     return result;
+}
+
+/* decode(data, pos=0, lo=None, hi=None) -> (keys, values, end): the records at pos with
+   lo <= key < hi; end is where the records end (-1 when hi stopped the walk early). */
+static PyObject *front_decode(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos = 0;
+    PyObject *lo = Py_None, *hi = Py_None;
+    if (!PyArg_ParseTuple(args, "y*|nOO", &view, &pos, &lo, &hi)) {
+        return NULL;
+    }
+    PyObject *r = NULL;
+    if ((lo != Py_None && !PyBytes_Check(lo)) || (hi != Py_None && !PyBytes_Check(hi))) {
+        PyErr_SetString(PyExc_TypeError, "lo and hi must be bytes or None");
+    } else {
+        r = walk((const unsigned char *)view.buf, view.len, pos,
+                 lo == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(lo),
+                 lo == Py_None ? 0 : PyBytes_GET_SIZE(lo),
+                 hi == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(hi),
+                 hi == Py_None ? 0 : PyBytes_GET_SIZE(hi), 0);
+    }
+    PyBuffer_Release(&view);
+    return r;
+}
+
+/* find(data, key, pos=0) -> (found, value): value None for a tombstone or when absent. */
+static PyObject *front_find(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *key;
+    Py_ssize_t pos = 0;
+    if (!PyArg_ParseTuple(args, "y*O!|n", &view, &PyBytes_Type, &key, &pos)) {
+        return NULL;
+    }
+    PyObject *r = walk((const unsigned char *)view.buf, view.len, pos,
+                       (const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), NULL, 0, 1);
+    PyBuffer_Release(&view);
+    return r;
 }
 
 /* -- bloom filters ---------------------------------------------------------------------- */
@@ -289,7 +414,8 @@ static PyObject *bloom_check(PyObject *self, PyObject *const *args, Py_ssize_t n
 
 static PyMethodDef methods[] = {
     {"encode", front_encode, METH_VARARGS, "Front-code sorted keys and their values (None: tombstone)."},
-    {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos."},
+    {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos in [lo, hi)."},
+    {"find", front_find, METH_VARARGS, "(found, value) of one key in front-coded records."},
     {"bloom_build", bloom_build, METH_VARARGS, "The bit array of a bloom filter over keys (m bits, k probes)."},
     {"bloom_check", (PyCFunction)(void (*)(void))bloom_check, METH_FASTCALL, "Whether key may be in the filter."},
     {NULL, NULL, 0, NULL},

@@ -231,14 +231,20 @@ def parse_meta(data: bytes, crc: int, what: str, version: int = VERSION) -> SstM
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
+def block_raw(frame: bytes, crc: int | None, what: str) -> bytes:
+    """A block's record batch: the frame checked and, when it is a zstd frame, decompressed
+    (a record batch of either version never starts with the zstd magic)."""
+    if crc is not None:
+        check_crc(frame, crc, what)
+    return decompress(frame, what) if frame[:4] == ZSTD_MAGIC else frame
+
+
 def decode_block(frame: bytes, crc: int | None, what: str, version: int = VERSION) -> tuple[list, list, list | int, int]:
     """(keys, values, seqs, uncompressed size) of a block: a zstd frame, or the record batch
     itself when compression would not have saved an eighth (a msgpack array never starts
     with the zstd magic). seqs is one int when the block's records share it. ``crc`` None:
     the caller verified the bytes already."""
-    if crc is not None:
-        check_crc(frame, crc, what)
-    raw = decompress(frame, what) if frame[:4] == ZSTD_MAGIC else frame
+    raw = block_raw(frame, crc, what)
     if version < 2:
         keys, values, seqs = unpack_records(raw, what)
     else:

@@ -70,8 +70,9 @@ def _raw_size(keys: list, values: list, i: int, j: int) -> int:
 
 
 def _frame(raw: bytes, level: int) -> bytes:
+    """A zstd frame of the batch, or byte 0 and the batch when zstd would not save an eighth."""
     body = compress(raw, level)
-    return raw if len(body) > len(raw) - len(raw) // 8 else body
+    return b"\x00" + raw if len(body) > len(raw) - len(raw) // 8 else body
 
 
 def encode(keys: list, values: list, max_seq: int, level: int = 3, block_bytes: int = BLOCK_BYTES) -> bytes:
@@ -80,12 +81,8 @@ def encode(keys: list, values: list, max_seq: int, level: int = 3, block_bytes: 
     n = len(keys)
     if n and _raw_size(keys, values, 0, min(n, 64)) * n // min(n, 64) > 2 * block_bytes:
         return _encode_blocked(keys, values, max_seq, level, block_bytes)
-    raw = pack_block(keys, values)
-    body = compress(raw, level)
-    flags = FLAG_ZSTD
-    if len(body) >= len(raw):
-        body, flags = raw, 0
-    return _with_header(flags, n, max_seq, body)
+    body = _frame(pack_block(keys, values), level)
+    return _with_header(0 if body[:1] == b"\x00" else FLAG_ZSTD, n, max_seq, body)
 
 
 def _encode_blocked(keys: list, values: list, max_seq: int, level: int, block_bytes: int) -> bytes:
@@ -152,11 +149,21 @@ def parse(data: bytes, what: str = "WAL segment") -> SegmentIndex:
     return SegmentIndex(ver, count, max_seq, first, last, offsets, lengths)
 
 
+def block_raw(frame: bytes, what: str, version: int = VERSION):
+    """A block's record batch. Version 3: a zstd frame, or byte 0 then the batch; version 2:
+    a zstd frame or the msgpack batch (which never starts with the zstd magic)."""
+    if frame[:4] == ZSTD_MAGIC:
+        return decompress(frame, what)
+    if version >= 3:
+        if frame[:1] != b"\x00":
+            raise CorruptionError(f"{what}: a block is neither a zstd frame nor a stored batch")
+        return frame[1:]
+    return frame
+
+
 def decode_block(frame: bytes, what: str, version: int = VERSION) -> tuple[list, list, int]:
-    """(keys, values, raw size) of one block: a zstd frame or the raw record batch (neither
-    a msgpack array nor a front-coded batch starts with the zstd magic: the first key of a
-    front-coded batch shares 0 bytes with nothing, so its second byte is 0)."""
-    raw = decompress(frame, what) if frame[:4] == ZSTD_MAGIC else frame
+    """(keys, values, raw size) of one block."""
+    raw = block_raw(frame, what, version)
     if version < 3:
         keys, values = unpack_pair(raw, what)
     else:

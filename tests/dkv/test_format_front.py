@@ -19,8 +19,8 @@ def _records(rng, n):
 
 def test_the_layout():
     data = _front.py_encode([b"item/01", b"item/02", b"items"], [b"abc", None, b"abd"])
-    assert data == (bytes([3]) + bytes([0, 7]) + b"item/01" + bytes([6, 1]) + b"2" + bytes([4, 1]) + b"s"
-                    + bytes([0, 4]) + b"abc" + bytes([0, 0]) + bytes([2, 2]) + b"d")
+    keys = bytes([0, 7]) + b"item/01" + bytes([6, 1]) + b"2" + bytes([4, 1]) + b"s"
+    assert data == (bytes([3, len(keys)]) + keys + bytes([0, 4]) + b"abc" + bytes([0, 0]) + bytes([2, 2]) + b"d")
     assert _front.py_decode(data) == ([b"item/01", b"item/02", b"items"], [b"abc", None, b"abd"], len(data))
 
 
@@ -65,10 +65,12 @@ def test_damaged_bytes_are_refused_or_decode_to_something_else_never_crash(seed)
         assert len(outcomes) == 1, "the C and Python decoders disagree on damaged input"
 
 
-@pytest.mark.parametrize("data", [b"", b"\x05", b"\x01\x03\x01a", b"\x01\x00\x05ab", b"\x01\x00\x01a\x01\x00",
+@pytest.mark.parametrize("data", [b"", b"\x05", b"\x01\x03\x03\x01a", b"\x01\x04\x00\x05ab",
+                                  b"\x01\x03\x00\x01a\x01\x00", b"\x01\x09\x00\x01a",
+                                  b"\x01\x05\x00\x01ab\x00\x02x",
                                   b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"],
                          ids=["empty", "count-only", "shared-past-previous", "suffix-past-end", "tombstone-shared",
-                              "huge-varint"])
+                              "keys-past-end", "keys-longer-than-n", "huge-varint"])
 def test_malformed_is_value_error(data):
     for decode in _decoders():
         with pytest.raises(ValueError):
@@ -83,3 +85,23 @@ def test_bad_input_types_are_refused():
             encode([b"k"], ["str value"])
         with pytest.raises(ValueError):
             encode([b"k"], [])
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_ranges_and_finds_build_only_what_they_return(seed):
+    rng = random.Random(seed)
+    keys, values = _records(rng, rng.choice([0, 1, 7, 300]))
+    data = _front.py_encode(keys, values)
+    probes = keys[::7] + [rng.randbytes(rng.randrange(1, 20)) for _ in range(5)] + [None]
+    for lo in probes:
+        for hi in probes[::3]:
+            want = [(k, v) for k, v in zip(keys, values) if (lo is None or k >= lo) and (hi is None or k < hi)]
+            for decode in _decoders():
+                got_k, got_v, end = decode(data, 0, lo, hi)
+                assert list(zip(got_k, got_v)) == want
+                cut = hi is not None and any(k >= hi and (lo is None or k >= lo) for k in keys)
+                assert end == (-1 if cut else len(data))
+    for key in keys[::5] + [rng.randbytes(8)]:
+        want = (True, values[keys.index(key)]) if key in keys else (False, None)
+        for find in [_front.py_find] + ([_front._c_find] if _front._c_find else []):
+            assert find(data, key) == want

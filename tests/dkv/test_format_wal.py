@@ -84,10 +84,15 @@ def test_header_fields_are_pinned():
     assert (magic, ver, count, max_seq, body_len) == (b"DKVW", 3, 3, (1 << 64) - 1, len(data) - 26)
     body = data[26:]
     assert crc == zlib.crc32(body, zlib.crc32(data[4:22]))
-    raw = zstandard.ZstdDecompressor().decompress(body) if flags & wal.FLAG_ZSTD else body
-    # The body is one front-coded batch: n, then each key as (shared, suffix length,
-    # suffix), then each value as (shared, length + 1 or 0 for a tombstone, suffix).
-    assert raw == bytes([3, 0, 1]) + b"a" + bytes([0, 1]) + b"b" + bytes([0, 1]) + b"c" + \
+    # The body is a zstd frame (flag ZSTD) or byte 0 then the batch stored as it is.
+    if flags & wal.FLAG_ZSTD:
+        raw = zstandard.ZstdDecompressor().decompress(body)
+    else:
+        assert body[0] == 0
+        raw = body[1:]
+    # One front-coded batch: n, the key stream's length, each key as (shared, suffix
+    # length, suffix), then each value as (shared, length + 1 or 0 for a tombstone, suffix).
+    assert raw == bytes([3, 9, 0, 1]) + b"a" + bytes([0, 1]) + b"b" + bytes([0, 1]) + b"c" + \
         bytes([0, 2]) + b"1" + bytes([0, 0]) + bytes([0, 1])
 
 

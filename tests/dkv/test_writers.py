@@ -364,6 +364,8 @@ def _alternate(seed, memtable_bytes):
     rng = random.Random(seed)
     store = MemoryStore()
     opts = dict(SMALL, memtable_bytes=memtable_bytes, retain=3, background=rng.random() < 0.5)
+    if memtable_bytes > 1 << 19:            # no flush at all: nothing but WAL segments
+        opts.update(flush_segments=1 << 20, flush_bytes=1 << 30)
     dbs = [dkv.open(store, **opts), None]
     model, epoch, turn, refreshed = {}, 0, 0, 0
     state = [{}, None]        # what each DB holds (a fenced DB's files may be collected: not read)
