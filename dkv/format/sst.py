@@ -6,7 +6,7 @@ Layout (docs/format/sst.md)::
     | data block 0   | data block 1   | ... | metadata segment | footer (32 bytes)    |
     +----------------+----------------+-----+------------------+----------------------+
 
-    data block   zstd frame of a record batch (~16 KiB before compression, no padding), or
+    data block   zstd frame of a record batch (about block_bytes before compression, no padding), or
                  the batch itself when zstd would not save an eighth; its CRC-32 is kept
                  in the sparse index. Version 2: front-coded keys and values (_front.py)
                  then the msgpack of the seqs, one integer when every record of the block
