@@ -143,11 +143,20 @@ def run(args) -> dict:
     batches = []
     seq = 0
     emitted_total = 0
+    profiler = None
+    if args.profile:
+        import cProfile
+        profiler = cProfile.Profile()
     for b in range(args.batches):
         events = BatchEvents(b, mine, args.count, args.events_per_key, args.prefill, seq)
         seq += len(events)
+        prof = profiler if profiler is not None and b >= args.warmup else None
         t0 = time.perf_counter()
+        if prof is not None:
+            prof.enable()
         emitted, metrics = run_shard_batch(spec, b, 0, events, batch_time=b * 1000, convert=convert)
+        if prof is not None:
+            prof.disable()
         ms = (time.perf_counter() - t0) * 1000
         _host._tidy_heap(b + 1)
         emitted_total += sum(pc.sum(pc.list_value_length(rb.column("items"))).as_py() or 0 for rb in emitted)
@@ -169,6 +178,8 @@ def run(args) -> dict:
                   f"({rec['bytes'] / max(1, len(events)):6.1f} B/ev) {rec['objects']:4d} obj "
                   f"manifest {manifest:6d} B  ssts {len(sst_files):5d} ({rec['live_sst_mb']:7.1f} MB) "
                   f"wal {rec['wal_segments']:3d}  rss {rec['rss_mb']:7.0f} MB", file=sys.stderr, flush=True)
+    if profiler is not None:
+        profiler.dump_stats(args.profile)
     _runtime.drop_cached()
     steady = [r for r in batches if r["batch"] >= args.warmup]
     ev = sum(r["events"] for r in steady)
@@ -200,6 +211,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dkv-options", default=None, help="JSON of dkv options for the shard")
     ap.add_argument("--dir", default=None, help="keep the state here (default: a temp dir, removed)")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--profile", default=None, help="cProfile the steady batches into this file (pstats)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     out = run(args)

@@ -5,7 +5,8 @@ records are encoded once, as the WAL segment that the checkpoint uploads, and th
 encoding stays in memory as a read source until a flush merges it into an SST: a
 ``Delta``. Encoded, a record takes a few bytes (zstd over sorted keys) where a dict entry
 takes a few hundred, so many checkpoint intervals fit in memory and records that die
-within them (queue slots appended and popped) never reach an SST. A Delta reads like a
+within them (queue slots appended and popped) never reach an SST with their values (only
+a tombstone, when older tables might hold the key). A Delta reads like a
 Table (it is one, over in-memory bytes): blocks decoded on demand through the shared
 block cache, a bloom filter built in memory (WAL segments carry none), key-group
 clipping after a rescale. Reopening a store parses its live segments into Deltas

@@ -7,7 +7,7 @@ them that replaces the dict. Flushing runs on its own thread once the immutable 
 reach ``flush_segments`` segments or ``flush_bytes`` bytes: it merges all of them into one
 L0 sorted run (a key range at a time, so memory stays bounded), publishes a new Version,
 and drops the WAL segments the run covers. Records that died within those checkpoint
-intervals never reach an SST. Compaction runs on a third thread so a long merge never
+intervals never reach an SST with their values (a tombstone does when older tables exist). Compaction runs on a third thread so a long merge never
 delays a flush.
 """
 from __future__ import annotations

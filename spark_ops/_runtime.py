@@ -34,7 +34,7 @@ DEFAULT_MEMORY = 512 << 20
 # ~1.4x better than 16 KiB ones; reads of a shard's state are mostly scans), one sorted run
 # below L0 (level_base_bytes past any shard's state: every compaction is L0 + L1 -> L1,
 # which drops tombstones), and up to 32 checkpoint intervals in memory before a flush, so
-# that queue slots appended and popped within them never reach an SST (RFC 0005).
+# that the values of queue slots appended and popped within them never reach an SST (RFC 0005).
 DKV_OPTIONS = dict(retain=3, pace=1.5, table_bytes=8 << 20, block_bytes=64 << 10, level_base_bytes=1 << 30,
                    flush_segments=32)
 
@@ -348,24 +348,30 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
         rows += len(events)
         if basis is not None:
             _raise_basis(basis, events, index, spec.input_column)
-        for kg, parts, ts, row in events:
-            if drop_below is not None and ts is not None and ts < drop_below:
-                late += 1       # as in Spark: rows behind the watermark are dropped
-                continue
-            if parts != last_parts:     # a key's rows come together: convert its key once
-                last_parts, key = parts, user_key(parts, arity)
-            ctx.key_group, ctx._parts, ctx.key, ctx.event_time = kg, parts, key, ts
-            on_event(key, row, ctx)
-        since_spill += len(events)
+        n, pos = len(events), 0
+        while pos < n:
+            # Early saves come every spill_events events, also inside a chunk.
+            take = min(n - pos, st.spill_events - since_spill)
+            part = events if take == n else events[pos:pos + take]
+            for kg, parts, ts, row in part:
+                if drop_below is not None and ts is not None and ts < drop_below:
+                    late += 1       # as in Spark: rows behind the watermark are dropped
+                    continue
+                if parts != last_parts:     # a key's rows come together: convert its key once
+                    last_parts, key = parts, user_key(parts, arity)
+                ctx.key_group, ctx._parts, ctx.key, ctx.event_time = kg, parts, key, ts
+                on_event(key, row, ctx)
+            pos += take
+            since_spill += take
+            if since_spill >= st.spill_events:
+                # Keys come in order, so the objects of the events so far are done with: saved
+                # now, they leave memory within the budget instead of at the end of the batch.
+                st.spill()
+                since_spill = 0
         if convert is not None and len(st.emitted) >= OUT_CHUNK:
             emitted += len(st.emitted)
             st.converted.append(convert(st.emitted))
             st.emitted = []
-        if since_spill >= st.spill_events:
-            # Keys come in order, so the objects of the events so far are done with: saved
-            # now, they leave memory within the budget instead of at the end of the batch.
-            st.spill()
-            since_spill = 0
     ctx.event_time = None
     fired = 0
     if end_of_input:

@@ -1,0 +1,238 @@
+"""Long-running state shapes: queue churn across flush windows, and thousands of overwrite
+checkpoints. What they prove:
+
+* records whose put and delete fall in one flush window never reach an SST as a value
+  (exactly which tombstones an SST carries is asserted too), and the storage calls of a
+  window are one WAL segment per checkpoint, then one SST for the whole window;
+* however many checkpoints a store takes, the live WAL segments (those the newest manifest
+  names, hence those a reopen reads) and the WAL files in its folder stay bounded.
+
+(Old SST/WAL formats are covered by test_old_formats.py.)
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import dkv
+from dkv import _paths
+from dkv.format import manifest as mf
+from dkv.format import sst
+from dkv.storage import LocalDirStore, LoggingStore
+from dkv_helpers import Journal, contents, manifest_files
+
+
+def sst_records(data: bytes, what: str = "sst") -> list[tuple[bytes, bytes | None, int]]:
+    """Every (key, value-or-None, seq) of an SST's bytes, decoded with the format helpers."""
+    off, length, crc = sst.parse_footer(data, what)
+    meta = sst.parse_meta(data[off:off + length], crc, what, sst.footer_version(data))
+    out = []
+    for i, (boff, blen, bcrc) in enumerate(zip(meta.offsets, meta.lengths, meta.crcs)):
+        keys, values, seqs, _ = sst.decode_block(data[boff:boff + blen], bcrc, f"{what} block {i}", meta.version)
+        seqs = [seqs] * len(keys) if type(seqs) is int else seqs
+        out.extend(zip(keys, values, seqs))
+    assert len(out) == meta.count and sum(v is None for _, v, _ in out) == meta.tombstones
+    assert [k for k, _, _ in out] == sorted({k for k, _, _ in out}), "keys ascending, each once"
+    return out
+
+
+# ------------------------------------------------------------------------ queue churn
+
+
+FLUSH_SEGMENTS = 8      # a flush window: this many checkpoint intervals (one sealed memtable each)
+LAG = 3                 # a key is deleted LAG checkpoints after its put (LAG < FLUSH_SEGMENTS)
+PER_CHECKPOINT = 20     # keys appended per checkpoint
+WINDOWS = 4             # full flush windows, then a partial one ...
+TAIL = 5                # ... of TAIL checkpoints, flushed by db.flush()
+
+
+def qkey(i: int) -> bytes:
+    return b"q/%08d" % i
+
+
+def qval(i: int) -> bytes:
+    return (b"slot-%08d-" % i).ljust(40, b"#")
+
+
+def churn_ops(c: int) -> tuple[list[int], list[int]]:
+    """(slots appended, slots deleted) at checkpoint interval c (1-based)."""
+    added = list(range(c * PER_CHECKPOINT, (c + 1) * PER_CHECKPOINT))
+    old = c - LAG
+    deleted = list(range(old * PER_CHECKPOINT, (old + 1) * PER_CHECKPOINT)) if old >= 1 else []
+    return added, deleted
+
+
+def put_names(calls) -> list[str]:
+    return [c.key for c in calls if c.kind in ("put", "put_if_absent")]
+
+
+def test_records_deleted_before_a_flush_never_reach_an_sst():
+    journal = Journal()                 # keeps the bytes of every object ever put
+    log = LoggingStore(journal)         # and the order of every call
+    # One sealed memtable per checkpoint (memtable_bytes far above an interval's records), a
+    # flush every FLUSH_SEGMENTS of them (flush_bytes never reached), inline (background=False)
+    # and no compaction, so every SST written is exactly one flush window's merge.
+    opts = dict(background=False, compaction=False, memtable_bytes=1 << 20, flush_segments=FLUSH_SEGMENTS,
+                flush_bytes=1 << 30, block_bytes=512, retain=2)
+    db = dkv.open(log, **opts)
+    model: dict = {}
+    windows: list[dict] = [{}]          # per flush window: key -> final value in it (None: deleted)
+    cps = WINDOWS * FLUSH_SEGMENTS + TAIL
+    puts_per_checkpoint = []
+    for c in range(1, cps + 1):
+        added, deleted = churn_ops(c)
+        for i in added:
+            db.put(qkey(i), qval(i))
+            model[qkey(i)] = qval(i)
+            windows[-1][qkey(i)] = qval(i)
+        for i in deleted:
+            db.delete(qkey(i))
+            del model[qkey(i)]
+            windows[-1][qkey(i)] = None
+        n = len(log.calls)
+        db.checkpoint(c).wait()
+        puts_per_checkpoint.append(put_names(log.calls[n:]))
+        if c % FLUSH_SEGMENTS == 0:
+            windows.append({})
+    n = len(log.calls)
+    db.flush()                          # the partial last window
+    flush_puts = put_names(log.calls[n:])
+    n = len(log.calls)
+    db.checkpoint(cps + 1).wait()
+    last_puts = put_names(log.calls[n:])
+
+    # -- the storage calls: a WAL segment per checkpoint until the window is full; the
+    # checkpoint that fills it flushes (inside its seal) and uploads the SST instead.
+    sst_names = []
+    for c, puts in enumerate(puts_per_checkpoint, start=1):
+        manifest = _paths.manifest_name("", c, 1)
+        if c % FLUSH_SEGMENTS:
+            assert puts == [_paths.wal_name("", 1, c), manifest], (c, puts)
+        else:
+            assert len(puts) == 2 and puts[0].startswith("sst/") and puts[1] == manifest, (c, puts)
+            sst_names.append(puts[0])
+    assert len(flush_puts) == 1 and flush_puts[0].startswith("sst/"), flush_puts
+    sst_names.append(flush_puts[0])
+    assert last_puts == [_paths.manifest_name("", cps + 1, 1)], "nothing left to upload but the manifest"
+    assert sst_names == [_paths.sst_name("", 1, t) for t in range(1, WINDOWS + 2)]
+    all_puts = put_names(log.calls)
+    assert [p for p in all_puts if p.startswith("sst/")] == sst_names, "no other SST was ever written"
+    # No SST before its window was full: the k-th SST comes after the WAL segment of the
+    # window's last-but-one interval and before the manifest of its last one.
+    for k, name in enumerate(sst_names[:WINDOWS]):
+        last = (k + 1) * FLUSH_SEGMENTS
+        assert all_puts.index(_paths.wal_name("", 1, last - 1)) < all_puts.index(name) \
+            < all_puts.index(_paths.manifest_name("", last, 1))
+
+    # -- every SST, decoded: exactly its window's merge. The first flush has no older table
+    # under it, so it drops tombstones (nothing to hide); later flushes keep the tombstone of
+    # every key deleted in their window, also of keys put in that same window: the flush
+    # merge does not look for older versions (_flush.py _write_flush; RFC 0005 §3 leaves
+    # dropping them for later). No such key is ever an SST value.
+    data = {name: data for kind, name, data in journal.log if kind == "put" and name.startswith("sst/")}
+    assert set(data) == set(sst_names)
+    assert {n for n, _ in journal.inner.list("sst/")} == set(sst_names), "no compaction: every SST is still there"
+    for w, (name, window) in enumerate(zip(sst_names, windows)):
+        recs = sst_records(data[name], name)
+        want = {k: v for k, v in window.items() if not (w == 0 and v is None)}
+        assert {k: v for k, v, _ in recs} == want, name
+        assert len({s for _, _, s in recs}) == 1, "a flush writes every record with the window's sequence number"
+        assert (sum(v is None for _, v, _ in recs) > 0) == (w > 0)
+    # Slots put and deleted within one window (appended in its first FLUSH_SEGMENTS - LAG
+    # intervals): none is a value in any SST.
+    born_and_died = {qkey(i) for c in range(1, cps + 1) for i in churn_ops(c)[0]
+                     if (c - 1) // FLUSH_SEGMENTS == (c + LAG - 1) // FLUSH_SEGMENTS and c + LAG <= cps}
+    assert len(born_and_died) == (FLUSH_SEGMENTS - LAG) * PER_CHECKPOINT * WINDOWS + (TAIL - LAG) * PER_CHECKPOINT
+    for name in sst_names:
+        for k, v, _ in sst_records(data[name], name):
+            if k in born_and_died:
+                assert v is None, f"{k!r} was put and deleted within one flush window but {name} holds a value"
+    # What the SSTs hold, newest first, is the model: every live key with its value.
+    merged: dict = {}
+    for name in sst_names:
+        merged.update({k: v for k, v, _ in sst_records(data[name], name)})
+    assert {k: v for k, v in merged.items() if v is not None} == model
+    assert contents(db) == model
+    db.close()
+    # -- reopen: exactly the model, and (a checkpoint after a full flush) no WAL to read.
+    log.clear()
+    with dkv.open(log, **opts) as db2:
+        assert contents(db2) == model
+        for k in list(model)[:50]:
+            assert db2.get(k) == model[k]
+        for i in range(PER_CHECKPOINT, (cps + 1 - LAG) * PER_CHECKPOINT, 7):
+            assert db2.get(qkey(i)) is None
+        assert not [c for c in log.calls if c.key.startswith("wal/") and c.kind == "get"]
+
+
+# ------------------------------------------------------------------- overwrite checkpoints
+
+# Default Options (16 flush segments, 64 MiB flush bytes, 5 retained checkpoints, background
+# threads). Each checkpoint seals one memtable (50 small records never reach memtable_bytes),
+# so segment ids follow epochs. The bounds:
+#   * live segments (the newest manifest's WAL ranges, what a reopen reads): a flush is queued
+#     once FLUSH live segments exist, and a seal waits (_flush.py _wait_for_background) while
+#     more than 2 * FLUSH are live, so a checkpoint pins at most 2 * FLUSH = 32;
+#   * WAL files in the folder (after wait_idle, i.e. garbage collection done): the union of
+#     what the RETAIN retained manifests name. Manifest e names segments [a_e, e] with a_e
+#     non-decreasing, so the union is [a_(e-RETAIN+1), e]: live(e-RETAIN+1) + RETAIN - 1
+#     <= 2 * FLUSH + RETAIN - 1 = 36.
+FLUSH = dkv.Options().flush_segments
+RETAIN = dkv.Options().retain
+LIVE_BOUND = 2 * FLUSH
+FILE_BOUND = 2 * FLUSH + RETAIN - 1
+
+
+def wal_names(m: mf.Manifest) -> set:
+    return {n for n in manifest_files(m) if n.startswith("wal/")}
+
+
+def run_overwrites(path: str, checkpoints: int, keys: int = 50) -> None:
+    db = dkv.open(path, fsync=False)
+    model: dict = {}
+    peak_live = peak_files = 0
+    for c in range(1, checkpoints + 1):
+        for i in range(keys):
+            k, v = b"k%03d" % i, b"v%06d-%03d" % (c, i)
+            db.put(k, v)
+            model[k] = v
+        db.checkpoint(c).wait()
+        if c % 100 == 0:
+            db.wait_idle()          # the garbage collection queued after the checkpoint is done
+            cps = db.checkpoints()
+            assert [i.epoch for i in cps] == list(range(c - RETAIN + 1, c + 1))
+            retained = [mf.decode(open(os.path.join(path, i.name), "rb").read(), i.name) for i in cps]
+            live = wal_names(retained[-1])
+            files = {"wal/" + f for f in os.listdir(os.path.join(path, "wal"))}
+            assert len(live) <= LIVE_BOUND, (c, len(live))
+            # The engine's own live list is that, or less once a flush queued by this
+            # checkpoint's seal has finished.
+            assert db.stats()["wal_segments"] <= len(live)
+            # Garbage collection is exact: the folder holds what retained manifests name.
+            assert files == set().union(*(wal_names(m) for m in retained)), c
+            assert len(files) <= FILE_BOUND, (c, len(files))
+            assert sorted(os.listdir(os.path.join(path, "manifest"))) == \
+                [i.name.split("/", 1)[1] for i in cps]
+            peak_live, peak_files = max(peak_live, len(live)), max(peak_files, len(files))
+    assert contents(db) == model
+    db.close()
+    # The bounds were approached, not just never reached: samples every 100 checkpoints fall
+    # 4 apart modulo a 16-segment flush window, so one of them sees at least FLUSH - 4 live.
+    assert peak_live >= FLUSH - 4 and peak_files > peak_live
+    newest = max(os.listdir(os.path.join(path, "manifest")))
+    want = wal_names(mf.decode(open(os.path.join(path, "manifest", newest), "rb").read()))
+    log = LoggingStore(LocalDirStore(path, fsync=False))
+    with dkv.open(log, fsync=False) as db2:
+        assert contents(db2) == model
+        read = [c.key for c in log.calls if c.kind == "get" and c.key.startswith("wal/")]
+        assert set(read) == want and len(read) == len(want) <= LIVE_BOUND, "a reopen reads just the live segments"
+
+
+def test_live_wal_segments_stay_bounded_through_thousands_of_overwrite_checkpoints(tmp_path):
+    run_overwrites(str(tmp_path / "db"), 3000)
+
+
+@pytest.mark.slow
+def test_live_wal_segments_stay_bounded_through_ten_thousand_overwrite_checkpoints(tmp_path):
+    run_overwrites(str(tmp_path / "db"), 10_000)
