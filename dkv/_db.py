@@ -265,8 +265,18 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
     # -- checkpoints ----------------------------------------------------------------------
 
-    def checkpoint(self, epoch: int, flush: bool | None = None) -> Checkpoint:
-        """Start checkpoint ``epoch`` (an int greater than the previous one) and return at once.
+    @property
+    def last_checkpoint(self) -> int | None:
+        """The epoch of the newest checkpoint this handle took, or opened from; None when
+        there is none yet."""
+        epoch = getattr(self, "_last_epoch", None)
+        if epoch is None:           # read-only
+            epoch = self.opened_from.epoch if self.opened_from is not None else -1
+        return None if epoch < 0 else epoch
+
+    def checkpoint(self, epoch: int | None = None, flush: bool | None = None) -> Checkpoint:
+        """Start checkpoint ``epoch`` (an int greater than the previous one; None: the next,
+        ``last_checkpoint + 1``, 1 for a new store) and return at once; ``cp.epoch`` is it.
 
         Synchronous phase: seal the active memtable (it becomes the interval's WAL
         segment), pin the current levels and live segments. Encoding and uploading the
@@ -279,13 +289,16 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         ``wait_for_flushes``, a checkpoint taken while a flush is queued or running waits
         for it and references its SSTs instead of the segments it covers.
         """
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
             raise ValueError(f"checkpoint epoch must be a non-negative int, got {epoch!r}")
         with self._wlock:
             self._check_write()
-            if epoch <= self._last_epoch:
-                raise ValueError(f"checkpoint epoch {epoch} must be greater than the previous one "
-                                 f"({self._last_epoch})")
+            if epoch is None:
+                epoch = max(self._last_epoch + 1, 1)
+            elif epoch <= self._last_epoch:
+                raise ValueError(f"checkpoint epoch {epoch} must be greater than the last checkpoint's "
+                                 f"({self._last_epoch}); pass a larger one, or call checkpoint() without "
+                                 f"an epoch to take the next ({self._last_epoch + 1})")
             if flush is None:
                 flush = 0 < self.opts.max_replay_bytes < self._replay_bytes()
             self._seal()

@@ -38,6 +38,7 @@ class Delta(Table):
     sealed memtable), so the bloom filter needs no decoding."""
 
     __slots__ = ("max_seq", "index", "_keys")
+    read_ahead = False
 
     def __init__(self, name: str, data: bytes, index: wal.SegmentIndex, cache, groups=ALL_KEY_GROUPS,
                  keys: list | None = None) -> None:

@@ -74,6 +74,7 @@ def decoded_bytes(keys: list, values: list) -> int:
 
 
 RAW_ENTRY = 200      # a cached raw block: the bytes object and its cache bookkeeping
+READ_AHEAD = 256 << 10   # bytes of following blocks a scan fetches with a block it misses
 
 
 def _list_get(blk: list, key: bytes):
@@ -99,6 +100,7 @@ def group_bounds(groups: tuple) -> tuple[bytes | None, bytes | None]:
 class Table:
     """One SST as seen by one checkpoint (with its key-group clip). Thread-safe, lazy."""
 
+    read_ahead = True       # scans fetch runs of blocks (a Delta's blocks are in memory)
     __slots__ = ("ref", "path", "min_key", "max_key", "_store", "_cache", "_meta", "_lock",
                  "clip_lo", "clip_hi", "_blocks", "_ref", "_first", "_bloom", "run")
 
@@ -168,7 +170,34 @@ class Table:
         """(cache entry, its bytes) of block i, fetched and checked."""
         meta = self._meta
         off, ln = meta.offsets[i], meta.lengths[i]
-        frame = self._store.get(self.path, off, off + ln)
+        return self._entry(i, self._store.get(self.path, off, off + ln))
+
+    def _read_ahead(self, i: int, end) -> None:
+        """A scan about to miss block i fetches the uncached blocks after it that it will
+        need (first key < end), up to READ_AHEAD bytes, with the same read: one request
+        instead of one per block. Blocks are back to back, so the run is one range."""
+        meta, first, blocks = self._meta, self._first, self._blocks
+        n = len(first)
+        j, total = i + 1, meta.lengths[i]
+        while (j < n and blocks[j] is None and (end is None or first[j] < end)
+               and total + meta.lengths[j] <= READ_AHEAD):
+            total += meta.lengths[j]
+            j += 1
+        if j == i + 1:
+            return
+        base = meta.offsets[i]
+        data = self._store.get(self.path, base, base + total)
+        if len(data) != total:
+            raise CorruptionError(f"SST {self.path}: read {len(data)} bytes of blocks {i}..{j - 1}, "
+                                  f"expected {total}")
+        for k in range(i, j):
+            o = meta.offsets[k] - base
+            blk, cost = self._entry(k, data[o:o + meta.lengths[k]])
+            blocks[k] = blk
+            self._cache.admit(self, k, cost)
+
+    def _entry(self, i: int, frame: bytes) -> tuple[list, int]:
+        meta = self._meta
         what = f"SST {self.path} block {i}"
         if meta.version < 2:
             keys, values, seqs, _ = sst.decode_block(frame, meta.crcs[i], what, meta.version)
@@ -226,6 +255,8 @@ class Table:
         while i < n:
             if end is not None and first[i] >= end:
                 return
+            if self._blocks[i] is None and self.read_ahead:
+                self._read_ahead(i, end)
             blk = self.block(i)
             if type(blk[0]) is bytes:
                 keys, values, stop = front_decode(blk[0], blk[1], start if i == 0 or start is None or

@@ -331,15 +331,31 @@ class ObjectSpace(KindMethods):
             if self._graves.get(g.nkey) is g:
                 del self._graves[g.nkey]
 
-    def checkpoint(self, epoch: int, full: bool = False) -> str:
+    def checkpoint(self, epoch: int | None = None, full: bool = False) -> str:
         """save + db.write + db.checkpoint(epoch).wait() + on_saved; returns the manifest name.
-        If any step fails, nothing is confirmed and the next save carries the changes."""
-        batch = self.save(full)
-        if len(batch):
-            self._db.write(batch)
-        name = self._db.checkpoint(epoch).wait()
+        ``epoch`` None takes the next number (``last_checkpoint + 1``, 1 for a new store), as
+        a notebook wants. If any step fails, nothing is confirmed: the changes stay in memory,
+        the next checkpoint carries them, and the error says so."""
+        self._check_open()
+        try:
+            batch = self.save(full)
+            if len(batch):
+                self._db.write(batch)
+            name = self._db.checkpoint(epoch).wait()
+        except Exception as e:
+            n = len(self._touched) + len(self._graves)
+            if n and hasattr(e, "add_note"):
+                e.add_note(f"objectspace: nothing was checkpointed; the changes to {n} object(s) are kept "
+                           f"in memory and go with the next successful checkpoint()")
+            raise
         self.on_saved()
         return name
+
+    @property
+    def last_checkpoint(self) -> int | None:
+        """The number of the newest checkpoint of this space's store (taken here, or the one
+        it was opened from); None when there is none."""
+        return self._db.last_checkpoint
 
     @property
     def dirty(self) -> bool:
@@ -379,5 +395,9 @@ class ObjectSpace(KindMethods):
     def __enter__(self) -> "ObjectSpace":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        n = len(self._touched) + len(self._graves) if not self._closed else 0
+        if n and exc is not None and hasattr(exc, "add_note"):
+            exc.add_note(f"objectspace: leaving the with block drops the unsaved changes to {n} object(s) "
+                         f"(nothing after the last checkpoint() is kept)")
         self.close()

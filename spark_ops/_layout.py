@@ -5,8 +5,9 @@ State root: ``<state>/<query id>/<operator name>/`` holding
     config                          key-group count and operator class (written once)
     layouts/L<B0:012>-n<n:05>       one marker per shard layout; B0 = its first batch
     L<B0:012>-n<n:05>/p<s:05>/...   the dkv instance of shard s of that layout
-    wm/<batch:012>/<n>-<s>-...      watermark records (see _watermark.py)
-    metrics/<batch:012>/p<s:05>     per-shard metrics (JSON)
+    wm/<batch:012>/<n>-<s>-...      per shard and batch: watermark basis and batch time in
+                                    the name, metrics (JSON) in the body (see _watermark.py)
+    metrics/<batch:012>/p<s:05>     metrics as states written before session 12 kept them
 
 A layout is a shard count in use from some batch on. Shard ``s`` opening batch ``b``:
 

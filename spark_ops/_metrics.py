@@ -5,6 +5,8 @@ import json
 
 import dkv
 
+from . import _watermark
+
 
 def read_metrics(state: str, query_id: str | None = None, operator: str | None = None, **store_options) -> list[dict]:
     """Every metrics record under ``state`` (a state root given to an operator, or one
@@ -20,12 +22,17 @@ def read_metrics(state: str, query_id: str | None = None, operator: str | None =
     out = []
     for name, _ in store.list(prefix):
         parts = name.split("/")
-        if len(parts) < 3 or parts[-3] != "metrics":
+        if len(parts) < 3 or parts[-3] not in ("wm", "metrics"):
+            continue
+        if parts[-3] == "wm" and _watermark.parse_name(name) is None:
             continue
         owner = parts[:-3]          # [..., query id, operator] when listing from the state root
         if operator is not None and owner and owner[-1] != operator:
             continue
-        rec = json.loads(store.get(name))
+        body = store.get(name)
+        if not body:                # a watermark record of a batch that ran before session 12
+            continue
+        rec = json.loads(body)
         rec["operator"] = owner[-1] if owner else None
         rec["query_id"] = owner[-2] if len(owner) >= 2 else query_id
         out.append(rec)

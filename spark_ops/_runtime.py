@@ -282,11 +282,7 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
             emitted, metrics, finish = _process(st, spec, batch, shard, _chunked(events), watermark,
                                                 processing_time, end_of_input, new_basis, convert)
             n_emitted = metrics.pop("emitted")
-            # While the checkpoint uploads: this batch's watermark record (harmless if the
-            # checkpoint then fails: a re-run writes the same basis, see _watermark) and
-            # the caller's conversion of the rest of the output.
-            _watermark.write(store, batch, spec.shards, shard, new_basis,
-                             max(prev_time, batch_time if batch_time is not None else 0))   # never backwards
+            # While the checkpoint uploads: the caller's conversion of the rest of the output.
             if convert is not None:
                 emitted = st.converted + ([convert(emitted)] if emitted or not st.converted else [])
                 st.converted = []
@@ -301,13 +297,17 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
     st.last_used = time.monotonic()
     with _LOCK:
         _SHARDS[(spec.state, shard, spec.shards)] = st
-    _watermark.collect(store, batch, shard)
     metrics.update(batch=batch, shard=shard, shards=spec.shards, emitted=n_emitted,
                    watermark=watermark, processing_time=processing_time,
                    open_ms=round(open_ms, 1), duration_ms=round((time.perf_counter() - t0) * 1000, 1))
     if prepare_ms is not None:
         metrics["prepare_ms"] = round(prepare_ms, 1)
-    store.put(f"metrics/{batch:012d}/p{shard:05d}-n{spec.shards:05d}", json.dumps(metrics).encode())
+    # One object per shard and batch: the watermark basis and batch time in its name (read by
+    # the next batch's shards with one LIST), the metrics in its body. Written after the
+    # checkpoint, before the task reports success (a re-run writes the same name again).
+    _watermark.write(store, batch, spec.shards, shard, new_basis,
+                     max(prev_time, batch_time if batch_time is not None else 0),   # never backwards
+                     json.dumps(metrics).encode())
     log.info("spark_ops shard %d batch %d: %s", shard, batch, metrics)
     return emitted, metrics
 

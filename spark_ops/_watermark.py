@@ -2,9 +2,12 @@
 
 Spark keeps its watermark on the driver; tasks never see it. So every shard records, at
 the end of batch ``b``, the largest event time it has seen so far (its *basis*) and the
-batch timestamp, in the **name** of a tiny object::
+batch timestamp, in the **name** of a small object::
 
     wm/<b:012>/<n:05>-<shard:05>-<basis ms>-<batch time ms>
+
+whose body is the shard's metrics of the batch (JSON, see _metrics.py): one object per
+shard and batch for both, written once the checkpoint is done.
 
 At the start of ``b + 1`` a shard lists ``wm/<b>/`` — one LIST gives every shard's record —
 and takes ``watermark = max(basis) - delay`` and ``processing time = max(batch time)``.
@@ -20,7 +23,6 @@ import re
 log = logging.getLogger(__name__)
 NONE = -(1 << 62)
 _REC = re.compile(r"^(\d{5})-(\d{5})-((?:-?\d+|x)(?::(?:-?\d+|x))*)-(-?\d+)$")
-KEEP_BATCHES = 20
 
 
 def _fmt(basis: list) -> str:
@@ -61,21 +63,19 @@ def watermark(basis: list, delay_ms: int) -> int | None:
     return min(basis) - delay_ms
 
 
-def write(store, batch: int, n: int, shard: int, basis: list, batch_time: int) -> None:
-    store.put(record_name(batch, n, shard, basis, batch_time), b"")
+def write(store, batch: int, n: int, shard: int, basis: list, batch_time: int, body: bytes = b"") -> None:
+    store.put(record_name(batch, n, shard, basis, batch_time), body)
 
 
-def collect(store, batch: int, shard: int) -> None:
-    """Delete this shard's records older than KEEP_BATCHES batches (best effort)."""
-    old = batch - KEEP_BATCHES
-    if old < 0 or old % 5:
-        return
-    for name, _ in store.list("wm/"):
-        parts = name.split("/")
-        try:
-            b = int(parts[1])
-        except (IndexError, ValueError):
-            continue
-        m = _REC.match(parts[-1])
-        if b <= old and m and int(m.group(2)) == shard:
-            store.delete(name)
+def parse_name(name: str):
+    """(batch, shard count, shard) of a record's name, or None when it is not one."""
+    parts = name.split("/")
+    if len(parts) < 3 or parts[-3] != "wm":
+        return None
+    m = _REC.match(parts[-1])
+    if not m:
+        return None
+    try:
+        return int(parts[-2]), int(m.group(1)), int(m.group(2))
+    except ValueError:
+        return None

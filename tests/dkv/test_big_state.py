@@ -236,3 +236,45 @@ def test_live_wal_segments_stay_bounded_through_thousands_of_overwrite_checkpoin
 @pytest.mark.slow
 def test_live_wal_segments_stay_bounded_through_ten_thousand_overwrite_checkpoints(tmp_path):
     run_overwrites(str(tmp_path / "db"), 10_000)
+
+
+# ------------------------------------------------------------------------ reads beyond the cache
+
+
+def test_a_scan_that_misses_the_cache_fetches_a_run_of_blocks_with_one_read(tmp_path):
+    """A scan over uncached blocks of one SST reads them with one ranged GET (read-ahead,
+    bounded by the scan's end), not one GET per block; a get still reads one block; what
+    both return equals the model."""
+    import random
+    from dkv import _table
+    rnd = random.Random(7)
+    model = {b"u/%06d" % i: rnd.randbytes(100) for i in range(3000)}
+    db = dkv.open(str(tmp_path), fsync=False, background=False, block_bytes=1024)
+    for k, v in model.items():
+        db.put(k, v)
+    db.flush()
+    db.checkpoint(1).wait()
+    db.close()
+    store = LoggingStore(LocalDirStore(str(tmp_path)))
+    db = dkv.open(store, block_bytes=1024, block_cache_bytes=1 << 20)
+    db.get(b"u/000000")                        # footer, metadata and the first block
+    sst_name = next(c.key for c in store.calls if c.key.endswith(".sst"))
+    meta = next(t for t in db._view[1].tables())._meta
+    store.calls.clear()
+    lo, hi = b"u/001000", b"u/001400"           # 400 records of ~110 bytes: ~43 blocks of 1 KiB
+    got = list(db.scan(lo, hi))
+    assert got == sorted((k, v) for k, v in model.items() if lo <= k < hi)
+    reads = [c for c in store.calls if c.kind == "get" and c.key == sst_name]
+    first = [i for i, k in enumerate(meta.first_keys) if k < hi]
+    needed = [i for i in first if i + 1 == len(meta.first_keys) or meta.first_keys[i + 1] > lo]
+    assert len(needed) > 30
+    assert len(reads) == -(-sum(meta.lengths[i] for i in needed) // _table.READ_AHEAD) == 1, reads
+    span = reads[0].range
+    assert span == (meta.offsets[needed[0]], meta.offsets[needed[-1]] + meta.lengths[needed[-1]])
+    store.calls.clear()
+    assert list(db.scan(lo, hi)) == got          # now cached: no read at all
+    assert not [c for c in store.calls if c.kind == "get"]
+    assert db.get(b"u/002500") == model[b"u/002500"]
+    reads = [c for c in store.calls if c.kind == "get" and c.key == sst_name]
+    assert len(reads) == 1 and reads[0].range[1] - reads[0].range[0] < 2048   # one block
+    db.close()

@@ -177,11 +177,33 @@ def test_checkpoint_epochs_must_increase():
         for bad in (5, 4, 0):
             with pytest.raises(ValueError, match="greater"):
                 db.checkpoint(bad)
-        for bad in (-1, True, 1.5, "6", None):
+        for bad in (-1, True, 1.5, "6"):
             with pytest.raises(ValueError):
                 db.checkpoint(bad)
         db.checkpoint(6).wait()
         assert _epochs(db.checkpoints()) == [0, 5, 6]
+        assert db.last_checkpoint == 6
+        cp = db.checkpoint()            # no epoch: the next one
+        assert cp.epoch == 7 and cp.wait() and db.last_checkpoint == 7
+
+
+def test_checkpoint_without_an_epoch_takes_the_next_and_last_checkpoint_says_which(tmp_path):
+    """A notebook runs the same cell twice: checkpoint() numbers itself, across reopens."""
+    for run in (1, 2):
+        with dkv.open(str(tmp_path), fsync=False) as db:
+            assert db.last_checkpoint == (None if run == 1 else 1)
+            db.put(b"k", b"%d" % run)
+            assert db.checkpoint().wait() and db.last_checkpoint == run
+            with pytest.raises(ValueError, match=r"greater than the last checkpoint's \(%d\).*checkpoint\(\) "
+                               r"without an epoch" % run):
+                db.checkpoint(run)
+    with dkv.open(str(tmp_path), checkpoint=1, read_only=True) as old:
+        assert old.last_checkpoint == 1 and old.get(b"k") == b"1"
+    with dkv.open(str(tmp_path), read_only=True) as new:
+        assert new.last_checkpoint == 2 and new.get(b"k") == b"2"
+    with dkv.open(MemoryStore()) as fresh:
+        assert fresh.last_checkpoint is None
+        assert fresh.checkpoint().epoch == 1        # a new store starts at 1
 
 
 def test_epochs_increase_across_reopen():

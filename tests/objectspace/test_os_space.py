@@ -236,3 +236,54 @@ def test_bad_arguments(space):
         space.create_queue(["list", "name"])
     with pytest.raises(TypeError):
         space.create_queue(("a", 1.5))
+
+
+def test_a_notebook_cell_run_twice_numbers_its_checkpoints_itself(tmp_path):
+    """The README's snippet, run twice in one process: checkpoint() takes the next number,
+    last_checkpoint says which, and the second run's append is kept."""
+    from objectspace import ObjectSpace
+    for run in (1, 2):
+        with ObjectSpace.open(str(tmp_path)) as space:
+            assert space.last_checkpoint == (None if run == 1 else 1)
+            q = space.get_or_create_queue("events")
+            q.append({"user": 42, "run": run})
+            space.checkpoint()
+            assert space.last_checkpoint == run and len(q) == run
+    with ObjectSpace.open(str(tmp_path), read_only=True) as space:
+        assert [e["run"] for e in space.get_queue("events")] == [1, 2]
+        assert space.last_checkpoint == 2
+
+
+@pytest.mark.skipif(not hasattr(Exception, "add_note"), reason="exception notes need Python 3.11")
+def test_a_failed_checkpoint_keeps_the_changes_and_says_so(tmp_path):
+    from objectspace import ObjectSpace
+    with ObjectSpace.open(str(tmp_path)) as space:
+        d = space.get_or_create_dict("d")
+        d["a"] = 1
+        space.checkpoint(5)
+        d["b"] = 2
+        with pytest.raises(ValueError) as err:
+            space.checkpoint(5)                     # not greater than the last: refused
+        note = "\n".join(getattr(err.value, "__notes__", []))
+        assert "greater than the last checkpoint's (5)" in str(err.value)
+        assert "changes to 1 object(s) are kept" in note
+        assert space.dirty
+        space.checkpoint()                          # the next one carries them
+        assert space.last_checkpoint == 6 and not space.dirty
+    with ObjectSpace.open(str(tmp_path), read_only=True) as space:
+        assert dict(space.get_dict("d")) == {"a": 1, "b": 2}
+
+
+@pytest.mark.skipif(not hasattr(Exception, "add_note"), reason="exception notes need Python 3.11")
+def test_an_error_leaving_a_with_block_says_what_it_drops(tmp_path):
+    from objectspace import ObjectSpace
+    with pytest.raises(KeyError) as err:
+        with ObjectSpace.open(str(tmp_path)) as space:
+            space.get_or_create_list("l").append(1)
+            space.get_or_create_set("s").add(2)
+            {}["missing"]
+    assert "drops the unsaved changes to 2 object(s)" in "\n".join(err.value.__notes__)
+    with pytest.raises(KeyError) as err:            # nothing unsaved: no note
+        with ObjectSpace.open(str(tmp_path)) as space:
+            {}["missing"]
+    assert not getattr(err.value, "__notes__", None)

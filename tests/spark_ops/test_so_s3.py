@@ -63,7 +63,8 @@ def test_streaming_state_on_s3(s3_server, utc_spark, worker_env, tmp_path):
     root = f"{q.id}/session_window/"
     assert f"{root}config" in names and f"{root}layouts/L000000000000-n00002" in names
     assert any(n.startswith(f"{root}L000000000000-n00002/p00001/manifest/") for n in names)
-    assert {n.split("/")[3] for n in names if n.startswith(f"{root}metrics/")} == {f"{b:012d}" for b in got}
+    assert {n.split("/")[3] for n in names if n.startswith(f"{root}wm/")} == {f"{b:012d}" for b in got}
+    assert not any(n.startswith(f"{root}metrics/") for n in names)    # metrics ride in the wm records
     recs = spark_ops.read_metrics(state)
     assert len(recs) == 2 * len(batches) and sum(r["rows"] for r in recs) == sum(map(len, batches))
 
