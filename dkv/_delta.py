@@ -77,7 +77,7 @@ class Delta(Table):
             keys, values, _ = wal.decode_block(frame, self.path, ix.version)
             return [keys, values, self.max_seq, None], decoded_bytes(keys, values)
         raw = wal.block_raw(frame, self.path, ix.version)
-        return [raw, 0, self.max_seq], RAW_ENTRY + len(raw)
+        return [raw, 0, self.max_seq], RAW_ENTRY + len(raw) + len(raw) // 8   # + restart hints
 
     def records(self):
         """(keys, values) per block, in key order, within the owned key groups, decoded

@@ -16,7 +16,9 @@ from .errors import CorruptionError
 from .format import sst
 from .format._codec import block_head
 from .format._front import decode as front_decode
+from .format._front import HINT_EVERY
 from .format._front import find as front_find
+from .format._front import index as front_index
 from .format.manifest import ALL_KEY_GROUPS, TableRef
 
 TAIL_READ = 64 * 1024
@@ -204,7 +206,7 @@ class Table:
             return [keys, values, seqs, None], decoded_bytes(keys, values)
         raw = sst.block_raw(frame, meta.crcs[i], what)
         seqs, pos = block_head(raw, what)
-        return [raw, pos, seqs if type(seqs) is int else 0], RAW_ENTRY + len(raw)
+        return [raw, pos, seqs if type(seqs) is int else 0], RAW_ENTRY + len(raw) + len(raw) // 8   # + hints
 
     def get(self, key: bytes):
         """(seq, value) for key (value None = tombstone), or _MISSING.
@@ -229,7 +231,9 @@ class Table:
             self._ref[i] = 1
             self._cache.hits += 1
         if type(blk[0]) is bytes:
-            found, value = front_find(blk[0], key, blk[1])
+            if len(blk) == 3:           # first lookup in this cached block: restart hints
+                blk.append(front_index(blk[0], blk[1], HINT_EVERY) if front_index is not None else None)
+            found, value = front_find(blk[0], key, blk[1], blk[3])
             return (blk[2], value) if found else _MISSING
         return _list_get(blk, key)
 

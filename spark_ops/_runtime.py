@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 END_OF_TIME = (1 << 62)
 MEMO_OBJECTS = 1 << 17
 CHUNK_EVENTS = 1 << 14      # events per chunk of a batch (a list is cut so; see _chunked)
-OUT_CHUNK = 1 << 13         # emitted rows converted at once when the caller converts
+OUT_CHUNK = 1 << 10         # emitted rows converted at once when the caller converts (a row may hold a whole buffer)
 DEFAULT_MEMORY = 512 << 20
 # Big tables (few objects per checkpoint, small manifests), 64 KiB blocks (they compress
 # ~1.4x better than 16 KiB ones; reads of a shard's state are mostly scans), one sorted run

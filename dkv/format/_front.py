@@ -23,8 +23,9 @@ try:
     from ._native import decode as _c_decode
     from ._native import encode as _c_encode
     from ._native import find as _c_find
+    from ._native import index as _c_index
 except ImportError:          # pragma: no cover - no compiler when installed
-    _c_encode = _c_decode = _c_find = None
+    _c_encode = _c_decode = _c_find = _c_index = None
 
 
 def _varint(out: bytearray, v: int) -> None:
@@ -158,11 +159,17 @@ def py_decode(data, pos: int = 0, lo: bytes | None = None, hi: bytes | None = No
     return _walk(data, pos, lo, hi, False)
 
 
-def py_find(data, key: bytes, pos: int = 0) -> tuple[bool, bytes | None]:
-    """(found, value) of ``key`` (value None for a tombstone, or when not found)."""
+def py_find(data, key: bytes, pos: int = 0, hints=None) -> tuple[bool, bytes | None]:
+    """(found, value) of ``key`` (value None for a tombstone, or when not found). ``hints``
+    (the C module's restart index of the same records) only speeds the C walk."""
     return _walk(data, pos, key, None, True)
 
 
 encode = _c_encode or py_encode
 decode = _c_decode or py_decode
 find = _c_find or py_find
+# index(data, pos, every) -> restart hints for find: after every `every`-th record, where the
+# walk can resume (in memory only; None without the C module). A cached block builds them
+# on its first lookup, so a get walks at most `every` records instead of half the block.
+index = _c_index
+HINT_EVERY = 16

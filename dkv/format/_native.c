@@ -311,16 +311,282 @@ static PyObject *front_decode(PyObject *self, PyObject *args) {
     return r;
 }
 
-/* find(data, key, pos=0) -> (found, value): value None for a tombstone or when absent. */
-static PyObject *front_find(PyObject *self, PyObject *args) {
+/* -- restart hints: an in-memory index of a cached block ----------------------------------
+ *
+ * Front coding makes a lookup walk the block from its first record. index(data, pos, every)
+ * records, after every `every`-th record, what a walk needs to resume there: the record's
+ * number, where the next key and the next value start, the record's whole key and the whole
+ * previous value (the prefix the next value may share). find(data, key, pos, hints) then
+ * binary-searches those keys and walks at most `every` records. The hints live in memory
+ * only (built when a block is first searched); nothing about them is stored.
+ *
+ * Layout (native byte order): u32 m, then m entries of 7 u32 {rec, kp, vp, klen, vlen, off,
+ * voff}, then the bytes the entries' off (key) and voff (value) point at.
+ */
+typedef struct {
+    uint32_t rec, kp, vp, klen, vlen, off, voff;
+} hint;
+
+static PyObject *front_index(PyObject *self, PyObject *args) {
     Py_buffer view;
-    PyObject *key;
-    Py_ssize_t pos = 0;
-    if (!PyArg_ParseTuple(args, "y*O!|n", &view, &PyBytes_Type, &key, &pos)) {
+    Py_ssize_t pos = 0, every = 16;
+    if (!PyArg_ParseTuple(args, "y*|nn", &view, &pos, &every)) {
         return NULL;
     }
-    PyObject *r = walk((const unsigned char *)view.buf, view.len, pos,
-                       (const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), NULL, 0, 1);
+    const unsigned char *buf = view.buf;
+    Py_ssize_t len = view.len;
+    size_t n, klen;
+    PyObject *result = NULL;
+    scratch sc = {NULL, 0}, blob = {NULL, 0};
+    hint *h = NULL;
+    size_t m = 0, used = 0;
+    if (every < 1 || len > 0xFFFFFFF0 || pos < 0 || pos > len || get_varint(buf, len, &pos, &n) < 0
+        || get_varint(buf, len, &pos, &klen) < 0 || n > (size_t)len || klen > (size_t)(len - pos)) {
+        malformed();
+        goto done;
+    }
+    size_t cap = n / (size_t)every + 1;
+    h = PyMem_Calloc(cap, sizeof(hint));
+    if (h == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos;
+    size_t plen = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t sh, slen;
+        if (get_varint(buf, kend, &kp, &sh) < 0 || get_varint(buf, kend, &kp, &slen) < 0 || sh > plen
+            || slen > (size_t)(kend - kp) || reserve(&sc, sh + slen) < 0) {
+            if (!PyErr_Occurred()) {
+                malformed();
+            }
+            goto done;
+        }
+        memcpy(sc.p + sh, buf + kp, slen);
+        kp += (Py_ssize_t)slen;
+        plen = sh + slen;
+        if ((i + 1) % (size_t)every == 0 && i + 1 < n && m < cap) {
+            if (reserve(&blob, used + plen) < 0) {
+                goto done;
+            }
+            memcpy(blob.p + used, sc.p, plen);
+            h[m].rec = (uint32_t)i;
+            h[m].kp = (uint32_t)kp;
+            h[m].klen = (uint32_t)plen;
+            h[m].off = (uint32_t)used;
+            used += plen;
+            m++;
+        }
+    }
+    if (kp != kend) {
+        malformed();
+        goto done;
+    }
+    Py_ssize_t vp = kend;
+    size_t j = 0;
+    plen = 0;
+    for (size_t i = 0; i < n && j < m; i++) {
+        size_t sh, code;
+        if (get_varint(buf, len, &vp, &sh) < 0 || get_varint(buf, len, &vp, &code) < 0) {
+            malformed();
+            goto done;
+        }
+        if (code != 0) {
+            size_t slen = code - 1;
+            if (sh > plen || slen > (size_t)(len - vp) || reserve(&sc, sh + slen) < 0) {
+                if (!PyErr_Occurred()) {
+                    malformed();
+                }
+                goto done;
+            }
+            memcpy(sc.p + sh, buf + vp, slen);
+            vp += (Py_ssize_t)slen;
+            plen = sh + slen;
+        } else if (sh != 0) {
+            malformed();
+            goto done;
+        }
+        if (i == h[j].rec) {
+            if (reserve(&blob, used + plen + 1) < 0) {
+                goto done;
+            }
+            memcpy(blob.p + used, sc.p, plen);
+            h[j].vp = (uint32_t)vp;
+            h[j].vlen = (uint32_t)plen;
+            h[j].voff = (uint32_t)used;
+            used += plen;
+            j++;
+        }
+    }
+    size_t head = 4 + m * sizeof(hint);
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(head + used));
+    if (result == NULL) {
+        goto done;
+    }
+    char *out = PyBytes_AS_STRING(result);
+    uint32_t m32 = (uint32_t)m;
+    memcpy(out, &m32, 4);
+    if (m) {
+        memcpy(out + 4, h, m * sizeof(hint));
+    }
+    if (used) {
+        memcpy(out + head, blob.p, used);
+    }
+done:
+    PyMem_Free(h);
+    PyMem_Free(sc.p);
+    PyMem_Free(blob.p);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* The exact lookup of key, resuming after hint e (NULL: from the first record). */
+static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, const hint *e,
+                           const unsigned char *hblob, const unsigned char *key, Py_ssize_t lkey) {
+    size_t n, klen, plen = 0, i0 = 0;
+    scratch sc = {NULL, 0};
+    PyObject *result = NULL;
+    if (pos < 0 || pos > len || get_varint(buf, len, &pos, &n) < 0 || get_varint(buf, len, &pos, &klen) < 0
+        || n > (size_t)len || klen > (size_t)(len - pos)) {
+        return malformed();
+    }
+    Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos, vp = kend;
+    if (e != NULL) {
+        if (e->rec >= n || e->kp > kend || e->vp > len || reserve(&sc, e->klen + 1) < 0) {
+            if (!PyErr_Occurred()) {
+                malformed();
+            }
+            goto done;
+        }
+        memcpy(sc.p, hblob + e->off, e->klen);
+        plen = e->klen;
+        kp = e->kp;
+        vp = e->vp;
+        i0 = (size_t)e->rec + 1;
+    }
+    size_t i, target = n;
+    for (i = i0; i < n; i++) {
+        size_t sh, slen;
+        if (get_varint(buf, kend, &kp, &sh) < 0 || get_varint(buf, kend, &kp, &slen) < 0 || sh > plen
+            || slen > (size_t)(kend - kp) || reserve(&sc, sh + slen) < 0) {
+            if (!PyErr_Occurred()) {
+                malformed();
+            }
+            goto done;
+        }
+        memcpy(sc.p + sh, buf + kp, slen);
+        kp += (Py_ssize_t)slen;
+        plen = sh + slen;
+        int c = cmp(sc.p, plen, key, (size_t)lkey);
+        if (c >= 0) {
+            if (c == 0) {
+                target = i;
+            }
+            break;
+        }
+    }
+    if (target == n) {
+        result = Py_BuildValue("(OO)", Py_False, Py_None);
+        goto done;
+    }
+    plen = 0;
+    if (e != NULL) {
+        if (reserve(&sc, e->vlen + 1) < 0) {
+            goto done;
+        }
+        memcpy(sc.p, hblob + e->voff, e->vlen);
+        plen = e->vlen;
+    }
+    for (i = i0; i <= target; i++) {
+        size_t sh, code;
+        if (get_varint(buf, len, &vp, &sh) < 0 || get_varint(buf, len, &vp, &code) < 0) {
+            malformed();
+            goto done;
+        }
+        if (code == 0) {
+            if (sh != 0) {
+                malformed();
+                goto done;
+            }
+            if (i == target) {
+                result = Py_BuildValue("(OO)", Py_True, Py_None);
+                goto done;
+            }
+            continue;
+        }
+        size_t slen = code - 1;
+        if (sh > plen || slen > (size_t)(len - vp) || reserve(&sc, sh + slen) < 0) {
+            if (!PyErr_Occurred()) {
+                malformed();
+            }
+            goto done;
+        }
+        memcpy(sc.p + sh, buf + vp, slen);
+        vp += (Py_ssize_t)slen;
+        plen = sh + slen;
+        if (i == target) {
+            PyObject *v = PyBytes_FromStringAndSize((const char *)sc.p, (Py_ssize_t)plen);
+            if (v != NULL) {
+                result = Py_BuildValue("(ON)", Py_True, v);
+            }
+            goto done;
+        }
+    }
+    malformed();
+done:
+    PyMem_Free(sc.p);
+    return result;
+}
+
+/* find(data, key, pos=0, hints=None) -> (found, value): value None for a tombstone or when
+   absent. With hints (index() of the same records), at most `every` records are walked. */
+static PyObject *front_find(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *key, *hints = Py_None;
+    Py_ssize_t pos = 0;
+    if (!PyArg_ParseTuple(args, "y*O!|nO", &view, &PyBytes_Type, &key, &pos, &hints)) {
+        return NULL;
+    }
+    const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(key);
+    Py_ssize_t lk = PyBytes_GET_SIZE(key);
+    const hint *e = NULL;
+    const unsigned char *hblob = NULL;
+    PyObject *r = NULL;
+    if (hints != Py_None) {
+        if (!PyBytes_Check(hints) || PyBytes_GET_SIZE(hints) < 4) {
+            PyErr_SetString(PyExc_TypeError, "hints must be the bytes index() returned");
+            goto out;
+        }
+        const char *hb = PyBytes_AS_STRING(hints);
+        uint32_t m;
+        memcpy(&m, hb, 4);
+        size_t head = 4 + (size_t)m * sizeof(hint);
+        if (head > (size_t)PyBytes_GET_SIZE(hints)) {
+            PyErr_SetString(PyExc_ValueError, "hints are malformed");
+            goto out;
+        }
+        const hint *hs = (const hint *)(hb + 4);
+        hblob = (const unsigned char *)hb + head;
+        size_t lo = 0, hi = m;      /* the last hint whose key < k */
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (cmp(hblob + hs[mid].off, hs[mid].klen, k, (size_t)lk) < 0) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if (lo > 0) {
+            e = &hs[lo - 1];
+            size_t blob = (size_t)PyBytes_GET_SIZE(hints) - head;
+            if ((size_t)e->off + e->klen > blob || (size_t)e->voff + e->vlen > blob) {
+                PyErr_SetString(PyExc_ValueError, "hints are malformed");
+                goto out;
+            }
+        }
+    }
+    r = find_from((const unsigned char *)view.buf, view.len, pos, e, hblob, k, lk);
+out:
     PyBuffer_Release(&view);
     return r;
 }
@@ -415,7 +681,8 @@ static PyObject *bloom_check(PyObject *self, PyObject *const *args, Py_ssize_t n
 static PyMethodDef methods[] = {
     {"encode", front_encode, METH_VARARGS, "Front-code sorted keys and their values (None: tombstone)."},
     {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos in [lo, hi)."},
-    {"find", front_find, METH_VARARGS, "(found, value) of one key in front-coded records."},
+    {"find", front_find, METH_VARARGS, "(found, value) of one key in front-coded records (with index() hints)."},
+    {"index", front_index, METH_VARARGS, "Restart hints of front-coded records, every n-th record (in memory only)."},
     {"bloom_build", bloom_build, METH_VARARGS, "The bit array of a bloom filter over keys (m bits, k probes)."},
     {"bloom_check", (PyCFunction)(void (*)(void))bloom_check, METH_FASTCALL, "Whether key may be in the filter."},
     {NULL, NULL, 0, NULL},

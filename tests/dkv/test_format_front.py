@@ -105,3 +105,27 @@ def test_ranges_and_finds_build_only_what_they_return(seed):
         want = (True, values[keys.index(key)]) if key in keys else (False, None)
         for find in [_front.py_find] + ([_front._c_find] if _front._c_find else []):
             assert find(data, key) == want
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(30))
+def test_restart_hints_find_exactly_what_a_whole_walk_finds(seed):
+    """index() hints (built in memory for a cached block) change how far find() walks, never
+    what it answers: every key, every absent key between and around them, tombstones and
+    values that share prefixes with tombstones in between."""
+    rng = random.Random(seed)
+    keys, values = _records(rng, rng.choice([0, 1, 2, 15, 16, 17, 33, 200, 1000]))
+    if seed % 3 == 0:       # long shared prefixes, as a queue's slots have
+        keys = [b"ns/items/" + i.to_bytes(8, "big") for i in range(len(keys))]
+    data = b"hd" + _front.encode(keys, values)
+    model = dict(zip(keys, values))
+    probes = keys + [k + b"\x00" for k in keys[::3]] + [b"", b"\xff" * 5] + [k[:-1] for k in keys[::7] if k]
+    for every in (1, 2, 5, 16, 64):
+        hints = _front.index(data, 2, every)
+        for k in probes:
+            want = (k in model, model.get(k))
+            assert _front.find(data, k, 2, hints) == want == _front.find(data, k, 2) == _front.py_find(data, k, 2), (every, k)
+    with pytest.raises(TypeError):
+        _front.find(data, b"k", 2, "not hints")
+    with pytest.raises(ValueError):
+        _front.find(data, b"k", 2, b"\xff\xff\xff\x00")        # claims more entries than it holds
