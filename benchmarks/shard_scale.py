@@ -198,6 +198,10 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> int:
+    if argv is None and "MALLOC_ARENA_MAX" not in os.environ:
+        # As a shard host runs (spark_ops/_host.py sets it when it starts one).
+        os.environ["MALLOC_ARENA_MAX"] = "2"
+        os.execv(sys.executable, [sys.executable] + sys.argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keys", type=int, default=100_000, help="keys of the operator (all shards)")
     ap.add_argument("--shards", type=int, default=2)

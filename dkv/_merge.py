@@ -16,6 +16,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 MERGE_RANGE_RECORDS = 4096        # records per source and key range a flush or compaction merges at once
+MERGE_TOTAL_RECORDS = 1 << 16     # ... at most this many over all its sources (a flush may merge 64)
 
 
 READ_WINDOW = 512                 # records per source a scan merges at once
@@ -49,6 +50,8 @@ def merged_ranges(sources: list, drop_tombstones: bool, range_records: int = MER
     ascending. Each range is merged with a dict and one sort (C speed: the dict's insertion
     order is the sources' sorted runs, which timsort merges), so memory holds one range,
     not the whole merge. For flushes and compactions (reads use ``merge_visible``)."""
+    # Memory holds about range_records per source: many sources take smaller ranges.
+    range_records = min(range_records, max(64, MERGE_TOTAL_RECORDS // max(1, len(sources))))
     cursors = [_Cursor(chunks) for chunks in sources]
     while True:
         live = [c for c in cursors if not c.done]

@@ -184,6 +184,9 @@ def _start(sock_path: str, owner: int) -> subprocess.Popen:
         os.unlink(sock_path)        # a host that died; we hold its slot lock
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)   # what this worker can import
+    # glibc gives every thread that allocates its own heap arena (the store's flush, compaction
+    # and upload threads), and arenas keep what they freed: two keep a host near its budget.
+    env.setdefault("MALLOC_ARENA_MAX", "2")
     idle = os.environ.get("SPARK_OPS_HOST_IDLE", str(IDLE_SECONDS))
     with open(sock_path[:-5] + ".log", "ab") as err:
         proc = subprocess.Popen(
@@ -294,6 +297,27 @@ def _tidy_heap(served: int) -> None:
         gc.unfreeze()
         gc.collect()
     gc.freeze()
+    _trim()
+
+
+def _load_trim():
+    try:
+        import ctypes
+        import ctypes.util
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):      # not glibc
+        return None
+
+
+_MALLOC_TRIM = _load_trim() if sys.platform.startswith("linux") else None
+
+
+def _trim() -> None:
+    """Give the C heap's free pages back to the system after a request (glibc keeps them):
+    a batch's transient buffers (Arrow input, output rows, a flush's merge) would otherwise
+    stay counted against the host for good."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _handle(conn) -> None:
