@@ -16,34 +16,42 @@ from ._options import Options
 from ._timeline import CheckpointInfo
 from .batch import WriteBatch
 from .errors import (CheckpointNotFoundError, ClosedError, CorruptionError, DkvError, FencedError,
-                     ObjectMissingError, ReadOnlyError, StorageError)
+                     NotAStoreError, ObjectMissingError, ReadOnlyError, StorageError)
 from .keys import SCHEMA_META, SCHEMA_STATE, SCHEMA_TIMER, key_group_of, key_prefix
 from .storage import ObjectStore, open_store
 
 __all__ = [
     "open", "DB", "WriteBatch", "Checkpoint", "CheckpointInfo", "Options", "ObjectStore", "open_store",
     "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
-    "CheckpointNotFoundError", "ObjectMissingError",
+    "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError",
     "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
     "SCHEMA_STATE", "SCHEMA_TIMER", "SCHEMA_META", "key_prefix", "key_group_of", "prefix_end",
 ]
 
 
 def open(location, checkpoint: int | None = None, *, read_only: bool = False, instance: str = "",
-         sources: list | None = None, key_groups: tuple | None = None, **options) -> DB:  # noqa: A001
+         sources: list | None = None, key_groups: tuple | None = None, create=True, **options) -> DB:  # noqa: A001
     """Open (or create) a dkv store.
 
     location: a folder path, ``file://…``, ``memory://name``, ``s3://bucket/prefix`` or an
         ObjectStore. checkpoint: open the state exactly as of that checkpoint epoch (the
         latest when None). A writer opened at an older checkpoint continues from it: the
         later checkpoints are abandoned. read_only: inspect without claiming the store
-        (safe while a writer goes on). instance: a named instance within the location
-        (several share one root, e.g. one per shard). sources: ``[(instance, epoch), ...]``
-        to start this instance from others' checkpoints (rescale), restricted to
-        key_groups ``(first, end)``; their files are shared, not copied.
+        (safe while a writer goes on); it creates nothing, and a location (or instance)
+        that holds no store raises NotAStoreError. instance: a named instance within the
+        location (several share one root, e.g. one per shard); an instance can be opened
+        from any folder above or at it (its files are found where its writer put them).
+        sources: ``[(instance, epoch), ...]`` to start this instance from others'
+        checkpoints (rescale), restricted to key_groups ``(first, end)``; their files are
+        shared, not copied.
+    create: what a writer may do where there is no store yet. True (default): create one
+        in a missing or empty folder (an S3 prefix with no objects; a folder holding only
+        other dkv instances counts as empty), and raise NotAStoreError in a folder of
+        other files; False: raise unless a store is there; "force": create one even among
+        other files. Ignored when read_only.
     options: see ``dkv.Options`` (memtable_bytes, block_cache_bytes, retain, ...).
     """
     opts = Options.from_kwargs(options)
-    store = open_store(location, **opts.store_options())
+    store = open_store(location, create=not read_only and create is not False, **opts.store_options())
     return DB(store, ns=instance, checkpoint=checkpoint, read_only=read_only, sources=sources,
-              key_groups=key_groups, options=opts)
+              key_groups=key_groups, options=opts, create=create)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from . import _paths
+from . import _locate, _paths
 from ._timeline import Timeline
 from .errors import CheckpointNotFoundError, CorruptionError, DkvError
 from .format import manifest as mf
@@ -16,22 +16,30 @@ log = logging.getLogger(__name__)
 Progress = Callable[[int, int, str], None]
 
 
-def instances(location, **store_options) -> list[str]:
-    """Names of the instances under ``location`` ("" is the root instance), sorted."""
-    store = open_store(location, **store_options)
-    found = set()
-    for name, _ in store.list(""):
-        for d in (_paths.MANIFEST_DIR, _paths.WRITER_DIR):
-            i = name.find(d)
-            if i == 0 or (i > 0 and name[i - 1] == "/"):
-                found.add(name[: max(0, i - 1)])
-    return sorted(found)
+def instances(location, *, required: bool = False, **store_options) -> list[str]:
+    """Names of the instances under ``location`` ("" is the root instance), sorted. Each
+    name opens its instance: ``dkv.open(location, instance=name)``. ``required``: raise
+    NotAStoreError (saying what is there instead) when there is none."""
+    store = open_store(location, create=False, **store_options)
+    names = _locate.instances_in(name for name, _ in store.list(""))
+    if required and not names:
+        raise _locate.not_a_store(store)
+    return names
 
 
 def list_checkpoints(location, instance: str = "", **store_options) -> list:
     """Valid checkpoints of ``instance`` (CheckpointInfo, oldest first) without opening it.
     Costs two listings; reads no manifest."""
-    return Timeline(open_store(location, **store_options), instance).valid()
+    return Timeline(open_store(location, create=False, **store_options), instance).valid()
+
+
+def timeline(store, instance: str = "", checkpoint: int | None = None) -> Timeline:
+    """The Timeline of ``instance``; NotAStoreError (naming what is there instead, e.g. the
+    instances below a state root) when it has neither a checkpoint nor a writer."""
+    tl = Timeline(store, instance)
+    if not tl.manifests and not tl.claim_names:
+        raise _locate.not_a_store(store, instance, checkpoint=checkpoint)
+    return tl
 
 
 def retire(location, instance: str, **store_options) -> None:
@@ -43,13 +51,19 @@ def retire(location, instance: str, **store_options) -> None:
 
 
 def referenced_files(store, instance: str) -> set:
-    """Every object the valid checkpoints of ``instance`` reference."""
+    """Every object the valid checkpoints of ``instance`` reference, named as in ``store``
+    (a manifest names them relative to the folder its writer opened; files outside
+    ``store`` are left out)."""
     out = set()
+    root = None
     for info in Timeline(store, instance).valid():
         m = mf.decode(store.get(info.name), info.name)
-        out.update(t.path for t in m.tables())
-        for r in m.wal:
-            out.update(_paths.wal_name(r.ns, r.writer, i) for i in range(r.first, r.last + 1))
+        if root is None:
+            root = _locate.root_of(store, instance, m)
+        for name in _locate.manifest_names(m):
+            name = root.to_opened(name)
+            if name is not None:
+                out.add(name)
     return out
 
 
@@ -91,12 +105,13 @@ def verify(location, instance: str = "", checkpoint: int | None = None, progress
     """Read every file a checkpoint references and check every checksum (manifest, WAL
     segments, SST footers, metadata and each data block). Raises CorruptionError on the
     first damaged file, naming it; returns counts when all is well."""
-    store = open_store(location, **store_options)
-    info = Timeline(store, instance).find(checkpoint)
+    store = open_store(location, create=False, **store_options)
+    info = timeline(store, instance, checkpoint).find(checkpoint)
     if info is None:
         raise CheckpointNotFoundError(f"no checkpoint {'at all' if checkpoint is None else checkpoint} "
                                       f"in {store.location!r} instance {instance!r}")
     m = mf.decode(store.get(info.name), info.name)
+    store = _locate.root_of(store, instance, m).store    # where the manifest's names are relative to
     files = [("sst", t.path, t.size) for t in m.tables()]
     files += [("wal", _paths.wal_name(r.ns, r.writer, i), None) for r in m.wal for i in range(r.first, r.last + 1)]
     report = {"epoch": m.epoch, "manifest": info.name, "sst_files": 0, "wal_segments": 0,
@@ -122,4 +137,5 @@ def verify(location, instance: str = "", checkpoint: int | None = None, progress
     return report
 
 
-__all__ = ["list_checkpoints", "instances", "retire", "collect_garbage", "verify", "referenced_files", "DkvError"]
+__all__ = ["list_checkpoints", "instances", "retire", "collect_garbage", "verify", "referenced_files", "timeline",
+           "DkvError"]

@@ -16,7 +16,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from . import _paths, _recovery
+from . import _locate, _paths, _recovery
 from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
 from ._flush import FlushMixin
 from ._refresh import RefreshMixin
@@ -29,6 +29,7 @@ from ._table import _MISSING, BlockCache, group_bounds
 from ._timeline import CheckpointInfo, Timeline, claim_writer
 from .batch import WriteBatch, check_key, check_value
 from .errors import ClosedError, DkvError, FencedError, ObjectMissingError, ReadOnlyError
+from .format import manifest as mf
 from .format.manifest import ALL_KEY_GROUPS
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
     """An open dkv instance. Create with ``dkv.open``; use as a context manager."""
 
     def __init__(self, store, *, ns: str = "", checkpoint: int | None = None, read_only: bool = False,
-                 sources: list | None = None, key_groups: tuple | None = None, options: Options) -> None:
+                 sources: list | None = None, key_groups: tuple | None = None, options: Options,
+                 create=True) -> None:
         self.store = store
         self.ns = ns.strip("/")
         self.opts = options
@@ -73,21 +75,36 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self.stats_counters: Counter = Counter()
         # Pacing needs background threads: inline flushes would wait for themselves.
         self._pacer = Pacer(options.pace if options.background and not read_only else 0.0)
-        self._open(checkpoint, sources)
+        self._open(checkpoint, sources, create)
 
     # -- opening --------------------------------------------------------------------------
 
-    def _open(self, checkpoint, sources) -> None:
+    def _open(self, checkpoint, sources, create) -> None:
         if not self.read_only and self.store.exists(_paths.retired_name(self.ns)):
             raise FencedError(f"instance {self.ns!r} was retired by a rescale; open its successors instead")
+        if sources is not None and self.read_only:
+            raise ValueError("sources= restores a new writer; it cannot be read_only")
         timeline = Timeline(self.store, self.ns)
+        if not timeline.manifests and not timeline.claim_names:
+            _locate.check_new(self.store, self.ns, read_only=self.read_only, create=create, checkpoint=checkpoint)
+        manifest = None
+        if sources is None and (info := timeline.find(checkpoint)) is not None:
+            # The manifest names files relative to the folder its writer opened: continue
+            # from there (a reader or writer may have been given an enclosing folder, or the
+            # instance's own folder).
+            manifest = mf.decode(self.store.get(info.name), info.name)
+            root = _locate.root_of(self.store, self.ns, manifest)
+            if root.store is not self.store:
+                log.debug("instance %r of %r is read from %r as instance %r", self.ns, self.store.location,
+                          root.store.location, root.ns)
+                self.store, self.ns = root.store, root.ns
+                timeline = Timeline(self.store, self.ns)
         if sources is not None:
-            if self.read_only:
-                raise ValueError("sources= restores a new writer; it cannot be read_only")
             restored = _recovery.load_sources(self.store, list(sources), self.groups, self._cache, self._tables)
             start = -1
         else:
-            restored = _recovery.load_checkpoint(self.store, self.ns, checkpoint, self._cache, self._tables, timeline)
+            restored = _recovery.load_checkpoint(self.store, self.ns, checkpoint, self._cache, self._tables, timeline,
+                                                 manifest=manifest)
             start = restored.info.epoch if restored.info is not None else -1
             if restored.manifest is not None and self.groups == ALL_KEY_GROUPS:
                 self.groups = tuple(restored.manifest.groups)

@@ -37,8 +37,10 @@ def intersect(a: tuple, b: tuple) -> tuple | None:
     return (lo, hi) if lo < hi else None
 
 
-def load_checkpoint(store, ns: str, epoch: int | None, cache, tables: dict, timeline: Timeline) -> Restored:
-    """State of instance ``ns`` at checkpoint ``epoch`` (latest when None)."""
+def load_checkpoint(store, ns: str, epoch: int | None, cache, tables: dict, timeline: Timeline,
+                    manifest: mf.Manifest | None = None) -> Restored:
+    """State of instance ``ns`` at checkpoint ``epoch`` (latest when None). ``manifest``:
+    that checkpoint's manifest when the caller has read it already."""
     r = Restored()
     info = timeline.find(epoch)
     if info is None:
@@ -47,7 +49,10 @@ def load_checkpoint(store, ns: str, epoch: int | None, cache, tables: dict, time
         have = [c.epoch for c in timeline.valid()]
         raise CheckpointNotFoundError(f"no checkpoint with epoch {epoch} in {store.location!r} "
                                       f"instance {ns!r}; retained epochs: {have}")
-    m = mf.decode(store.get(info.name), info.name)
+    if manifest is not None and (manifest.epoch, manifest.writer) == (info.epoch, info.writer):
+        m = manifest
+    else:
+        m = mf.decode(store.get(info.name), info.name)
     r.manifest, r.info = m, info
     _apply(r, m, m.groups, store, cache, tables)
     # Segments of other instances (after a rescale) count sequence numbers of their own.

@@ -3,6 +3,12 @@
 Commands: instances, info, checkpoints, get, scan, verify, gc. Every command takes
 ``--json``. Keys are given and shown with Python byte escapes (``\\x00\\x01user``) or as
 hex with ``--hex``.
+
+A LOCATION is a store's folder or any folder above it; ``--instance`` names an instance
+under it as ``instances`` prints it. Any folder a spark_ops query writes works: the state
+root or an operator's folder (with ``--instance``), or one shard's folder. A location
+that holds no store is an error that says what is there (nothing, other files, or the
+instances to pick from); nothing is created.
 """
 from __future__ import annotations
 
@@ -14,7 +20,6 @@ import sys
 from . import _admin, _paths
 from ._db import DB, prefix_end
 from ._options import Options
-from ._timeline import Timeline
 from .errors import DkvError
 from .format import manifest as mf
 from .storage import open_store
@@ -42,28 +47,34 @@ def _progress(enabled: bool):
     return report
 
 
+def _store(args):
+    return open_store(args.location, create=False)
+
+
 def _open(args) -> DB:
-    return DB(open_store(args.location), ns=args.instance, checkpoint=args.checkpoint, read_only=True,
+    return DB(_store(args), ns=args.instance, checkpoint=args.checkpoint, read_only=True,
               options=Options(background=False))
 
 
 def cmd_instances(args):
-    names = _admin.instances(args.location)
+    names = _admin.instances(args.location, required=True)
     return names, "\n".join(n or "(root)" for n in names)
 
 
 def cmd_checkpoints(args):
-    tl = Timeline(open_store(args.location), args.instance)
+    tl = _admin.timeline(_store(args), args.instance)
     rows = [{"epoch": c.epoch, "writer": c.writer, "manifest": c.name} for c in tl.valid()]
     text = "\n".join(f"{r['epoch']:>12}  writer {r['writer']:<6} {r['manifest']}" for r in rows)
     return rows, text or "(no checkpoints)"
 
 
 def cmd_info(args):
-    store = open_store(args.location)
-    info = Timeline(store, args.instance).find(args.checkpoint)
+    store = _store(args)
+    info = _admin.timeline(store, args.instance, args.checkpoint).find(args.checkpoint)
     if info is None:
-        raise DkvError(f"no checkpoint {args.checkpoint if args.checkpoint is not None else ''} in {args.location}")
+        what = "yet (a writer has opened it but not checkpointed)" if args.checkpoint is None else args.checkpoint
+        raise DkvError(f"no checkpoint {what} in {args.location}"
+                       + (f" instance {args.instance!r}" if args.instance else ""))
     m = mf.decode(store.get(info.name), info.name)
     levels = [{"level": i, "tables": len(lv), "bytes": sum(t.size for t in lv), "records": sum(t.count for t in lv)}
               for i, lv in enumerate(m.levels)]
@@ -107,6 +118,7 @@ def cmd_verify(args):
 
 
 def cmd_gc(args):
+    _admin.instances(args.location, required=True)
     report = _admin.collect_garbage(args.location, dry_run=args.dry_run, progress=_progress(not args.json))
     verb = "would delete" if args.dry_run else "deleted"
     return report, (f"{verb} {len(report['deleted'])} objects ({report['deleted_bytes']} bytes) of retired "

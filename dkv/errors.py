@@ -37,3 +37,13 @@ class StorageError(DkvError, OSError):
 
 class ObjectMissingError(DkvError, FileNotFoundError):
     """An object the store needs is not in storage (deleted, never uploaded, wrong location)."""
+
+
+class NotAStoreError(DkvError, FileNotFoundError):
+    """The location (or the instance asked for) holds no dkv store: it does not exist, is
+    empty, holds other files, or holds several instances (pass ``instance=``). The message
+    names the path and what was there; nothing was created.
+
+    A read-only open never creates a store. A writer creates one only in a missing or
+    empty folder, unless ``create="force"``.
+    """

@@ -9,9 +9,9 @@ three streaming queries over them, each with its state in ./demo-output/state:
 
 After every batch it prints the bytes that batch's checkpoint wrote (WAL segment,
 manifest, any SST) next to what a whole-state snapshot would have written, and at the end
-saves ./demo-output/checkpoint_bytes.png. Runs in about two minutes.
+saves ./demo-output/checkpoint_bytes.png. Runs in about a minute.
 
-    python examples/demo.py [--users 500] [--batches 15]
+    python examples/demo.py [--users 500] [--batches 30]
 """
 from __future__ import annotations
 

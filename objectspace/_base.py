@@ -36,6 +36,31 @@ F_REPLACE = 4    # a previous object of this name may have left keys: delete the
 F_VALUE = 8      # value kind: the value slot must be written
 
 
+_ATOMS = frozenset({type(None), bool, int, float, complex, str, bytes, frozenset})
+
+
+def plain(value):
+    """``value`` sharing nothing with stored state: lists, dicts, sets and tuples copied
+    (recursively), persisted objects made plain copies (their ``copy()``), anything else
+    as it is (immutable: numbers, strings, datetimes, Decimals, ...)."""
+    t = type(value)
+    if t in _ATOMS:
+        return value
+    if t is list:
+        return [plain(v) for v in value]
+    if t is dict:
+        return {k: plain(v) for k, v in value.items()}
+    if t is tuple:
+        return tuple([plain(v) for v in value])
+    if t is set:
+        return set(value)           # its elements are hashable, so immutable as a rule
+    if isinstance(value, PersistedObject):
+        return value.copy()
+    if t is bytearray:
+        return bytearray(value)
+    return value
+
+
 class PersistedObject:
     """Base of every persisted kind. Get instances from an ObjectSpace, never construct them."""
 
@@ -129,8 +154,20 @@ class PersistedObject:
         return f"<div class=\"objectspace\">{head}{table}{more}</div>"
 
     def __reduce__(self):
-        raise TypeError(f"{type(self).__name__} is a handle on stored state; copy it with "
-                        "list()/dict()/set() before pickling")
+        raise TypeError(f"{type(self).__name__} is a handle on stored state: it cannot be pickled or copied "
+                        f"with the copy module; .copy() gives a plain {self._twin_name}")
+
+    _twin_name = "list"
+
+    def copy(self):
+        """A plain copy of what the object holds, in iteration order: the builtin twin of
+        the kind (list, deque, set or dict; a value's copy is its value), sharing nothing
+        with the object — lists, dicts, sets and tuples inside are copied and persisted
+        objects inside become plain copies too. So it can be changed, pickled or given to
+        ``json.dumps`` (which takes lists and dicts, not deques, sets or tuples as such).
+        O(n): loads every item."""
+        self._check()
+        return list(map(plain, self))
 
     # -- dirtiness --------------------------------------------------------------------------
 

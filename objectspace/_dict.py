@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import MutableMapping
 
-from ._base import ABSENT, F_META, MISSING
+from ._base import ABSENT, F_META, MISSING, plain
 from ._keycodec import decode_key
 from ._keyed import KeyedObject
 
@@ -25,6 +25,13 @@ class PersistedDict(KeyedObject, MutableMapping):
 
     kind = "dict"
     __slots__ = ()
+    _twin_name = "dict"
+
+    def copy(self) -> dict:
+        """A plain ``dict`` (a sorted dict's in key order), its values copied as in
+        PersistedObject.copy. O(n)."""
+        self._check()
+        return {k: plain(v) for k, v in self.items()}
 
     def _enc_entry(self, ek, entry) -> bytes:
         return self._encode(entry[1], entry[0])

@@ -7,9 +7,10 @@ reused (head and tail only grow), and 8-byte slots last 2**64 appends.
 """
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Sequence
 
-from ._base import F_META, MISSING
+from ._base import F_META, MISSING, plain
 from ._slots import SlotSequence
 
 
@@ -23,6 +24,12 @@ class PersistedQueue(SlotSequence, Sequence):
 
     kind = "queue"
     __slots__ = ()
+    _twin_name = "deque"
+
+    def copy(self) -> deque:
+        """A plain ``collections.deque`` of the items, oldest first (see PersistedObject.copy)."""
+        self._check()
+        return deque(map(plain, self))
 
     @classmethod
     def _load(cls, space, name, nkey, codec, meta):

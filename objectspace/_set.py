@@ -20,6 +20,12 @@ class PersistedSet(KeyedObject, MutableSet):
 
     kind = "set"
     __slots__ = ()
+    _twin_name = "set"
+
+    def copy(self) -> set:
+        """A plain ``set`` of the elements (immutable keys, so nothing else to copy). O(n)."""
+        self._check()
+        return set(self)
 
     def _enc_entry(self, ek, entry) -> bytes:
         return b""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._base import F_VALUE, MISSING, PersistedObject
+from ._base import F_VALUE, MISSING, PersistedObject, plain
 from ._cache import OBJECT_BYTES
 from ._slots import SlotSequence
 from .errors import CorruptionError
@@ -65,6 +65,12 @@ class PersistedValue(PersistedObject):
 
     def _repr_len(self):
         return 1
+
+    _twin_name = "copy of its value"
+
+    def copy(self):
+        """A plain copy of the value (lists, dicts, sets and tuples in it copied too)."""
+        return plain(self.value)
 
     def _mem_estimate(self, item_bytes: int) -> int:
         return OBJECT_BYTES + (0 if self._value is MISSING else item_bytes)

@@ -2,7 +2,8 @@
 
 Commands: spaces, ls, show, diff, stats; every one takes ``--json``. A LOCATION is a
 folder, ``s3://bucket/prefix`` or ``memory://name``: a plain ``ObjectSpace.open`` store
-or a spark_ops state root (or one query's or operator's folder below it). Which spaces:
+or a spark_ops state root (or one query's, operator's or shard's folder below it). One
+that holds no dkv store is an error that says what is there. Which spaces:
 
     --instance PATH     one dkv instance, or every instance under PATH (for spark_ops:
                         <query id>/<operator>[/L<first batch>-n<shards>/p<shard>])

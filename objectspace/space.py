@@ -90,7 +90,11 @@ class ObjectSpace(KindMethods):
              cache_items: int = 4096, cache_objects: int | None = 4096, cache_bytes: int = DEFAULT_CACHE_BYTES,
              clock=None, **dkv_options) -> "ObjectSpace":
         """Open a dkv store at ``location`` (owned and closed by the space) and a space on it.
-        ``checkpoint=epoch`` opens the state as of that checkpoint."""
+        ``checkpoint=epoch`` opens the state as of that checkpoint. ``read_only=True``
+        writes nothing: a location that holds no store raises dkv.NotAStoreError. A writer
+        creates a store only in a missing or empty folder (else NotAStoreError;
+        ``create="force"`` makes one among other files, ``create=False`` only opens an
+        existing one). Other ``dkv_options`` go to ``dkv.open``."""
         db = dkv.open(location, checkpoint=checkpoint, **dkv_options)
         space = cls(db, prefix, cache_items=cache_items, cache_objects=cache_objects, cache_bytes=cache_bytes,
                     clock=clock)

@@ -7,6 +7,7 @@ State root: ``<state>/<query id>/<operator name>/`` holding
     L<B0:012>-n<n:05>/p<s:05>/...   the dkv instance of shard s of that layout
     wm/<batch:012>/<n>-<s>-...      per shard and batch: watermark basis and batch time in
                                     the name, metrics (JSON) in the body (see _watermark.py)
+    wm/<batch:012>/first            a first batch's processing time (written once)
     metrics/<batch:012>/p<s:05>     metrics as states written before session 12 kept them
 
 A layout is a shard count in use from some batch on. Shard ``s`` opening batch ``b``:

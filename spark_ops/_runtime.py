@@ -42,9 +42,11 @@ DKV_OPTIONS = dict(retain=3, pace=1.5, table_bytes=8 << 20, block_bytes=64 << 10
 def budget(memory: int) -> tuple[dict, int]:
     """A shard's memory budget split: dkv options (active memtable, immutable memtables,
     block cache) and the object cache's bytes. Half goes to the objects the operator uses,
-    half to dkv."""
+    half to dkv. A flush or compaction builds one output table in memory: table_bytes is
+    at most an eighth too."""
     share = max(1 << 20, memory // 8)
-    return dict(memtable_bytes=share, flush_bytes=2 * share, block_cache_bytes=share), memory // 2
+    return (dict(memtable_bytes=share, flush_bytes=2 * share, block_cache_bytes=share,
+                 table_bytes=min(DKV_OPTIONS["table_bytes"], share)), memory // 2)
 
 
 @dataclass
@@ -248,9 +250,11 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
     converted as they pile up, the rest while the checkpoint uploads.
 
     The watermark and processing time come from the previous batch's records unless given
-    (the test harness gives them). ``batch_time``: this batch's time (ms), recorded as the
-    next batch's processing time — never below this batch's (a clock that stepped back
-    does not move processing time back). ``end_of_input``: no more rows will come (a batch
+    (the test harness gives them); without such records (a first batch) the processing
+    time is the ``batch_time`` of the first shard to run the batch (_watermark.first_time).
+    ``batch_time``: this batch's time (ms; None: 0), recorded as the next batch's
+    processing time — never below this batch's (a clock that stepped back does not move
+    processing time back). ``end_of_input``: no more rows will come (a batch
     DataFrame), so after the rows every timer fires. ``heartbeat_time``: the largest event
     time of rows without a key (dropped), which advances every input's watermark.
     ``prepare_ms``: what the caller spent turning its rows into ``events`` (a metric)."""
@@ -269,8 +273,12 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
         basis, prev_time = [_watermark.NONE] * len(inputs), _watermark.NONE
     if watermark is None:
         watermark = _watermark.watermark(basis, spec.delay_ms)
-    if processing_time is None and prev_time != _watermark.NONE:
-        processing_time = prev_time
+    floor = prev_time       # processing time never goes back (see the record below)
+    if processing_time is None:
+        if prev_time != _watermark.NONE:
+            processing_time = prev_time
+        else:               # the first batch: the first shard's clock, kept for the others and re-runs
+            processing_time = floor = _watermark.first_time(store, batch, batch_time or 0)
     new_basis = list(basis)
     if heartbeat_time is not None:
         new_basis = [max(b, heartbeat_time) for b in new_basis]
@@ -306,7 +314,7 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
     # the next batch's shards with one LIST), the metrics in its body. Written after the
     # checkpoint, before the task reports success (a re-run writes the same name again).
     _watermark.write(store, batch, spec.shards, shard, new_basis,
-                     max(prev_time, batch_time if batch_time is not None else 0),   # never backwards
+                     max(floor, batch_time if batch_time is not None else 0),   # never backwards
                      json.dumps(metrics).encode())
     log.info("spark_ops shard %d batch %d: %s", shard, batch, metrics)
     return emitted, metrics

@@ -9,7 +9,9 @@ to Spark as one Arrow record batch built where the shard ran.
 No column carries the batch timestamp: in a streaming plan ``current_timestamp()`` becomes
 a literal that differs in every batch, and a literal is compiled into the generated code,
 so Spark would compile the stage anew each batch (~30 ms) and run it unoptimised by the
-JIT (RFC 0001, §2.5). A shard takes its processing time from its own clock instead.
+JIT (RFC 0001, §2.5). Processing time comes from the shards' own clocks instead: the
+previous batch's, or in a first batch the clock of the first shard to start it (kept in
+the state, so every shard and a re-run read the same; see _watermark.py).
 """
 from __future__ import annotations
 

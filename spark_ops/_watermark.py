@@ -14,6 +14,12 @@ and takes ``watermark = max(basis) - delay`` and ``processing time = max(batch t
 Every shard runs every batch, so the list is complete (the ``n`` in the names checks it),
 and the records of ``b`` are final once ``b + 1`` runs: a re-run sees the same values.
 This matches Spark's rule that batch ``b`` uses the watermark computed from batches < b.
+
+A batch with no records before it (a query's first batch, or the first one an operator
+runs in after joining a running query) has no watermark, but it does have a processing
+time: the clock of the first of its shards to get there, kept in ``wm/<b:012>/first``
+(created once, with ``put_if_absent``), so that every shard — those without rows too —
+and every re-run of the batch read the same value.
 """
 from __future__ import annotations
 
@@ -65,6 +71,20 @@ def watermark(basis: list, delay_ms: int) -> int | None:
 
 def write(store, batch: int, n: int, shard: int, basis: list, batch_time: int, body: bytes = b"") -> None:
     store.put(record_name(batch, n, shard, basis, batch_time), body)
+
+
+def first_time(store, batch: int, clock: int) -> int:
+    """The processing time of ``batch`` when no batch before it left records: ``clock``
+    (this shard's, ms) if this shard is the first to ask, else what the first one kept.
+    One conditional PUT (and one GET for the shards that come later), first batch only."""
+    name = f"wm/{batch:012d}/first"
+    if store.put_if_absent(name, str(int(clock)).encode("ascii")):
+        return int(clock)
+    raw = store.get(name)
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{store.location}/{name} should hold a time in ms, not {raw[:40]!r}") from None
 
 
 def parse_name(name: str):

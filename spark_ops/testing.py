@@ -68,8 +68,12 @@ class OperatorHarness:
     def run_batch(self, rows: list[dict], *, watermark=None, processing_time=None, batch_time=None) -> list[dict]:
         """Run one batch over ``rows`` on every shard; return the emitted rows (shard order).
 
-        watermark / processing_time (ms or datetime) override the values the runtime
-        derives from the previous batch, like a Spark driver would have set them."""
+        batch_time (ms or datetime): this batch's clock, which the runtime records as the
+        next batch's processing time, as a shard's clock is on Spark (processing time lags
+        one batch); the first batch's processing time is its own batch_time, kept so that
+        a re-run of it gets the same. The harness has no clock of its own: without
+        batch_time it reads 0. watermark / processing_time (ms or datetime) override the
+        values the runtime derives from the previous batch."""
         per_shard: dict[int, list] = {s: [] for s in range(self.spec.shards)}
         heartbeat = None
         for i, row in enumerate(rows):

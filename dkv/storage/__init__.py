@@ -21,10 +21,13 @@ _S3_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_a
                "aws_session_token", "max_attempts", "client")
 
 
-def open_store(location, **options) -> ObjectStore:
+def open_store(location, *, create: bool = True, **options) -> ObjectStore:
     """An ObjectStore for ``location``: an ObjectStore, a path, ``file://``, ``memory://name``
     or ``s3://bucket/prefix``. S3 options: endpoint_url, region_name, credentials,
-    cache_dir and cache_bytes (local cache of SSTs; default a temp folder, 1 GiB)."""
+    cache_dir and cache_bytes (local cache of SSTs; default a temp folder, 1 GiB).
+
+    Opening a store writes nothing: a local folder is made by the first write. With
+    ``create=False`` a ``memory://`` name not in use is not kept either (read-only opens)."""
     if isinstance(location, ObjectStore):
         return location
     if isinstance(location, os.PathLike):
@@ -33,7 +36,7 @@ def open_store(location, **options) -> ObjectStore:
         raise TypeError(f"location must be a path, a URL or an ObjectStore, got {location!r}")
     url = urlparse(location)
     if url.scheme == "memory":
-        return MemoryStore.named((url.netloc + url.path).strip("/") or "default")
+        return MemoryStore.named((url.netloc + url.path).strip("/") or "default", create=create)
     if url.scheme == "s3":
         s3_opts = {k: options[k] for k in _S3_OPTIONS if options.get(k) is not None}
         store = S3Store(url.netloc, url.path, **s3_opts)

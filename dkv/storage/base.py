@@ -54,6 +54,13 @@ class ObjectStore(abc.ABC):
     def close(self) -> None:
         """Release connections or handles. The store is unusable afterwards."""
 
+    def parent(self) -> "tuple[ObjectStore, str] | None":
+        """The store of the folder that holds this one, and this folder's name in it; None
+        when there is none (a file system or bucket root, a memory store, a wrapper that
+        cannot say). dkv goes up to open an instance whose manifests name their files
+        relative to an enclosing folder (a spark_ops shard opened at its own folder)."""
+        return None
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.location}>"
 

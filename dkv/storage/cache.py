@@ -35,6 +35,12 @@ class CachedStore(_Forwarding):
         self._fetching: dict[str, threading.Event] = {}
         self.hits = self.misses = 0
 
+    def parent(self):
+        up = self.inner.parent()
+        if up is None:
+            return None
+        return CachedStore(up[0], self.cache_dir, self.budget, self.cacheable), up[1]
+
     def _local(self, key: str) -> str:
         digest = hashlib.sha1(f"{self.inner.location}/{key}".encode()).hexdigest()
         return os.path.join(self.cache_dir, digest)

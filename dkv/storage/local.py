@@ -30,10 +30,14 @@ class LocalDirStore(ObjectStore):
         self.fsync = fsync
         self._fds: OrderedDict[str, int] = OrderedDict()
         self._fd_lock = threading.Lock()
-        try:
-            os.makedirs(self.root, exist_ok=True)
-        except OSError as e:
-            raise StorageError(f"cannot create state folder {self.root}: {e}") from e
+        # The folder is made by the first write (see _write_temp), not here: opening a
+        # store to read, or to find out that there is none, creates nothing.
+
+    def parent(self):
+        up, name = os.path.split(self.root)
+        if not name or up == self.root:
+            return None
+        return LocalDirStore(up, fsync=self.fsync), name
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))

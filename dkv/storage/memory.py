@@ -22,11 +22,15 @@ class MemoryStore(ObjectStore):
         self._lock = threading.Lock()
 
     @classmethod
-    def named(cls, name: str) -> "MemoryStore":
+    def named(cls, name: str, create: bool = True) -> "MemoryStore":
+        """The store ``memory://name``. ``create=False``: a name not in use gives an empty
+        store that is not kept (what a read-only open sees, without making the name)."""
         with _NAMED_LOCK:
             store = _NAMED.get(name)
             if store is None:
-                store = _NAMED[name] = cls(f"memory://{name}")
+                store = cls(f"memory://{name}")
+                if create:
+                    _NAMED[name] = store
             return store
 
     @staticmethod

@@ -46,6 +46,13 @@ class S3Store(ObjectStore):
             client = session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=cfg)
         self.client = client
 
+    def parent(self):
+        path = self.prefix.rstrip("/")
+        if not path:
+            return None
+        up, _, name = path.rpartition("/")
+        return S3Store(self.bucket, up, client=self.client, max_attempts=self.max_attempts), name
+
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)
 

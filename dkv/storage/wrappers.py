@@ -65,6 +65,10 @@ class PrefixStore(_Forwarding):
     def size(self, key):
         return self.inner.size(self.prefix + key)
 
+    def parent(self):
+        up, _, name = self.prefix.rstrip("/").rpartition("/")
+        return (PrefixStore(self.inner, up) if up else self.inner), name
+
 
 @dataclass
 class Call:

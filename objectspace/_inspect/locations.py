@@ -51,35 +51,14 @@ class InstanceRef:
         return self.owner.rsplit("/", 1)[0]
 
     def open(self, **dkv_options):
-        """This instance read-only at ``epoch`` (a dkv DB; close it).
-
-        A manifest names files relative to the root its writer opened: an operator's
-        shards are opened from the operator's folder; any other instance as a named
-        instance of the location, or else as the store rooted at its folder."""
-        if self.owner is not None:
-            root, ns = _join(self.location, self.owner), self.instance[len(self.owner):].lstrip("/")
-            return dkv.open(root, checkpoint=self.epoch, read_only=True, instance=ns, **dkv_options)
-        try:
-            return dkv.open(self.location, checkpoint=self.epoch, read_only=True, instance=self.instance,
-                            **dkv_options)
-        except dkv.ObjectMissingError:
-            if not self.instance:
-                raise
-            return dkv.open(_join(self.location, self.instance), checkpoint=self.epoch, read_only=True,
-                            **dkv_options)
+        """This instance read-only at ``epoch`` (a dkv DB; close it). dkv finds the files
+        wherever the instance's writer opened it from (the location or a folder around it)."""
+        return dkv.open(self.location, checkpoint=self.epoch, read_only=True, instance=self.instance,
+                        **dkv_options)
 
     def as_json(self) -> dict:
         return {"instance": self.instance, "epoch": self.epoch, "operator": self.operator,
                 "query_id": self.query_id}
-
-
-def _join(location, path: str):
-    if not path:
-        return location
-    if isinstance(location, str):
-        return location.rstrip("/") + "/" + path
-    from dkv.storage import PrefixStore
-    return PrefixStore(location, path)
 
 
 def _store_options(dkv_options: dict) -> dict:
@@ -96,11 +75,13 @@ def find_instances(location, *, epoch: int | None = None, instance: str | None =
     ``instance`` selects one instance or every instance under a path (e.g.
     ``<query id>/<operator>``). For an operator's shards, the layout (shard count) that
     ran ``epoch`` is chosen: after a rescale, older layouts are skipped. Costs two
-    listings per instance. Raises ObjectSpaceError when nothing matches and
-    dkv.CheckpointNotFoundError when nothing holds ``epoch``."""
-    store = dkv.open_store(location, **_store_options(dkv_options))
+    listings per instance. Raises dkv.NotAStoreError when ``location`` holds no dkv
+    instance (it says what is there instead; nothing is created), ObjectSpaceError when
+    no instance matches ``instance`` and dkv.CheckpointNotFoundError when nothing holds
+    ``epoch``."""
+    store = dkv.open_store(location, create=False, **_store_options(dkv_options))
     loc = location if isinstance(location, str) else store
-    names = dkv.instances(store)
+    names = dkv.instances(store, required=True)
     if instance:
         sel = instance.strip("/")
         names = [n for n in names if n == sel or n.startswith(sel + "/")]

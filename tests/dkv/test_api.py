@@ -13,7 +13,7 @@ def test_exports_are_pinned():
     assert sorted(dkv.__all__) == sorted([
         "open", "DB", "WriteBatch", "Checkpoint", "CheckpointInfo", "Options", "ObjectStore", "open_store",
         "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
-        "CheckpointNotFoundError", "ObjectMissingError",
+        "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError",
         "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
         "SCHEMA_STATE", "SCHEMA_TIMER", "SCHEMA_META", "key_prefix", "key_group_of", "prefix_end",
     ])
@@ -132,8 +132,11 @@ def test_locations(tmp_path):
     with dkv.open("memory://api-test", read_only=True) as db:
         assert db.get(b"k") == b"v"
     MemoryStore.forget("api-test")
-    with dkv.open("memory://api-test", read_only=True) as db:
+    with pytest.raises(dkv.NotAStoreError, match="memory://api-test"):
+        dkv.open("memory://api-test", read_only=True)     # a read-only open creates nothing
+    with dkv.open("memory://api-test") as db:
         assert db.get(b"k") is None
+    MemoryStore.forget("api-test")
 
 
 def test_closed_store_raises_closed_error():
@@ -174,9 +177,10 @@ def test_read_only_store_raises_read_only_error():
 
 def test_missing_checkpoint():
     store = MemoryStore()
-    for ro in (False, True):
-        with pytest.raises(dkv.CheckpointNotFoundError):
-            dkv.open(store, checkpoint=3, read_only=ro)
+    with pytest.raises(dkv.CheckpointNotFoundError):
+        dkv.open(store, checkpoint=3)
+    with pytest.raises(dkv.NotAStoreError, match="checkpoint 3"):      # no store at all
+        dkv.open(store, checkpoint=3, read_only=True)
     with dkv.open(store) as db:
         for e in (1, 2, 3):
             db.checkpoint(e).wait()

@@ -93,3 +93,17 @@ def test_errors_are_one_line_and_exit_1(tmp_path):
     assert proc.returncode == 1 and proc.stderr.startswith("error:")
     proc = run("get", str(tmp_path / "empty"), "k", "--checkpoint", "9", ok=False)
     assert proc.returncode == 1 and "9" in proc.stderr
+
+
+def test_no_store_is_an_error_that_says_what_is_there_and_creates_nothing(tmp_path, capsys):
+    from dkv.cli import main
+    missing = tmp_path / "missing"
+    for cmd in ("instances", "checkpoints", "info", "scan", "verify", "gc"):
+        assert main([cmd, str(missing)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: no dkv store at {missing}: the folder does not exist"), err
+    assert not missing.exists()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("x")
+    assert main(["info", str(tmp_path / "notes")]) == 1
+    assert "holds 1 other object (todo.txt) but no dkv manifest/ or writer/ folder" in capsys.readouterr().err

@@ -178,3 +178,21 @@ def test_commands_on_s3(s3_server, capsys):
     assert run_json(capsys, "stats", loc, "--endpoint-url", s3_server.endpoint)["objects"] == 15
     rc, out, _ = run(capsys, "ls", loc, "--epoch", "1")
     assert rc == 0 and "gone" in out
+
+
+def test_what_is_not_a_store_is_an_error_and_stays_untouched(tmp_path, capsys):
+    """Issue 16: the CLI never writes, so a missing path is not created and a folder of
+    other files is left as it was; each error says what is there."""
+    missing = tmp_path / "missing"
+    for cmd in (["spaces"], ["ls"], ["show", "q"], ["stats"], ["diff", "--from", "1", "--to", "2"]):
+        rc, _, err = run(capsys, cmd[0], missing, *cmd[1:])
+        assert rc == 1 and f"no dkv store at {missing}: the folder does not exist" in err, err
+    assert not missing.exists()
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("x")
+    rc, _, err = run(capsys, "ls", other)
+    assert rc == 1 and "todo.txt" in err and "no dkv" in err
+    assert sorted(os.listdir(other)) == ["todo.txt"]
+    rc, _, err = run(capsys, "ls", f"memory://never-{os.getpid()}")
+    assert rc == 1 and "it holds no objects" in err

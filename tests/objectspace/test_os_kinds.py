@@ -1,6 +1,7 @@
 """The Python face of each kind: ABCs, verbs and the behaviours the model tests do not pin."""
 from __future__ import annotations
 
+import collections
 import collections.abc as abc
 
 import pytest
@@ -170,3 +171,88 @@ def test_handles_do_not_pickle(space):
     import pickle
     with pytest.raises(TypeError, match="handle"):
         pickle.dumps(space.create_list("l"))
+
+
+# ------------------------------------------------------------------ plain copies and their limits
+
+TWINS = [  # kind, items, what copy() gives (the builtin twin, in iteration order)
+    ("list", [1, [2, 3], {"a": (1, [2])}], [1, [2, 3], {"a": (1, [2])}]),
+    ("array", None, [[0], [0]]),
+    ("queue", [1, {"x": [1]}], collections.deque([1, {"x": [1]}])),
+    ("stack", [1, 2, 3], [3, 2, 1]),                          # iteration order: from the top
+    ("linked_list", ["a", ["b"]], ["a", ["b"]]),
+    ("set", [3, "x", (1, 2)], {3, "x", (1, 2)}),
+    ("sorted_set", [3, 1, 2], {1, 2, 3}),
+    ("dict", {"a": [1], "b": {"c": {1, 2}}}, {"a": [1], "b": {"c": {1, 2}}}),
+    ("sorted_dict", {"b": 2, "a": [1]}, {"a": [1], "b": 2}),
+]
+
+
+def _make(space, kind, items):
+    if kind == "array":
+        return space.create_array("x", 2, fill=[0])
+    return getattr(space, f"create_{kind}")("x", items)
+
+
+@pytest.mark.parametrize("kind,items,want", TWINS, ids=[t[0] for t in TWINS])
+def test_copy_is_the_plain_twin_sharing_nothing(space, db, kind, items, want):
+    import copy as copy_module
+    import json
+    import pickle
+    obj = _make(space, kind, items)
+    for o in (obj, _reloaded(space, db, kind)):              # from memory and from the store
+        c = o.copy()
+        assert type(c) is type(want) and c == want
+        if kind == "sorted_dict":
+            assert list(c) == ["a", "b"]                     # key order kept
+        assert pickle.loads(pickle.dumps(c)) == c
+        inner = next((v for v in (c.values() if isinstance(c, dict) else c) if isinstance(v, (list, dict))), None)
+        if inner is not None:                                # nested values are copies: the object is untouched
+            inner.clear()
+            assert o.copy() == want
+    # Where "goes wherever a list or dict goes" ends (docs/objectspace.md): the handle itself.
+    assert not isinstance(obj, (list, dict, set, collections.deque))
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        json.dumps(obj)
+    for dump in (pickle.dumps, copy_module.copy, copy_module.deepcopy):
+        with pytest.raises(TypeError, match=r"handle on stored state.*\.copy\(\) gives a plain"):
+            dump(obj)
+    if kind in ("list", "array", "sorted_dict"):
+        json.dumps(obj.copy())                                   # JSON takes lists and dicts ...
+    elif kind in ("queue", "stack", "set"):
+        json.dumps(list(obj))                                    # ... not deques and sets
+
+
+def _reloaded(space, db, kind):
+    commit(space)
+    fresh = ObjectSpace(db, prefix=space.prefix)
+    return getattr(fresh, f"get_{kind}")("x")
+
+
+def test_copy_of_a_value_a_stream_and_nested_handles(space):
+    v = space.create_value("v", {"x": [1]})
+    c = v.copy()
+    c["x"].append(2)
+    assert c == {"x": [1, 2]} and v.value == {"x": [1]}
+    s = space.create_stream("s")
+    sid = s.add({"f": [1]})
+    assert s.copy() == [(sid, {"f": [1]})]
+    q = space.create_queue("q", [1])
+    holder = space.create_list("holder", [q])               # a handle inside (never saved as such)
+    assert holder.copy() == [collections.deque([1])]
+
+
+def test_equality_with_the_twins_follows_the_abcs(space):
+    """Mappings and sets compare by content (the ABCs define ==); sequences do not."""
+    assert space.create_dict("d", {"a": 1}) == {"a": 1}
+    assert space.create_set("s", [1]) == {1}
+    lst = space.create_list("l", [1])
+    assert lst != [1] and list(lst) == [1] and lst.copy() == [1]
+
+
+def test_a_deleted_handle_cannot_be_copied(space):
+    from objectspace.errors import ObjectDeletedError
+    lst = space.create_list("l", [1])
+    space.delete("l")
+    with pytest.raises(ObjectDeletedError):
+        lst.copy()

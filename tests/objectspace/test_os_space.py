@@ -287,3 +287,23 @@ def test_an_error_leaving_a_with_block_says_what_it_drops(tmp_path):
         with ObjectSpace.open(str(tmp_path)) as space:
             {}["missing"]
     assert not getattr(err.value, "__notes__", None)
+
+
+@pytest.mark.skipif(not HAVE_DKV, reason="needs dkv")
+def test_opening_what_is_not_a_store(tmp_path):
+    """Issue 16: a read-only open creates nothing and says what it found; a writer creates a
+    store only in a missing or empty folder unless told create="force"."""
+    missing = tmp_path / "missing"
+    with pytest.raises(dkv.NotAStoreError, match=f"no dkv store at {missing}: the folder does not exist"):
+        ObjectSpace.open(str(missing), read_only=True)
+    assert not missing.exists()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("x")
+    with pytest.raises(dkv.NotAStoreError, match=r"todo.txt.*create='force'"):
+        ObjectSpace.open(str(tmp_path / "notes"))
+    assert sorted(p.name for p in (tmp_path / "notes").iterdir()) == ["todo.txt"]
+    with ObjectSpace.open(str(tmp_path / "notes"), create="force") as space:
+        space.create_dict("d", {"a": 1})
+        space.checkpoint()
+    with ObjectSpace.open(str(tmp_path / "notes"), read_only=True) as space:
+        assert dict(space.get_dict("d")) == {"a": 1}

@@ -140,8 +140,11 @@ def test_processing_time_timers_fire_one_batch_later_in_a_streaming_query(utc_sp
     run_stream(out, tmp_path / "out", tmp_path / "cp")
     got = read_sink(tmp_path / "out")
     fired = sorted((r["k"], r["registered"], r["fired"]) for rows in got.values() for r in rows)
-    want = sorted({(r["k"], b, b + 1) for b, rows in enumerate(batches) for r in rows})
-    assert fired == want
+    want = sorted({(r["k"], b) for b, rows in enumerate(batches) for r in rows})
+    assert [(k, reg) for k, reg, _ in fired] == want
+    # Batch 0's processing time is when it started, and batch 1's when its last shard started:
+    # equal when both shards started within one millisecond, and then the timer waits a batch.
+    assert all(at == reg + 1 or (reg, at) == (0, 2) for _, reg, at in fired), fired
     pts = {}
     for rows in got.values():
         for r in rows:
@@ -149,3 +152,79 @@ def test_processing_time_timers_fire_one_batch_later_in_a_streaming_query(utc_sp
     assert all(len(v) == 1 for v in pts.values()), pts      # one processing time per batch, all shards
     times = [pts[b].pop() for b in sorted(pts)]
     assert times == sorted(set(times)) and t_start <= times[0] and times[-1] <= int(time.time() * 1000)
+
+
+def make_idle_alert(idle_ms: int = 5000) -> Operator:
+    """docs/spark_ops.md's IdleAlert (its 5 s as a parameter): a processing-time timer set from
+    ``ctx.processing_time`` on every row, from the query's first batch on."""
+
+    class IdleAlert(Operator):
+        def on_event(self, key, row, ctx):
+            due = ctx.value("due")
+            if due.value is not None:
+                ctx.delete_processing_timer(due.value)        # one pending timer per user
+            due.value = ctx.processing_time + idle_ms
+            ctx.register_processing_timer(due.value)
+
+        def on_timer(self, key, timer, ctx):
+            ctx.emit({"user": key, "idle_since": timer.time - idle_ms})
+            ctx.delete_state("due")
+
+    return IdleAlert()
+
+
+def test_idle_alert_from_the_docs_runs_in_the_harness_from_the_first_batch():
+    assert OperatorHarness(make_idle_alert(), key="user").run_batch([{"user": "a"}]) == []   # no TypeError
+    h = OperatorHarness(make_idle_alert(), key="user", partitions=2)
+    steps = [([{"user": "a"}, {"user": "b"}], 1_000, []),   # processing time 1 000 (its own): both due at 6 000
+             ([], 5_000, []),                                # 1 000 (the previous batch's clock)
+             ([{"user": "a"}], 8_000, []),                   # 5 000: a is due at 10 000 now
+             ([], 9_000, [{"user": "b", "idle_since": 1_000}]),   # 8 000
+             ([], 20_000, []),                               # 9 000
+             ([], None, [{"user": "a", "idle_since": 5_000}])]    # 20 000
+    for b, (rows, clock, want) in enumerate(steps):
+        assert h.run_batch(rows, batch_time=clock) == want, f"batch {b}"
+
+
+@pytest.mark.spark
+def test_idle_alert_from_the_docs_runs_on_a_file_source_from_the_first_batch(utc_spark, tmp_path):
+    """The query's first batch has a processing time, the same on every shard (a shard without
+    rows too); every user gets one alert, in a batch whose processing time passed its timer."""
+    import time
+
+    from spark_helpers import file_sink
+    from spark_ops import read_metrics
+
+    idle = 300
+    t_start = int(time.time() * 1000)
+    users = ["u0", "u1"]                    # two users, four shards: two without rows
+    batches = [[{"user": u} for u in users], [{"user": "u0"}]] + [[] for _ in range(5)]
+    write_batch_files(tmp_path / "src", batches)
+    sink = file_sink(tmp_path / "out")
+
+    def slow_sink(df, batch_id):            # processing time follows the clock: let it move
+        sink(df, batch_id)
+        time.sleep(idle / 1000)
+
+    out = apply_operator(read_stream(utc_spark, tmp_path / "src", "user string"), make_idle_alert(idle), "user",
+                         output_schema="user string, idle_since long", state=str(tmp_path / "state"),
+                         partitions=4)
+    (out.writeStream.foreachBatch(slow_sink).option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True).start().awaitTermination())
+    got = read_sink(tmp_path / "out")
+    assert sorted(got) == list(range(len(batches)))
+    metrics = read_metrics(str(tmp_path / "state"))
+    pt: dict = {}
+    for m in metrics:
+        pt.setdefault(m["batch"], set()).add(m["processing_time"])
+    assert all(len(v) == 1 and None not in v for v in pt.values()), pt     # one value per batch, all shards
+    times = [pt[b].pop() for b in sorted(pt)]
+    assert t_start <= times[0] and times == sorted(times) and times[-1] <= int(time.time() * 1000)
+    assert sorted(m["shard"] for m in metrics if m["batch"] == 0) == [0, 1, 2, 3]
+    assert any(m["rows"] == 0 for m in metrics if m["batch"] == 0)
+    alerts = {r["user"]: (b, r["idle_since"]) for b, rows in got.items() for r in rows}
+    assert sorted(alerts) == users and sum(len(rows) for rows in got.values()) == len(users)
+    last_row = {u: 1 if u == "u0" else 0 for u in users}        # the batch of each user's last row
+    for u, (b, since) in alerts.items():
+        assert since == times[last_row[u]]              # its processing time when its last row came
+        assert times[b] >= since + idle > times[b - 1]  # fired in the first batch whose time passed it

@@ -114,9 +114,7 @@ def _emitted(seed: int, n: int = 200) -> list:
                                                      for j in range(rng.randrange(4))]])
         row["tags"] = rng.choice([None, [], ["x", None]])
         row["m"] = rng.choice([None, {}, {"a": 1}])
-        if rng.random() < 0.1:
-            row["extra"] = object()                              # not an output column: ignored
-        rows.append(row)
+        rows.append(row)                                         # (a key that is no column is an error)
     return rows
 
 
@@ -181,3 +179,44 @@ def test_a_null_where_the_output_schema_says_not_null_names_the_field():
         with pytest.raises(TypeError, match=rf"null for {re.escape(repr(path))}, which the output schema declares NOT NULL"):
             rows_to_arrow(good + [bad], strict)
 
+
+
+def test_an_emitted_key_that_names_no_column_is_an_error_naming_it():
+    """A misspelled key would otherwise be dropped and its column left null."""
+    t = dt.datetime(2024, 1, 1, tzinfo=UTC)
+    good = [{"k": "a", "at": t}, {"k": "b"}]                    # a missing key is a null
+    assert rows_to_arrow(good, OUT).column("at").null_count == 1
+    cases = [
+        ({"k": "c", "at": t, "tgas": ["x"]},
+         r"key\(s\) 'tgas', for which the output schema has no column \(it has k, at, s, items, tags, m\); "
+         r"the row has no 's', 'items', 'tags', 'm'"),
+        ({"kk": "c"}, r"key\(s\) 'kk', for which the output schema has no column"),        # as long as a good row
+        ({"k": "c", "s": {"x": 1.0, "nme": "p"}}, r"key\(s\) 'nme', for which the struct 's' has no field "
+                                                 r"\(it has x, t, name\)"),
+        ({"k": "c", "items": [{"t": t, "n": 1}, None, {"t": t, "m": 2}]}, r"key\(s\) 'm', for which the struct "
+                                                                          r"'items\[\]' has no field"),
+    ]
+    for bad, match in cases:
+        for rows in (good + [bad], [bad] + good, [bad]):
+            with pytest.raises(TypeError, match=match):
+                rows_to_arrow(rows, OUT)
+    # ... also when the batch goes the row-by-row way (a value that does not fit elsewhere)
+    with pytest.raises(TypeError, match=r"'tgas'"):
+        rows_to_arrow(good + [{"k": 5, "tgas": []}], OUT)
+    with pytest.raises(TypeError, match=r"a row of 7 values, but the output schema has 6 columns"):
+        rows_to_arrow([("a", t, None, None, None, None, "extra")], OUT)
+
+
+def test_persisted_dicts_and_lists_are_emitted_as_their_plain_twins():
+    from objectspace import ObjectSpace
+    t = dt.datetime(2024, 1, 1, tzinfo=UTC)
+    with ObjectSpace.open("memory://emit-twins") as space:
+        s = space.create_dict("s", {"x": 1.5, "name": "p"})
+        m = space.create_dict("m", {"a": 1})
+        tags = space.create_queue("tags", ["x", "y"])
+        items = space.create_list("items", [{"t": t, "n": 1}])
+        row = space.create_dict("row", {"k": "a", "at": t})
+        got = rows_to_arrow([{"k": "a", "s": s, "m": m, "tags": tags, "items": items}, row], OUT).to_pylist()
+    assert got[0]["s"] == {"x": 1.5, "t": None, "name": "p"} and got[0]["m"] == [("a", 1)]
+    assert got[0]["tags"] == ["x", "y"] and got[0]["items"] == [{"t": t, "n": 1}]
+    assert got[1]["k"] == "a" and got[1]["at"] == t

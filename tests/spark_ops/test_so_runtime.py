@@ -97,7 +97,7 @@ def test_hooks_run_open_events_timers_close_in_that_order():
 def test_processing_time_timers_fire_when_the_previous_batch_time_passes_them():
     h = OperatorHarness(Probe(), key="k", partitions=2)
     out = h.run_batch([{"k": "a", "at": 1_500, "v": 0}, {"k": "b", "at": 3_000, "v": 1}], batch_time=1_000)
-    assert kinds(out, "open")[0]["pt"] is None and not kinds(out, "timer")
+    assert {o["pt"] for o in kinds(out, "open")} == {1_000} and not kinds(out, "timer")   # its own clock
     out = h.run_batch([], batch_time=2_000)          # processing time of this batch: 1 000 (the previous)
     assert {o["pt"] for o in kinds(out, "open")} == {1_000} and not kinds(out, "timer")
     out = h.run_batch([], batch_time=3_000)          # processing time 2 000: a's timer
@@ -116,6 +116,23 @@ def test_processing_time_never_goes_back_when_a_clock_does():
     assert {o["pt"] for o in kinds(out, "open")} == {5_000}
     out = h.run_batch([])
     assert {o["pt"] for o in kinds(out, "open")} == {6_000}
+
+
+def test_the_first_batch_has_a_processing_time_kept_for_every_shard_and_re_runs(tmp_path):
+    """No batch before the first one left records: its processing time is its own clock,
+    the same on every shard (those without rows too) and again when it is re-run."""
+    h = OperatorHarness(Probe(), key="k", partitions=4, key_groups=16, state=str(tmp_path))
+    out = h.run_batch([{"k": "a", "v": 0}], batch_time=7_000)
+    assert len({r["shard"] for r in kinds(out, "event")}) == 1          # three shards without rows
+    assert [(o["shard"], o["pt"]) for o in kinds(out, "open")] == [(s, 7_000) for s in range(4)]
+    h.rerun_batch(0)                                # as after a crash: another clock, the same time
+    out = h.run_batch([{"k": "a", "v": 0}], batch_time=9_000)
+    assert {o["pt"] for o in kinds(out, "open")} == {7_000}
+    out = h.run_batch([], batch_time=10_000)
+    assert {o["pt"] for o in kinds(out, "open")} == {9_000}             # the re-run's clock: it ran then
+    assert [m["processing_time"] for m in h.metrics] == [7_000] * 8 + [9_000] * 4
+    # Without batch_time the harness's clock reads 0: a number all the same.
+    assert {o["pt"] for o in kinds(OperatorHarness(Probe(), key="k").run_batch([]), "open")} == {0}
 
 
 def test_late_rows_are_dropped_and_counted():
@@ -323,6 +340,27 @@ def test_metrics_are_recorded_per_batch_and_shard(tmp_path):
         # the commit's parts add up to (about: rounding) the commit, and it is part of the duration
         assert r["save_ms"] + r["write_ms"] + r["checkpoint_ms"] <= r["commit_ms"] + 0.3 <= r["duration_ms"] + 0.3
     assert all(r["checkpoint_bytes"] > 0 for r in recs if r["batch"] == 0 and r["rows"])
+    # One object per shard and batch holds both the watermark (name) and the metrics (body).
+    names = sorted(n for n, _ in dkv.open_store(str(tmp_path)).list(""))
+    assert not [n for n in names if "metrics" in n.split("/")]
+    from spark_ops import _watermark
+    assert len([n for n in names if _watermark.parse_name(n)]) == len(recs) == 6
+
+
+def test_metrics_written_by_older_versions_still_read(tmp_path):
+    """States written before the metrics moved into the watermark records kept them as
+    metrics/<batch>/p<s>-n<n> objects, and their watermark records had empty bodies."""
+    import json
+    h = OperatorHarness(Delay(1_000), key="k", event_time="ts", partitions=2, state=str(tmp_path))
+    h.run_batch([{"k": "a", "ts": 1_000}])
+    store = dkv.open_store(str(tmp_path))
+    wm = next(n for n, _ in store.list("") if "wm" in n.split("/"))
+    root = wm[:wm.index("wm/")]
+    store.put(f"{root}metrics/{7:012d}/p00001-n00002", json.dumps({"batch": 7, "shard": 1, "rows": 3}).encode())
+    store.put(f"{root}wm/{8:012d}/00002-00000-5-0", b"")
+    recs = read_metrics(str(tmp_path))
+    assert [(r["batch"], r["shard"]) for r in recs] == [(0, 0), (0, 1), (7, 1)]
+    assert recs[-1]["rows"] == 3 and recs[-1]["operator"] == recs[0]["operator"]
 
 
 class CrashingBuffer(Buffer):

@@ -84,6 +84,16 @@ def test_an_emitted_value_that_does_not_fit_names_its_column(spark, tmp_path):
         out.collect()
 
 
+def test_an_emitted_key_that_names_no_column_is_an_error_naming_it(spark, tmp_path):
+    """A misspelled key would otherwise leave its column null and be dropped without a word."""
+    df = spark.createDataFrame([("a", 1)], "k string, v long")
+    out = apply_operator(df, emitting(lambda k, r: {"k": k, "count": r["v"]}), "k", output_schema="k string, n long",
+                         state=str(tmp_path / "s"))
+    with pytest.raises(Exception, match=r"emitted key\(s\) 'count', for which the output schema has no column "
+                                        r"\(it has k, n\); the row has no 'n'"):
+        out.collect()
+
+
 def test_rows_emitted_as_tuples_fill_the_columns_in_order(spark, tmp_path):
     df = spark.createDataFrame([("a", 1), ("b", 2)], "k string, v long")
     out = apply_operator(df, emitting(lambda k, r: (k, r["v"] * 2)), "k", output_schema="k string, n long", state=str(tmp_path / "s"))
