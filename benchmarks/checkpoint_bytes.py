@@ -88,8 +88,16 @@ WORDS = ("the quick brown fox jumps over lazy dog click view cart order paid shi
 def make_event(rng: random.Random, i: int, size: int, payload: str) -> dict:
     """An event of about ``size`` encoded bytes: a few typed fields and a payload that is
     ``random`` bytes (incompressible: bytes written ~ bytes stored), ``hex`` digits or
-    ``text`` words (compressible, like most JSON events)."""
+    ``text`` words (compressible, like most JSON events); ``realistic``: an order event of
+    ids, a price, a quantity, a random token and a short text instead of one payload."""
     n = max(1, size - 62)
+    if payload == "realistic":      # ids, a price, a random token and a short text (issue 15)
+        words = []
+        while sum(map(len, words)) + len(words) < max(8, size - 110):
+            words.append(rng.choice(WORDS))
+        return {"id": i, "ts": 1_700_000_000_000 + i * 29_900, "user": f"user-{rng.randrange(10_000)}",
+                "order": f"ord-{rng.randrange(10**9):09d}", "price": round(rng.uniform(1, 500), 2),
+                "qty": rng.randrange(1, 20), "token": rng.randbytes(8).hex(), "text": " ".join(words)}
     if payload == "random":
         body = rng.randbytes(n)
     elif payload == "hex":
