@@ -143,6 +143,7 @@ def run(args) -> dict:
     batches = []
     seq = 0
     emitted_total = 0
+    full_rows = True
     profiler = None
     if args.profile:
         import cProfile
@@ -160,6 +161,8 @@ def run(args) -> dict:
         ms = (time.perf_counter() - t0) * 1000
         _host._tidy_heap(b + 1)
         emitted_total += sum(pc.sum(pc.list_value_length(rb.column("items"))).as_py() or 0 for rb in emitted)
+        full_rows &= all(pc.all(pc.equal(pc.list_value_length(rb.column("items")), args.count)).as_py() in (True, None)
+                         for rb in emitted)
         now = listing(state)
         grown = {p: s - seen.get(p, 0) for p, s in now.items() if s > seen.get(p, 0)}
         seen = now
@@ -178,6 +181,11 @@ def run(args) -> dict:
                   f"({rec['bytes'] / max(1, len(events)):6.1f} B/ev) {rec['objects']:4d} obj "
                   f"manifest {manifest:6d} B  ssts {len(sst_files):5d} ({rec['live_sst_mb']:7.1f} MB) "
                   f"wal {rec['wal_segments']:3d}  rss {rec['rss_mb']:7.0f} MB", file=sys.stderr, flush=True)
+    # The model: key i has had (i % count if prefilled) + per_key x steady batches events, and
+    # the buffer emitted count items for every full count of them.
+    n = args.batches
+    expected = sum(args.count * ((((i % args.count) if args.prefill else args.events_per_key)
+                                  + args.events_per_key * (n - 1)) // args.count) for _, i in mine)
     if profiler is not None:
         profiler.dump_stats(args.profile)
     _runtime.drop_cached()
@@ -191,6 +199,7 @@ def run(args) -> dict:
         "objects_per_batch": statistics.mean(r["objects"] for r in steady),
         "manifest_max": max(r["manifest_bytes"] for r in steady),
         "rss_baseline_mb": baseline, "peak_rss_mb": peak_rss_mb(), "emitted_items": emitted_total,
+        "expected_items": expected, "output_ok": emitted_total == expected and full_rows,
     }
     if not args.dir:
         shutil.rmtree(root, ignore_errors=True)
@@ -225,10 +234,12 @@ def main(argv=None) -> int:
           f"{s['max_ms'] / s['median_ms']:.2f}x), {s['us_per_event']:.2f} us/event, "
           f"{s['bytes_per_event']:.1f} B/event, {s['objects_per_batch']:.1f} objects/batch, "
           f"manifest max {s['manifest_max']:,} B, RSS peak {s['peak_rss_mb']:.0f} MB "
-          f"(baseline {s['rss_baseline_mb']:.0f} MB)")
+          f"(baseline {s['rss_baseline_mb']:.0f} MB); output "
+          f"{'matches the model' if s['output_ok'] else 'DIFFERS from the model'} "
+          f"({s['emitted_items']:,} items emitted, {s['expected_items']:,} expected)")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
-    return 0
+    return 0 if s["output_ok"] else 1
 
 
 if __name__ == "__main__":
