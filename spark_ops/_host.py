@@ -152,11 +152,18 @@ def _request(sock_path: str, owner: int | None, payload: bytes):
                             f"see {sock_path[:-5]}.log") from e
     if reply[0] == "ok":
         return reply[1]
-    _, exc, text = reply
+    _, exc, text, where = reply
     if exc is None:
         raise HostError(f"the shard host raised an exception that cannot be sent back:\n{text}")
+    # The user reads their exception and their own frames first; the host's whole traceback
+    # is in its log. RemoteError marks it for the caller, which raises it with a short trace.
     if hasattr(exc, "add_note"):
-        exc.add_note(f"raised in the spark_ops shard host:\n{text}")
+        exc.add_note(f"raised in the spark_ops shard host at:\n{where.rstrip()}\n"
+                     f"(the whole traceback is in {sock_path[:-5]}.log)")
+    try:
+        exc._spark_ops_remote = True
+    except AttributeError:      # an exception type without attributes: raised as it is
+        pass
     raise exc
 
 
@@ -339,12 +346,26 @@ def _handle(conn) -> None:
         log.warning("the worker went away before the reply: %s", e)
 
 
+_OURS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + name + os.sep
+              for name in ("spark_ops", "dkv", "objectspace"))
+
+
+def _where(tb) -> str:
+    """The frames of a traceback that are the user's (not spark_ops', dkv's or objectspace's),
+    the last three: what a user needs first, their own line."""
+    frames = traceback.extract_tb(tb)
+    theirs = [f for f in frames if not os.path.abspath(f.filename).startswith(_OURS)]
+    return "".join(traceback.format_list(theirs[-3:] or frames[-1:]))
+
+
 def _error_reply(e: BaseException) -> bytes:
     text = traceback.format_exc()
+    log.warning("a request failed:\n%s", text)       # the whole story stays in the host's log
+    where = _where(e.__traceback__)
     try:
-        return pickle.dumps(("error", e, text), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps(("error", e, text, where), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - the exception itself does not pickle
-        return pickle.dumps(("error", None, text))
+        return pickle.dumps(("error", None, text, where))
 
 
 def main(argv=None) -> None:

@@ -253,6 +253,12 @@ def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, o
                 if not isolated:    # only a host can tell a merged stage apart: fail the task
                     raise
                 log.warning("spark_ops: running shard %d in this worker: %s", shard, e)
+            except Exception as e:
+                if getattr(e, "_spark_ops_remote", False):
+                    # The operator's own error, from the host: its note says where it was
+                    # raised; the frames of the call to the host would only hide that.
+                    raise e.with_traceback(None) from None
+                raise
         if emitted is None:
             emitted = run_task(*args)
         yield from emitted

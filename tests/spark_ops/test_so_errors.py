@@ -152,3 +152,33 @@ def test_a_null_in_a_not_null_output_column_names_the_column(df, tmp_path):
     out = apply_operator(df, NullV(), "k", output_schema="k string, v long not null", state=str(tmp_path))
     with pytest.raises(Exception, match=r"null for 'v', which the output schema declares NOT NULL"):
         out.collect()
+
+
+def test_a_users_exception_in_a_shard_host_reads_first_as_their_exception_and_frame(spark, tmp_path):
+    """What a streaming query reports when on_event raises in a shard host: the user's
+    exception right after one frame, then where in their code it was raised; none of the
+    frames of the call to the host (issue 16: the lines 'except _host.HostError' and
+    'lock.close()' came first, in 2.7 KB)."""
+    from pyspark.errors import StreamingQueryException
+    from spark_helpers import at, read_stream, run_stream, write_batch_files
+
+    class Boom(Operator):
+        def on_event(self, key, row, ctx):
+            if row["v"] == 2:
+                raise ValueError(f"boom at v=2 for {key}")   # the user's line
+            ctx.emit({"k": key})
+    write_batch_files(tmp_path / "src", [[{"k": "a", "ts": at(0), "v": 1}], [{"k": "b", "ts": at(1), "v": 2}]])
+    out = apply_operator(read_stream(spark, tmp_path / "src"), Boom(), "k", output_schema="k string",
+                         state=str(tmp_path / "state"), partitions=2, shard_host=True)
+    with pytest.raises(StreamingQueryException) as info:
+        run_stream(out, tmp_path / "out", tmp_path / "cp")
+    text = str(info.value)
+    py = text[text.index("An exception was thrown from the Python worker"):]   # the task's part
+    lines = py.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("ValueError: boom at v=2 for b"))
+    assert lines[1] == "Traceback (most recent call last):" and first <= 4, lines[:8]   # one frame, then theirs
+    assert "raised in the spark_ops shard host at:" in lines[first + 1]
+    assert "test_so_errors.py" in lines[first + 2] and "in on_event" in lines[first + 2]
+    assert 'raise ValueError(f"boom at v=2 for {key}")' in lines[first + 3]
+    for noise in ("except _host.HostError", "lock.close()", "_request", "run_shard_batch"):
+        assert noise not in py[:py.index("ValueError: boom")], noise
