@@ -35,9 +35,6 @@ class Version:
         tables = self.l0 if i == 0 else self.levels[i - 1]
         return sum(t.ref.size for t in tables)
 
-    def total_bytes(self) -> int:
-        return sum(t.ref.size for t in self.tables())
-
     def get(self, key: bytes):
         """(seq, value) of the newest record for key, or _MISSING. Stops at the first hit."""
         for t in self.l0:

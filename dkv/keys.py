@@ -35,10 +35,3 @@ def key_group_of(key: bytes) -> int:
     if len(key) < 2:
         raise ValueError(f"key {key!r} is shorter than a key group (2 bytes)")
     return (key[0] << 8) | key[1]
-
-
-def key_group_range(first: int, end: int) -> tuple[bytes, bytes | None]:
-    """Byte range ``[start, stop)`` covering key groups ``first .. end-1``; stop is None at the top."""
-    if not 0 <= first < end <= MAX_KEY_GROUPS:
-        raise ValueError(f"bad key-group range [{first}, {end})")
-    return first.to_bytes(2, "big"), (end.to_bytes(2, "big") if end < MAX_KEY_GROUPS else None)

@@ -77,7 +77,3 @@ class MemoryStore(ObjectStore):
         data = self._objects.get(key)
         return None if data is None else len(data)
 
-    def total_bytes(self) -> int:
-        """Sum of the sizes of all objects (used by benchmarks and tests)."""
-        with self._lock:
-            return sum(len(v) for v in self._objects.values())
