@@ -83,7 +83,7 @@ def cmd_info(args):
            "levels": levels, "wal_segments": segs, "retained": m.retained, "key_groups": list(m.groups),
            "created_ms": m.created_ms}
     lines = [f"checkpoint {m.epoch} (writer {m.writer}, last seq {m.last_seq}) {info.name}",
-             f"key groups [{m.groups[0]}, {m.groups[1]})  WAL segments to replay: {segs}  retained: {m.retained}"]
+             f"key groups [{m.groups[0]}, {m.groups[1]})  live WAL segments (read at open): {segs}  retained: {m.retained}"]
     lines += [f"  L{lv['level']}: {lv['tables']} tables, {lv['bytes']} bytes, {lv['records']} records" for lv in levels]
     return out, "\n".join(lines)
 
