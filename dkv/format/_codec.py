@@ -71,11 +71,7 @@ def pack_block(keys: list, values: list, seqs=None) -> bytes:
         return raw
     if type(seqs) is int:
         head = bytearray(b"\x00")
-        v = seqs
-        while v >= 0x80:
-            head.append((v & 0x7F) | 0x80)
-            v >>= 7
-        head.append(v)
+        _front._varint(head, seqs)
         return bytes(head) + raw
     m = msgpack.packb(seqs)
     return b"\x01" + len(m).to_bytes(4, "little") + m + raw
@@ -85,17 +81,7 @@ def block_head(data, what: str) -> tuple:
     """(seqs, position of the records) of an SST block with its seqs header."""
     try:
         if data[0] == 0:
-            v = shift = 0
-            pos = 1
-            while True:
-                b = data[pos]
-                pos += 1
-                v |= (b & 0x7F) << shift
-                if not b & 0x80:
-                    return v, pos
-                shift += 7
-                if shift > 63:
-                    raise ValueError("varint too long")
+            return _front._read_varint(data, 1, len(data), 63)
         if data[0] == 1:
             n = int.from_bytes(data[1:5], "little")
             seqs = msgpack.unpackb(data[5:5 + n])

@@ -81,10 +81,11 @@ def py_encode(keys: list, values: list) -> bytes:
     return bytes(out)
 
 
-def _read_varint(buf, pos: int, end: int) -> tuple[int, int]:
+def _read_varint(buf, pos: int, end: int, max_shift: int = 56) -> tuple[int, int]:
+    """(value, position after it) of the varint at pos; ValueError when it runs past end."""
     v = shift = 0
     while True:
-        if pos >= end or shift > 56:
+        if pos >= end or shift > max_shift:
             raise ValueError("front-coded records are malformed")
         b = buf[pos]
         pos += 1

@@ -177,18 +177,70 @@ static int reserve(scratch *sc, size_t need) {
     return 0;
 }
 
-/* Walk the records at pos: the keys in [lo, hi) (NULL: unbounded) or, with exact, the one
-   key equal to lo. Returns (keys, values, end) — end is where the records end, or -1 when
-   the walk stopped before the end — or, with exact, (found, value). NULL with an exception
-   on malformed input. */
+/* The header at *pos: n records and the length of the key stream, checked against len. */
+static int read_header(const unsigned char *buf, Py_ssize_t len, Py_ssize_t *pos, size_t *n, size_t *klen) {
+    if (*pos < 0 || *pos > len || get_varint(buf, len, pos, n) < 0 || get_varint(buf, len, pos, klen) < 0
+        || *n > (size_t)len || *klen > (size_t)(len - *pos)) {
+        malformed();
+        return -1;
+    }
+    return 0;
+}
+
+/* The next key of the key stream (which ends at kend) at *kp, rebuilt in sc over the previous
+   one (*plen bytes long). -1 with an exception on malformed input. */
+static int next_key(const unsigned char *buf, Py_ssize_t kend, Py_ssize_t *kp, scratch *sc, size_t *plen) {
+    size_t sh, slen;
+    if (get_varint(buf, kend, kp, &sh) < 0 || get_varint(buf, kend, kp, &slen) < 0 || sh > *plen
+        || slen > (size_t)(kend - *kp) || reserve(sc, sh + slen) < 0) {
+        if (!PyErr_Occurred()) {
+            malformed();
+        }
+        return -1;
+    }
+    memcpy(sc->p + sh, buf + *kp, slen);
+    *kp += (Py_ssize_t)slen;
+    *plen = sh + slen;
+    return 0;
+}
+
+/* The next value at *vp: 1 for a tombstone (sc keeps the previous value), 0 for a value
+   rebuilt in sc (*plen bytes), -1 with an exception on malformed input. */
+static int next_value(const unsigned char *buf, Py_ssize_t len, Py_ssize_t *vp, scratch *sc, size_t *plen) {
+    size_t sh, code;
+    if (get_varint(buf, len, vp, &sh) < 0 || get_varint(buf, len, vp, &code) < 0) {
+        malformed();
+        return -1;
+    }
+    if (code == 0) {
+        if (sh != 0) {
+            malformed();
+            return -1;
+        }
+        return 1;
+    }
+    size_t slen = code - 1;
+    if (sh > *plen || slen > (size_t)(len - *vp) || reserve(sc, sh + slen) < 0) {
+        if (!PyErr_Occurred()) {
+            malformed();
+        }
+        return -1;
+    }
+    memcpy(sc->p + sh, buf + *vp, slen);
+    *vp += (Py_ssize_t)slen;
+    *plen = sh + slen;
+    return 0;
+}
+
+/* Walk the records at pos with keys in [lo, hi) (NULL: unbounded). Returns (keys, values,
+   end) — end is where the records end, or -1 when the walk stopped before the end. NULL
+   with an exception on malformed input. */
 static PyObject *walk(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, const unsigned char *lo,
-                      Py_ssize_t llo, const unsigned char *hi, Py_ssize_t lhi, int exact) {
+                      Py_ssize_t llo, const unsigned char *hi, Py_ssize_t lhi) {
     size_t n, klen;
     scratch sc = {NULL, 0};
     PyObject *keys = NULL, *values = NULL, *result = NULL;
-    if (pos < 0 || pos > len || get_varint(buf, len, &pos, &n) < 0 || get_varint(buf, len, &pos, &klen) < 0
-        || n > (size_t)len || klen > (size_t)(len - pos)) {
-        malformed();
+    if (read_header(buf, len, &pos, &n, &klen) < 0) {
         goto done;
     }
     keys = PyList_New(0);
@@ -198,30 +250,15 @@ static PyObject *walk(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, 
     }
     Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos;
     size_t i0 = n, i1 = n, plen = 0, i;
-    int found = 0;
     for (i = 0; i < n; i++) {
-        size_t sh, slen;
-        if (get_varint(buf, kend, &kp, &sh) < 0 || get_varint(buf, kend, &kp, &slen) < 0 || sh > plen
-            || slen > (size_t)(kend - kp) || reserve(&sc, sh + slen) < 0) {
-            if (!PyErr_Occurred()) {
-                malformed();
-            }
+        if (next_key(buf, kend, &kp, &sc, &plen) < 0) {
             goto done;
         }
-        memcpy(sc.p + sh, buf + kp, slen);
-        kp += (Py_ssize_t)slen;
-        plen = sh + slen;
         if (i0 == n) {
-            int c = lo == NULL ? 1 : cmp(sc.p, plen, lo, (size_t)llo);
-            if (c < 0) {
+            if (lo != NULL && cmp(sc.p, plen, lo, (size_t)llo) < 0) {
                 continue;
             }
             i0 = i;
-            if (exact) {
-                found = c == 0;
-                i1 = found ? i + 1 : i;
-                break;
-            }
         }
         if (hi != NULL && cmp(sc.p, plen, hi, (size_t)lhi) >= 0) {
             i1 = i;
@@ -242,45 +279,21 @@ static PyObject *walk(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, 
     Py_ssize_t vp = kend;
     plen = 0;
     for (i = 0; i < i1; i++) {
-        size_t sh, code;
-        if (get_varint(buf, len, &vp, &sh) < 0 || get_varint(buf, len, &vp, &code) < 0) {
-            malformed();
+        int tomb = next_value(buf, len, &vp, &sc, &plen);
+        if (tomb < 0) {
             goto done;
         }
-        if (code == 0) {
-            if (sh != 0) {
-                malformed();
-                goto done;
-            }
-            if (i >= i0 && PyList_Append(values, Py_None) < 0) {
-                goto done;
-            }
+        if (i < i0) {
             continue;
         }
-        size_t slen = code - 1;
-        if (sh > plen || slen > (size_t)(len - vp) || reserve(&sc, sh + slen) < 0) {
-            if (!PyErr_Occurred()) {
-                malformed();
-            }
+        PyObject *v = tomb ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)sc.p, (Py_ssize_t)plen);
+        if (v == NULL || PyList_Append(values, v) < 0) {
+            Py_XDECREF(v);
             goto done;
         }
-        memcpy(sc.p + sh, buf + vp, slen);
-        vp += (Py_ssize_t)slen;
-        plen = sh + slen;
-        if (i >= i0) {
-            PyObject *v = PyBytes_FromStringAndSize((const char *)sc.p, (Py_ssize_t)plen);
-            if (v == NULL || PyList_Append(values, v) < 0) {
-                Py_XDECREF(v);
-                goto done;
-            }
-            Py_DECREF(v);
-        }
+        Py_DECREF(v);
     }
-    if (exact) {
-        result = found ? Py_BuildValue("(OO)", Py_True, PyList_GET_ITEM(values, 0)) : Py_BuildValue("(OO)", Py_False, Py_None);
-    } else {
-        result = Py_BuildValue("(OOn)", keys, values, i1 == n ? vp : (Py_ssize_t)-1);
-    }
+    result = Py_BuildValue("(OOn)", keys, values, i1 == n ? vp : (Py_ssize_t)-1);
 done:
     PyMem_Free(sc.p);
     Py_XDECREF(keys);
@@ -305,7 +318,7 @@ static PyObject *front_decode(PyObject *self, PyObject *args) {
                  lo == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(lo),
                  lo == Py_None ? 0 : PyBytes_GET_SIZE(lo),
                  hi == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(hi),
-                 hi == Py_None ? 0 : PyBytes_GET_SIZE(hi), 0);
+                 hi == Py_None ? 0 : PyBytes_GET_SIZE(hi));
     }
     PyBuffer_Release(&view);
     return r;
@@ -327,6 +340,17 @@ typedef struct {
     uint32_t rec, kp, vp, klen, vlen, off, voff;
 } hint;
 
+/* Append n bytes to blob at *used; the offset they start at goes to *off. */
+static int keep(scratch *blob, size_t *used, const unsigned char *p, size_t n, uint32_t *off) {
+    if (reserve(blob, *used + n + 1) < 0) {
+        return -1;
+    }
+    memcpy(blob->p + *used, p, n);
+    *off = (uint32_t)*used;
+    *used += n;
+    return 0;
+}
+
 static PyObject *front_index(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t pos = 0, every = 16;
@@ -340,9 +364,11 @@ static PyObject *front_index(PyObject *self, PyObject *args) {
     scratch sc = {NULL, 0}, blob = {NULL, 0};
     hint *h = NULL;
     size_t m = 0, used = 0;
-    if (every < 1 || len > 0xFFFFFFF0 || pos < 0 || pos > len || get_varint(buf, len, &pos, &n) < 0
-        || get_varint(buf, len, &pos, &klen) < 0 || n > (size_t)len || klen > (size_t)(len - pos)) {
+    if (every < 1 || len > 0xFFFFFFF0) {
         malformed();
+        goto done;
+    }
+    if (read_header(buf, len, &pos, &n, &klen) < 0) {
         goto done;
     }
     size_t cap = n / (size_t)every + 1;
@@ -354,27 +380,16 @@ static PyObject *front_index(PyObject *self, PyObject *args) {
     Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos;
     size_t plen = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t sh, slen;
-        if (get_varint(buf, kend, &kp, &sh) < 0 || get_varint(buf, kend, &kp, &slen) < 0 || sh > plen
-            || slen > (size_t)(kend - kp) || reserve(&sc, sh + slen) < 0) {
-            if (!PyErr_Occurred()) {
-                malformed();
-            }
+        if (next_key(buf, kend, &kp, &sc, &plen) < 0) {
             goto done;
         }
-        memcpy(sc.p + sh, buf + kp, slen);
-        kp += (Py_ssize_t)slen;
-        plen = sh + slen;
         if ((i + 1) % (size_t)every == 0 && i + 1 < n && m < cap) {
-            if (reserve(&blob, used + plen) < 0) {
+            if (keep(&blob, &used, sc.p, plen, &h[m].off) < 0) {
                 goto done;
             }
-            memcpy(blob.p + used, sc.p, plen);
             h[m].rec = (uint32_t)i;
             h[m].kp = (uint32_t)kp;
             h[m].klen = (uint32_t)plen;
-            h[m].off = (uint32_t)used;
-            used += plen;
             m++;
         }
     }
@@ -386,35 +401,15 @@ static PyObject *front_index(PyObject *self, PyObject *args) {
     size_t j = 0;
     plen = 0;
     for (size_t i = 0; i < n && j < m; i++) {
-        size_t sh, code;
-        if (get_varint(buf, len, &vp, &sh) < 0 || get_varint(buf, len, &vp, &code) < 0) {
-            malformed();
-            goto done;
-        }
-        if (code != 0) {
-            size_t slen = code - 1;
-            if (sh > plen || slen > (size_t)(len - vp) || reserve(&sc, sh + slen) < 0) {
-                if (!PyErr_Occurred()) {
-                    malformed();
-                }
-                goto done;
-            }
-            memcpy(sc.p + sh, buf + vp, slen);
-            vp += (Py_ssize_t)slen;
-            plen = sh + slen;
-        } else if (sh != 0) {
-            malformed();
+        if (next_value(buf, len, &vp, &sc, &plen) < 0) {
             goto done;
         }
         if (i == h[j].rec) {
-            if (reserve(&blob, used + plen + 1) < 0) {
+            if (keep(&blob, &used, sc.p, plen, &h[j].voff) < 0) {
                 goto done;
             }
-            memcpy(blob.p + used, sc.p, plen);
             h[j].vp = (uint32_t)vp;
             h[j].vlen = (uint32_t)plen;
-            h[j].voff = (uint32_t)used;
-            used += plen;
             j++;
         }
     }
@@ -446,9 +441,8 @@ static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t 
     size_t n, klen, plen = 0, i0 = 0;
     scratch sc = {NULL, 0};
     PyObject *result = NULL;
-    if (pos < 0 || pos > len || get_varint(buf, len, &pos, &n) < 0 || get_varint(buf, len, &pos, &klen) < 0
-        || n > (size_t)len || klen > (size_t)(len - pos)) {
-        return malformed();
+    if (read_header(buf, len, &pos, &n, &klen) < 0) {
+        return NULL;
     }
     Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos, vp = kend;
     if (e != NULL) {
@@ -466,17 +460,9 @@ static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t 
     }
     size_t i, target = n;
     for (i = i0; i < n; i++) {
-        size_t sh, slen;
-        if (get_varint(buf, kend, &kp, &sh) < 0 || get_varint(buf, kend, &kp, &slen) < 0 || sh > plen
-            || slen > (size_t)(kend - kp) || reserve(&sc, sh + slen) < 0) {
-            if (!PyErr_Occurred()) {
-                malformed();
-            }
+        if (next_key(buf, kend, &kp, &sc, &plen) < 0) {
             goto done;
         }
-        memcpy(sc.p + sh, buf + kp, slen);
-        kp += (Py_ssize_t)slen;
-        plen = sh + slen;
         int c = cmp(sc.p, plen, key, (size_t)lkey);
         if (c >= 0) {
             if (c == 0) {
@@ -498,36 +484,18 @@ static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t 
         plen = e->vlen;
     }
     for (i = i0; i <= target; i++) {
-        size_t sh, code;
-        if (get_varint(buf, len, &vp, &sh) < 0 || get_varint(buf, len, &vp, &code) < 0) {
-            malformed();
+        int tomb = next_value(buf, len, &vp, &sc, &plen);
+        if (tomb < 0) {
             goto done;
         }
-        if (code == 0) {
-            if (sh != 0) {
-                malformed();
-                goto done;
-            }
-            if (i == target) {
-                result = Py_BuildValue("(OO)", Py_True, Py_None);
-                goto done;
-            }
-            continue;
-        }
-        size_t slen = code - 1;
-        if (sh > plen || slen > (size_t)(len - vp) || reserve(&sc, sh + slen) < 0) {
-            if (!PyErr_Occurred()) {
-                malformed();
-            }
-            goto done;
-        }
-        memcpy(sc.p + sh, buf + vp, slen);
-        vp += (Py_ssize_t)slen;
-        plen = sh + slen;
         if (i == target) {
-            PyObject *v = PyBytes_FromStringAndSize((const char *)sc.p, (Py_ssize_t)plen);
-            if (v != NULL) {
-                result = Py_BuildValue("(ON)", Py_True, v);
+            if (tomb) {
+                result = Py_BuildValue("(OO)", Py_True, Py_None);
+            } else {
+                PyObject *v = PyBytes_FromStringAndSize((const char *)sc.p, (Py_ssize_t)plen);
+                if (v != NULL) {
+                    result = Py_BuildValue("(ON)", Py_True, v);
+                }
             }
             goto done;
         }
