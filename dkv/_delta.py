@@ -18,7 +18,7 @@ from bisect import bisect_left
 
 from .format import bloom, sst, wal
 from .format.manifest import ALL_KEY_GROUPS, TableRef
-from ._table import RAW_ENTRY, Table, decoded_bytes
+from ._table import Table, decoded_bytes, raw_cost
 
 
 class _Blob:
@@ -77,7 +77,7 @@ class Delta(Table):
             keys, values, _ = wal.decode_block(frame, self.path, ix.version)
             return [keys, values, self.max_seq, None], decoded_bytes(keys, values)
         raw = wal.block_raw(frame, self.path, ix.version)
-        return [raw, 0, self.max_seq], RAW_ENTRY + len(raw) + len(raw) // 8   # + restart hints
+        return [raw, 0, self.max_seq], raw_cost(raw)
 
     def records(self):
         """(keys, values) per block, in key order, within the owned key groups, decoded

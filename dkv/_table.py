@@ -76,6 +76,13 @@ def decoded_bytes(keys: list, values: list) -> int:
 
 
 RAW_ENTRY = 200      # a cached raw block: the bytes object and its cache bookkeeping
+
+
+def raw_cost(raw: bytes) -> int:
+    """What a cached raw block costs: its bytes, bookkeeping and the restart hints its
+    first lookup builds (about an eighth of it)."""
+    return RAW_ENTRY + len(raw) + len(raw) // 8
+
 READ_AHEAD = 256 << 10   # bytes of following blocks a scan fetches with a block it misses
 
 
@@ -160,9 +167,7 @@ class Table:
         — or, for format-1 tables, ``[keys, values, seqs, position dict or None]``."""
         blk = self._blocks[i]
         if blk is None:
-            blk, cost = self._load(i)
-            self._blocks[i] = blk
-            self._cache.admit(self, i, cost)
+            blk = self._keep(i, *self._load(i))
         else:
             self._ref[i] = 1
             self._cache.hits += 1
@@ -194,9 +199,13 @@ class Table:
                                   f"expected {total}")
         for k in range(i, j):
             o = meta.offsets[k] - base
-            blk, cost = self._entry(k, data[o:o + meta.lengths[k]])
-            blocks[k] = blk
-            self._cache.admit(self, k, cost)
+            self._keep(k, *self._entry(k, data[o:o + meta.lengths[k]]))
+
+    def _keep(self, i: int, blk: list, cost: int) -> list:
+        """Block i's cache entry, now cached."""
+        self._blocks[i] = blk
+        self._cache.admit(self, i, cost)
+        return blk
 
     def _entry(self, i: int, frame: bytes) -> tuple[list, int]:
         meta = self._meta
@@ -206,7 +215,7 @@ class Table:
             return [keys, values, seqs, None], decoded_bytes(keys, values)
         raw = sst.block_raw(frame, meta.crcs[i], what)
         seqs, pos = block_head(raw, what)
-        return [raw, pos, seqs if type(seqs) is int else 0], RAW_ENTRY + len(raw) + len(raw) // 8   # + hints
+        return [raw, pos, seqs if type(seqs) is int else 0], raw_cost(raw)
 
     def get(self, key: bytes):
         """(seq, value) for key (value None = tombstone), or _MISSING.

@@ -119,11 +119,11 @@ class SlotSequence(PersistedObject):
             return
         ip, decode = self._items, self._codec.decode
         if not vals:        # nothing cached (the common case after eviction): one scan
-            s = a
+            s, slot_of = a, L.slot_of
             for key, raw in self._space._db.scan(_slot_key(ip, a), _slot_key(ip, b)):
                 if self._version != version:
                     raise RuntimeError(f"{self.kind} mutated during iteration")
-                if int.from_bytes(key[-8:], "big") != s:
+                if slot_of(key) != s:
                     break
                 yield decode(raw)
                 s += 1

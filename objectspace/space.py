@@ -347,7 +347,7 @@ class ObjectSpace(KindMethods):
                 self._db.write(batch)
             name = self._db.checkpoint(epoch).wait()
         except Exception as e:
-            n = len(self._touched) + len(self._graves)
+            n = self._unsaved()
             if n and hasattr(e, "add_note"):
                 e.add_note(f"objectspace: nothing was checkpointed; the changes to {n} object(s) are kept "
                            f"in memory and go with the next successful checkpoint()")
@@ -360,6 +360,10 @@ class ObjectSpace(KindMethods):
         """The number of the newest checkpoint of this space's store (taken here, or the one
         it was opened from); None when there is none."""
         return self._db.last_checkpoint
+
+    def _unsaved(self) -> int:
+        """Objects (and deletions) with changes no on_saved() confirmed."""
+        return len(self._touched) + len(self._graves)
 
     @property
     def dirty(self) -> bool:
@@ -385,7 +389,7 @@ class ObjectSpace(KindMethods):
             return
         if self._touched or self._graves:
             log.warning("closing object space %r with unsaved changes to %d object(s)",
-                        self._prefix, len(self._touched) + len(self._graves))
+                        self._prefix, self._unsaved())
         for obj in list(self._live.values()):
             obj._kill()
         self._live = weakref.WeakValueDictionary()
@@ -400,7 +404,7 @@ class ObjectSpace(KindMethods):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        n = len(self._touched) + len(self._graves) if not self._closed else 0
+        n = self._unsaved() if not self._closed else 0
         if n and exc is not None and hasattr(exc, "add_note"):
             exc.add_note(f"objectspace: leaving the with block drops the unsaved changes to {n} object(s) "
                          f"(nothing after the last checkpoint() is kept)")

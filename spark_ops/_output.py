@@ -165,10 +165,7 @@ def _column(values: list, typ, where: str):
     ``where``: its path in the row, for errors."""
     import pyarrow as pa
     if pa.types.is_struct(typ) and typ.num_fields:
-        kinds = set(map(type, values))
-        if not kinds <= _DICTS and all(issubclass(k, Mapping) for k in kinds - _DICTS):
-            values = [v if type(v) in _DICTS else dict(v) for v in values]      # persisted dicts
-            kinds = set(map(type, values))
+        values, kinds = _plain_mappings(values)
         if kinds <= _DICTS:
             nulls = type(None) in kinds
             names = typ.names
@@ -191,14 +188,21 @@ def _column(values: list, typ, where: str):
             return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), _column(items, typ.value_type, f"{where}[]"),
                                             type=typ, mask=mask)
     elif pa.types.is_map(typ):
-        kinds = set(map(type, values))
-        if not kinds <= _DICTS and all(issubclass(k, Mapping) for k in kinds - _DICTS):
-            values = [v if type(v) in _DICTS else dict(v) for v in values]      # persisted dicts
+        values, _ = _plain_mappings(values)
     elif pa.types.is_timestamp(typ) and typ.unit == "us":
         distinct = set(values)      # equal instants hash alike, whatever their zone
         if set(map(type, distinct)) <= _DATETIMES:
             return pa.array(_micros(values, distinct), typ)
     return pa.array(values, typ)
+
+
+def _plain_mappings(values: list) -> tuple[list, set]:
+    """(values, their types), with mappings that are not dicts (persisted dicts) made dicts."""
+    kinds = set(map(type, values))
+    if not kinds <= _DICTS and all(issubclass(k, Mapping) for k in kinds - _DICTS):
+        values = [v if type(v) in _DICTS else dict(v) for v in values]
+        kinds = set(map(type, values))
+    return values, kinds
 
 
 def _field(values: list, name: str, nulls: bool = False, missed: list | None = None) -> list:
