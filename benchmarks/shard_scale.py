@@ -58,7 +58,7 @@ def shard_keys(keys: int, shard: int, shards: int, groups: int) -> list[tuple[in
 class BatchEvents:
     """One batch's (key group, key parts, event ms, row) events in processing order (key
     group, key, time), made a chunk of keys at a time when iterated, as a shard host makes
-    them from its task's Arrow rows (spark_ops._spark.EventChunks)."""
+    them from its task's Arrow rows (spark_ops._worker.EventChunks)."""
 
     def __init__(self, batch: int, mine: list, count: int, per_key: int, prefill: bool, seq0: int,
                  chunk: int = 1 << 14) -> None:
@@ -125,7 +125,7 @@ def run(args) -> dict:
     spec = ShardSpec(state=str(state), operator=op, groups=args.groups, shards=args.shards,
                      dkv_options=dkv_options)
     if args.memory:
-        from spark_ops._spark import memory_bytes
+        from spark_ops._units import memory_bytes
         spec.memory = memory_bytes(args.memory)
     mine = shard_keys(args.keys, 0, args.shards, args.groups)
     import pyarrow as pa

@@ -17,7 +17,7 @@ from ._timeline import CheckpointInfo
 from .batch import WriteBatch
 from .errors import (CheckpointNotFoundError, ClosedError, CorruptionError, DkvError, FencedError,
                      NotAStoreError, ObjectMissingError, ReadOnlyError, StorageError)
-from .keys import SCHEMA_META, SCHEMA_STATE, SCHEMA_TIMER, key_group_of, key_prefix
+from .keys import key_group_of, key_prefix
 from .storage import ObjectStore, open_store
 
 __all__ = [
@@ -25,7 +25,7 @@ __all__ = [
     "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
     "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError",
     "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
-    "SCHEMA_STATE", "SCHEMA_TIMER", "SCHEMA_META", "key_prefix", "key_group_of", "prefix_end",
+    "key_prefix", "key_group_of", "prefix_end",
 ]
 
 

@@ -2,11 +2,12 @@
 
 A manifest names its files relative to the folder its writer opened:
 ``dkv.open(root, instance="a/b")`` writes ``a/b/sst/…`` and ``a/b/wal/…`` into ``root``.
-The same instance can be opened from elsewhere: from an enclosing folder (a spark_ops
-state root, instance ``<query id>/<operator>/L…/p00000``) or from its own folder (instance
-""). ``root_of`` finds the writer's folder from the names in the manifest, so a reader
-finds the files wherever it starts, and a writer that continues names its new files as
-its predecessors did.
+The same instance can be opened from elsewhere: from an enclosing folder (say a state
+root that holds many instances, such as spark_ops' ``<query id>/<operator>/L…/p00000``)
+or from its own folder (instance ""). ``root_of`` finds the writer's folder from the
+names in the manifest, so a reader finds the files wherever it starts, and a writer that
+continues names its new files as its predecessors did. The rule is generic: it reads only
+the instance names that the manifest's own file names carry, never a user's naming.
 
 ``check_new`` decides what an open of an instance that has neither a manifest nor a
 writer claim may do: a read-only open never creates anything, a writer creates a store

@@ -1,18 +1,12 @@
-"""Key groups and schema bytes: the 3-byte prefix the upper layers put on every key.
+"""Key groups: the 3-byte prefix the layers above dkv put on every key.
 
-A key written by objectspace or spark_ops starts with a **key group** (2 bytes,
-big-endian, 0..65535) and a **schema byte** (what kind of record follows). Keys are
-ordered bytewise, so one key group's records are one contiguous range, which is what lets
-a shard's state be scanned, moved and split by key-group range.
+A key starts with a **key group** (2 bytes, big-endian, 0..65535) and a **schema byte**
+(what kind of record follows; its values are the caller's to choose). Keys are ordered
+bytewise, so one key group's records are one contiguous range, which is what lets a
+shard's state be scanned, moved and split by key-group range (``dkv.open(...,
+key_groups=(first, end))``).
 """
 from __future__ import annotations
-
-SCHEMA_STATE = 0x00
-"""Records of persisted objects (objectspace)."""
-SCHEMA_TIMER = 0x01
-"""Timers, ordered by due time within a key group (spark_ops)."""
-SCHEMA_META = 0x02
-"""Operator and runtime metadata (spark_ops)."""
 
 MAX_KEY_GROUPS = 1 << 16
 
@@ -20,7 +14,7 @@ MAX_KEY_GROUPS = 1 << 16
 def key_prefix(key_group: int, schema: int) -> bytes:
     """The 3-byte prefix of keys in ``key_group`` with ``schema``. O(1).
 
-    >>> key_prefix(258, SCHEMA_TIMER)
+    >>> key_prefix(258, 1)
     b'\\x01\\x02\\x01'
     """
     if not isinstance(key_group, int) or not 0 <= key_group < MAX_KEY_GROUPS:

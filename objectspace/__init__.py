@@ -17,10 +17,11 @@ from ._cache import ObjectCache
 from ._codec import register_type, unregister_type
 from ._dict import PersistedDict, PersistedSortedDict
 from ._groups import PendingEntry
-from ._inspect import (InstanceRef, ObjectChange, ObjectInfo, SlotChange, SpaceStats, diff, diff_pair,
-                       find_instances, iter_slots, key_groups_of, list_objects, object_info, pair_instances,
-                       space_stats, spaces_of, to_jsonable, walk_slots)
+from ._inspect import (FamilyMember, FamilyRule, InstanceRef, ObjectChange, ObjectInfo, SlotChange, SpaceStats,
+                       diff, diff_pair, find_instances, iter_slots, key_groups_of, list_objects, object_info,
+                       pair_instances, register_family_rule, space_stats, spaces_of, to_jsonable, walk_slots)
 from ._keycodec import decode_key, encode_key
+from ._layout import SCHEMA_STATE
 from ._linked import LinkedListNode, PersistedLinkedList
 from ._list import PersistedList
 from ._queue import PersistedQueue, PersistedStack
@@ -32,7 +33,7 @@ from .errors import (AlreadyExistsError, CorruptionError, EncodingError, KindMis
 from .space import DEFAULT_PREFIX, ObjectSpace
 
 __all__ = [
-    "ObjectSpace", "DEFAULT_PREFIX", "ObjectCache",
+    "ObjectSpace", "DEFAULT_PREFIX", "SCHEMA_STATE", "ObjectCache",
     "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
     "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
     "PersistedDict", "PersistedSortedDict", "PersistedStream", "PendingEntry",
@@ -41,5 +42,6 @@ __all__ = [
     "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
     # inspection (docs/inspection.md)
     "list_objects", "object_info", "iter_slots", "walk_slots", "diff", "space_stats", "find_instances",
-    "key_groups_of", "spaces_of", "pair_instances", "diff_pair", "to_jsonable", "ObjectInfo", "ObjectChange", "SlotChange", "SpaceStats", "InstanceRef",
+    "key_groups_of", "spaces_of", "pair_instances", "diff_pair", "to_jsonable", "ObjectInfo", "ObjectChange",
+    "SlotChange", "SpaceStats", "InstanceRef", "FamilyRule", "FamilyMember", "register_family_rule",
 ]

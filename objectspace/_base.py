@@ -132,7 +132,7 @@ class PersistedObject:
         if self._dead:
             return f"<div>{head}</div>"
         try:
-            from ._inspect import live_slots
+            from ._live import live_slots
             shown = list(islice(live_slots(self), self._REPR_ITEMS))
         except Exception as e:  # noqa: BLE001
             return f"<div>{head}<br><i>items unavailable: {esc(str(e))}</i></div>"

@@ -1,5 +1,9 @@
 """Every key objectspace writes is built here (docs/format/objectspace.md has the diagram).
 
+A space prefix ``P`` is any bytes. In a dkv store whose keys start with a key group
+(``dkv.key_prefix``), object spaces sit at ``key_prefix(kg, SCHEMA_STATE)``: key group 0
+for ``ObjectSpace.open``, one space per key group for spark_ops' operators.
+
 Under a space prefix ``P``::
 
     P 0x00 <name>                      index entry: msgpack [kind, codec, format version]
@@ -19,6 +23,9 @@ import msgpack
 from .errors import CorruptionError, StreamIdError
 
 FORMAT_VERSION = 1
+
+SCHEMA_STATE = 0x00
+"""The schema byte (the third key byte, after the key group) of object spaces' records."""
 
 INDEX = b"\x00"
 OBJECTS = b"\x01"
@@ -93,18 +100,18 @@ MAX_SEQ = (1 << 64) - 1
 
 
 def parse_id(s, *, default_seq: int = 0) -> tuple[int, int]:
-    """(ms, seq) of an id string "ms-seq" (or "ms", taking default_seq)."""
-    if isinstance(s, tuple) and len(s) == 2:
+    """(ms, seq) of an id string "ms-seq" (or "ms", taking default_seq): decimal digits only,
+    each part at most 2**64 - 1 (else StreamIdError)."""
+    if isinstance(s, str):
+        ms, sep, seq = s.partition("-")
+        if not (ms.isdigit() and ms.isascii() and (not sep or (seq.isdigit() and seq.isascii()))):
+            raise StreamIdError(f"invalid stream id {s!r}")
+        ms = int(ms)
+        seq = int(seq) if sep else default_seq
+    elif isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], int) and isinstance(s[1], int):
         ms, seq = s
     else:
-        if not isinstance(s, str):
-            raise StreamIdError(f"stream ids are strings like '1700000000000-0', got {s!r}")
-        ms, sep, seq = s.partition("-")
-        try:
-            ms = int(ms)
-            seq = int(seq) if sep else default_seq
-        except ValueError:
-            raise StreamIdError(f"invalid stream id {s!r}") from None
+        raise StreamIdError(f"stream ids are strings like '1700000000000-0', got {s!r}")
     if not (0 <= ms <= MAX_SEQ and 0 <= seq <= MAX_SEQ):
         raise StreamIdError(f"invalid stream id {s!r}")
     return ms, seq
@@ -123,13 +130,23 @@ def key_id(ek: bytes) -> str:
 
 
 def range_bound(s, *, end: bool) -> bytes | None:
-    """ek bound for range(): "-"/"+" open, "(" exclusive, "ms" covers every seq of ms.
-    Returned as [lo, hi) bytes: lo inclusive, hi exclusive; None = unbounded."""
-    if s == ("+" if end else "-"):
-        return None
-    exclusive = isinstance(s, str) and s.startswith("(")
+    """ek bound for range(): "-"/"+" the smallest/greatest id (open when at their own end),
+    "(id" exclusive, "ms" covers every seq of ms. Returned as [lo, hi) bytes: lo inclusive,
+    hi exclusive; None = unbounded. An exclusive bound past the id space ("(" and the
+    greatest id as a start, the smallest as an end) raises StreamIdError, as in Redis."""
+    if s == "-":
+        return _ZERO_HI if end else None
+    if s == "+":
+        return None if end else _MAX_KEY
+    exclusive = isinstance(s, str) and len(s) > 1 and s.startswith("(")
     if exclusive:
         s = s[1:]
     ms, seq = parse_id(s, default_seq=MAX_SEQ if end else 0)
+    if exclusive and (ms, seq) == ((0, 0) if end else (MAX_SEQ, MAX_SEQ)):
+        raise StreamIdError(f"invalid {'end' if end else 'start'} id for the interval: ({format_id(ms, seq)}")
     k = id_key(ms, seq)
     return k if end == exclusive else k + b"\x00"
+
+
+_MAX_KEY = id_key(MAX_SEQ, MAX_SEQ)
+_ZERO_HI = id_key(0, 0) + b"\x00"

@@ -2,8 +2,9 @@
 
 Commands: spaces, ls, show, diff, stats; every one takes ``--json``. A LOCATION is a
 folder, ``s3://bucket/prefix`` or ``memory://name``: a plain ``ObjectSpace.open`` store
-or a spark_ops state root (or one query's, operator's or shard's folder below it). One
-that holds no dkv store is an error that says what is there. Which spaces:
+or a spark_ops state root (or one query's, operator's or shard's folder below it; spark_ops'
+family rule, found through its entry point, tells which shards hold an epoch). One that
+holds no dkv store is an error that says what is there. Which spaces:
 
     --instance PATH     one dkv instance, or every instance under PATH (for spark_ops:
                         <query id>/<operator>[/L<first batch>-n<shards>/p<shard>])
@@ -23,8 +24,8 @@ from contextlib import ExitStack
 
 import dkv
 
-from ._inspect import (diff_pair, find_instances, iter_slots, list_objects, name_from_json, object_info,
-                       pair_instances, space_stats, spaces_of, to_jsonable)
+from ._inspect import (diff_pair, family_rules, find_instances, iter_slots, list_objects, name_from_json,
+                       object_info, pair_instances, space_stats, spaces_of, to_jsonable)
 from ._inspect.changes import ObjectChange, SpaceStats
 from .errors import ObjectNotFoundError, ObjectSpaceError
 
@@ -112,8 +113,10 @@ def cmd_spaces(args):
     with ExitStack() as stack:
         for where, space in _spaces(args, stack):
             rows.append({**where, "prefix": space.prefix.hex()})
+    shown = [r.labels[0] for r in family_rules() if r.labels]     # e.g. spark_ops' operator
     text = _table([[r["instance"] or "(root)", r["epoch"], "" if r["key_group"] is None else r["key_group"],
-                    r["operator"] or ""] for r in rows], ["INSTANCE", "EPOCH", "KEY GROUP", "OPERATOR"])
+                    *[r.get(k) or "" for k in shown]] for r in rows],
+                  ["INSTANCE", "EPOCH", "KEY GROUP", *[k.upper() for k in shown]])
     return rows, text if rows else "(no spaces)"
 
 

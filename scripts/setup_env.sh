@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-EXTRAS=${EXTRAS:-s3,spark,dev}
+EXTRAS=${EXTRAS:-s3,spark,dev,demo}
 VENV=.venv
 key=$( (cat pyproject.toml setup.py dkv/format/_native.c; echo "$EXTRAS") | sha256sum | cut -c1-16)
 stamp="$VENV/.setup-$key"

@@ -10,12 +10,17 @@ docs/spark_ops.md and docs/rfcs/0001-spark-runtime.md.
 """
 from __future__ import annotations
 
+import objectspace as _objectspace
+
+from . import _layout
 from ._api import buffer, combine_latest, delay, session_window, timeout
 from ._metrics import read_metrics, snapshot_bytes
-from ._spark import apply_operator
+from ._plan import apply_operator
 from ._timers import Timer
 from .datasource import register_datasource
 from .operator import Context, Operator
+
+_objectspace.register_family_rule(_layout.FAMILY_RULE)     # inspection knows operators' shards
 
 __all__ = ["buffer", "combine_latest", "delay", "timeout", "session_window", "apply_operator",
            "Operator", "Context", "Timer", "read_metrics", "snapshot_bytes",

@@ -5,7 +5,8 @@ key_groups=, dkv_options=, memory= (each shard's memory budget, e.g. "512m") and
 (pass isolate=True to union or coalesce the output in the same stage)."""
 from __future__ import annotations
 
-from ._spark import apply_operator, check_columns, duration_ms
+from ._plan import apply_operator, check_columns
+from ._units import duration_ms
 from .operators import Buffer, CombineLatest, Delay, SessionWindow, Timeout
 from .operators._combine import SOURCE
 

@@ -157,7 +157,7 @@ def _request(sock_path: str, owner: int | None, payload: bytes):
         raise HostError(f"the shard host raised an exception that cannot be sent back:\n{text}")
     # The user reads their exception and their own frames first; the host's whole traceback
     # is in its log. _spark_ops_remote marks it for the caller, which raises it with a short
-    # trace (see _spark._partition_function).
+    # trace (see _worker.partition_function).
     if hasattr(exc, "add_note"):
         exc.add_note(f"raised in the spark_ops shard host at:\n{where.rstrip()}\n"
                      f"(the whole traceback is in {sock_path[:-5]}.log)")

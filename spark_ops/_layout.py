@@ -18,6 +18,10 @@ A layout is a shard count in use from some batch on. Shard ``s`` opening batch `
 * Otherwise (first run, a new partition count, or a re-run after a rescale) a new layout
   starting at b is used: the shard's instance starts from the most advanced layout's
   instances, restricted to the shard's key groups — files shared, nothing copied.
+
+objectspace's inspection (``python -m objectspace``, ``objectspace.find_instances``, the
+``objectspace`` data source) learns this naming from ``FAMILY_RULE``: an operator's shards
+are one family, each layout one generation of it.
 """
 from __future__ import annotations
 
@@ -27,11 +31,13 @@ import re
 from dataclasses import dataclass
 
 import dkv
+import objectspace
 
 from ._shards import shard_range
 
 log = logging.getLogger(__name__)
 _LAYOUT = re.compile(r"^L(\d{12})-n(\d{5})$")
+_SHARD = re.compile(r"^(?:(?P<owner>.+)/)?L(?P<first>\d{12})-n(?P<shards>\d{5})/p\d{5}$")
 
 
 @dataclass(frozen=True)
@@ -134,3 +140,24 @@ def plan_open(store, batch: int, shard: int, n: int, groups: int) -> OpenPlan:
     sources = [(instance, epoch, (a, b)) for a, b, instance, epoch, _ in pieces]
     log.info("shard %d/%d at batch %d starts layout %s from %s", shard, n, batch, new.name, sources)
     return OpenPlan(new, new.instance(shard), sources=sources)
+
+
+def shard_member(location: str, instance: str):
+    """objectspace's view of instance ``instance`` found under ``location`` when it is an
+    operator's shard (``[<query id>/<operator>/]L<first batch>-n<shards>/p<shard>``), else
+    None: the family is ``<query id>/<operator>`` ("" when ``location`` is the operator's
+    own folder), the generation its layout (first batch, shards), and the labels name the
+    operator and the query."""
+    m = _SHARD.match(instance)
+    if m is None:
+        return None
+    owner = m["owner"] or ""
+    operator = owner.rsplit("/", 1)[-1] if owner else location.rstrip("/").rsplit("/", 1)[-1]
+    query_id = owner.rsplit("/", 1)[0] if "/" in owner else None
+    return objectspace.FamilyMember(owner, (int(m["first"]), int(m["shards"])),
+                                    {"operator": operator, "query_id": query_id})
+
+
+FAMILY_RULE = objectspace.FamilyRule("spark_ops", shard_member, labels=("operator", "query_id"))
+"""Registered when spark_ops is imported, and offered to ``python -m objectspace`` through the
+``objectspace.family_rules`` entry point (pyproject.toml)."""

@@ -1,6 +1,6 @@
 """The shard runtime: open a shard's state for a batch, run an operator, checkpoint.
 
-Pure Python (no Spark): the Spark glue (``_spark.py``) and the test harness
+Pure Python (no Spark): the Python workers (``_worker.py``) and the test harness
 (``testing.py``) both call ``run_shard_batch``. A shard's open state is cached per
 process and reused by the next batch when it is still at epoch ``batch - 1``; otherwise
 it is reopened (shards move between Python workers from batch to batch).
@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 import dkv
-from dkv.keys import SCHEMA_STATE, key_prefix
-from objectspace import ObjectCache, ObjectSpace
+from dkv.keys import key_prefix
+from objectspace import SCHEMA_STATE, ObjectCache, ObjectSpace
 
 from . import _layout, _watermark
 from ._keys import user_key

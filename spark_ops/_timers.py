@@ -17,6 +17,9 @@ import msgpack
 
 import dkv
 
+SCHEMA_TIMER = 0x01
+"""The schema byte (the third key byte, after the key group) of timer records; object
+spaces' records use objectspace.SCHEMA_STATE (0x00) in the same key groups."""
 EVENT_TIME, PROCESSING_TIME = 0, 1
 _OFFSET = 1 << 63
 _INFINITY = 1 << 63
@@ -32,7 +35,7 @@ class Timer:
 
 
 def _prefix(kg: int, kind: int) -> bytes:
-    return dkv.key_prefix(kg, dkv.SCHEMA_TIMER) + bytes((kind,))
+    return dkv.key_prefix(kg, SCHEMA_TIMER) + bytes((kind,))
 
 
 def timer_key(kg: int, kind: int, due: int, key: tuple, name: str) -> bytes:

@@ -62,9 +62,14 @@ def _int(options, name):
         raise ValueError(f"option {name} must be an int, got {v!r}") from None
 
 
+def _operator(ref) -> tuple:
+    """(operator, query id) of a shard's InstanceRef; (None, None) for a plain store."""
+    return ref.labels.get("operator"), ref.labels.get("query_id")
+
+
 def _key_and_object(ref, name) -> tuple:
     """(key JSON or None, object) of an object name: operator state is named (*key parts, name)."""
-    if ref.owner is not None and type(name) is tuple and len(name) >= 2 and type(name[-1]) is str:
+    if ref.member is not None and type(name) is tuple and len(name) >= 2 and type(name[-1]) is str:
         key = from_parts(name[:-1])
         return _json(key[0] if len(key) == 1 else key), name[-1]
     return None, name if type(name) is str else _json(name)
@@ -111,7 +116,7 @@ class _Reader(DataSourceReader):
             parts = [_Partition(o, n, g)
                      for o, n, g in objectspace.pair_instances(self.location, self.changes_from, self.epoch, **kw)]
         if self.operator is not None:
-            parts = [p for p in parts if (p.new or p.old).operator == self.operator]
+            parts = [p for p in parts if _operator(p.new or p.old)[0] == self.operator]
         return parts or [_Partition(None, None, _ALL)]
 
     def read(self, partition):
@@ -126,7 +131,7 @@ class _Reader(DataSourceReader):
             for kg, space in objectspace.spaces_of(db, key_group=self.key_group, groups=groups):
                 for info, slot, value in objectspace.walk_slots(space):
                     key, obj = _key_and_object(ref, info.name)
-                    yield (ref.operator, ref.query_id, ref.instance, ref.epoch, kg, key, obj, info.kind,
+                    yield (*_operator(ref), ref.instance, ref.epoch, kg, key, obj, info.kind,
                            _json(slot), _json(value))
 
     def _changes(self, p):
@@ -136,7 +141,7 @@ class _Reader(DataSourceReader):
             if isinstance(ch, objectspace.ObjectChange):
                 continue
             key, obj = _key_and_object(ref, ch.name)
-            yield (ref.operator, ref.query_id, ref.instance, to_epoch, kg, key, obj, ch.kind, _json(ch.slot),
+            yield (*_operator(ref), ref.instance, to_epoch, kg, key, obj, ch.kind, _json(ch.slot),
                    None if ch.change == "removed" else _json(ch.new), ch.change,
                    None if ch.change == "added" else _json(ch.old), self.changes_from)
 

@@ -22,7 +22,7 @@ from . import _runtime
 from ._keys import to_parts
 from ._runtime import ShardSpec, run_shard_batch
 from ._shards import shard_of
-from ._spark import duration_ms, memory_bytes
+from ._units import duration_ms, memory_bytes
 
 __all__ = ["OperatorHarness"]
 

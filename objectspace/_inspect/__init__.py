@@ -14,17 +14,22 @@ what)``. See docs/inspection.md.
 [(0, 1), (1, 2)]
 
 Modules: ``records`` (one space: JSON, objects, slots), ``changes`` (two states of a space:
-stats), ``locations`` (the instances and spaces of a location, plain or spark_ops).
+stats), ``locations`` (the instances and spaces of a location, alone or in the families
+that other packages' rules make of them, such as spark_ops' operator shards).
+
+The core of objectspace (the space and the kinds) does not import this package: it reads
+what they wrote.
 """
 from __future__ import annotations
 
 from .changes import ObjectChange, SlotChange, SpaceStats, diff, space_stats
-from .locations import (ALL_KEY_GROUPS, InstanceRef, diff_pair, find_instances, key_groups_of, pair_instances,
-                        spaces_of)
-from .records import (ObjectInfo, Progress, iter_slots, list_objects, live_slots, name_from_json, object_info,
-                      to_jsonable, walk_slots)
+from .locations import (ALL_KEY_GROUPS, FamilyMember, FamilyRule, InstanceRef, diff_pair, family_rules,
+                        find_instances, key_groups_of, pair_instances, register_family_rule, spaces_of)
+from .records import (ObjectInfo, Progress, iter_slots, list_objects, name_from_json, object_info, to_jsonable,
+                      walk_slots)
 
 __all__ = ["to_jsonable", "ObjectInfo", "list_objects", "object_info", "iter_slots", "walk_slots",
            "ObjectChange", "SlotChange", "diff", "SpaceStats", "space_stats", "InstanceRef",
            "find_instances", "key_groups_of", "spaces_of", "pair_instances", "diff_pair",
-           "name_from_json", "live_slots", "Progress", "ALL_KEY_GROUPS"]
+           "FamilyRule", "FamilyMember", "register_family_rule", "family_rules",
+           "name_from_json", "Progress", "ALL_KEY_GROUPS"]

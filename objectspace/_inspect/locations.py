@@ -1,54 +1,108 @@
-"""Finding the object spaces of a location: dkv instances, spark_ops operator layouts,
-key groups, and what to compare for a diff between two epochs.
+"""Finding the object spaces of a location: its dkv instances, the families other
+packages make of them, their key-group spaces, and what to compare for a diff between
+two epochs.
 
-An instance named ``<owner>/L<first batch>-n<shards>/p<shard>`` is a shard of a spark_ops
-operator's state (``<owner>`` is ``<query id>/<operator>``; the naming is spark_ops'
-``_layout.py``); its object spaces sit at ``key_prefix(kg, SCHEMA_STATE)``. Other
-instances stand alone (``ObjectSpace.open`` uses key group 0 of the root instance).
+An instance stands alone unless a registered **family rule** claims it: a package that
+keeps one state in several instances (one per key-group range, re-split from some epoch
+on) tells by their names which family and which generation each instance belongs to.
+spark_ops registers the rule for its operators' shards; ``python -m objectspace`` finds
+rules through the ``objectspace.family_rules`` entry point group, and a program may call
+``register_family_rule``. An instance's object spaces sit at ``key_prefix(kg,
+SCHEMA_STATE)``, one per key group (``ObjectSpace.open`` uses key group 0).
 """
 from __future__ import annotations
 
-import re
+import logging
 from contextlib import ExitStack
-from dataclasses import dataclass
-from typing import Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
 
 import dkv
-from dkv.keys import SCHEMA_STATE, key_prefix
+from dkv.keys import key_prefix
 
+from .._layout import SCHEMA_STATE
 from ..errors import ObjectSpaceError
 from .changes import diff
 from .records import Progress
 
-_LAYOUT_INSTANCE = re.compile(r"^(?:(?P<owner>.+)/)?L(?P<first>\d{12})-n(?P<shards>\d{5})/p(?P<shard>\d{5})$")
+log = logging.getLogger(__name__)
+
+ENTRY_POINTS = "objectspace.family_rules"
+"""The entry point group where installed packages offer their ``FamilyRule``."""
+
+
+@dataclass(frozen=True)
+class FamilyMember:
+    """What a family rule says of one instance: the ``family`` it belongs to (instances
+    that hold one state together, each a key-group range of it), its ``generation`` (a
+    tuple that sorts the family's generations; its first item is the first epoch the
+    generation holds) and ``labels`` shown with it (JSON values by name)."""
+    family: str
+    generation: tuple
+    labels: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class FamilyRule:
+    """How a package names the instances of its families: ``member(location, instance)``
+    gives the ``FamilyMember`` for an instance name found under ``location`` (a path or
+    URL), or None for an instance that is not one of its own. ``labels`` names the labels
+    its members carry: every instance's JSON has them (null where a rule does not apply),
+    and tables show the first."""
+    name: str
+    member: Callable[[str, str], Optional[FamilyMember]]
+    labels: tuple = ()
+
+
+_RULES: dict = {}
+_ENTRY_POINTS_LOADED = False
+
+
+def register_family_rule(rule: FamilyRule) -> None:
+    """Make ``rule`` known to ``find_instances`` in this process (again: replaced)."""
+    _RULES[rule.name] = rule
+
+
+def family_rules() -> list:
+    """The registered rules, with those of installed packages' entry points (loaded once;
+    one that fails to load is skipped)."""
+    global _ENTRY_POINTS_LOADED
+    if not _ENTRY_POINTS_LOADED:
+        _ENTRY_POINTS_LOADED = True
+        from importlib import metadata     # ~20 ms to import: only when inspecting
+        for ep in metadata.entry_points(group=ENTRY_POINTS):
+            try:
+                rule = ep.load()
+            except Exception as e:  # noqa: BLE001 - a broken plugin must not break inspection
+                log.warning("objectspace: family rule %s (%s) not loaded: %s", ep.name, ep.value, e)
+                continue
+            _RULES.setdefault(rule.name, rule)
+    return list(_RULES.values())
+
+
+def _member(location: str, instance: str) -> tuple:
+    """(rule name, FamilyMember) of the first rule that claims ``instance``, or (None, None)."""
+    for rule in family_rules():
+        m = rule.member(location, instance)
+        if m is not None:
+            return rule.name, m
+    return None, None
 
 
 @dataclass(frozen=True)
 class InstanceRef:
-    """A dkv instance of a location at one checkpoint epoch. ``owner`` is set for the shards
-    of a spark_ops operator (``<query id>/<operator>``, "" when the location is the
-    operator's own folder); ``epochs`` are its retained checkpoints."""
+    """A dkv instance of a location at one checkpoint epoch, with the ``member``ship a
+    family rule gave it (None: it stands alone); ``epochs`` are its retained checkpoints."""
     location: object        # as given: a path or URL (or an ObjectStore)
     instance: str
     epoch: int
     epochs: tuple = ()
-    owner: Optional[str] = None
-    first_batch: Optional[int] = None
-    shards: Optional[int] = None
-    shard: Optional[int] = None
+    member: Optional[FamilyMember] = None
 
     @property
-    def operator(self) -> Optional[str]:
-        if self.owner is None:
-            return None
-        loc = self.location if isinstance(self.location, str) else self.location.location
-        return self.owner.rsplit("/", 1)[-1] if self.owner else loc.rstrip("/").rsplit("/", 1)[-1]
-
-    @property
-    def query_id(self) -> Optional[str]:
-        if not self.owner or "/" not in self.owner:
-            return None
-        return self.owner.rsplit("/", 1)[0]
+    def labels(self) -> dict:
+        """The labels its family rule gave it ({} when it stands alone)."""
+        return dict(self.member.labels) if self.member is not None else {}
 
     def open(self, **dkv_options):
         """This instance read-only at ``epoch`` (a dkv DB; close it). dkv finds the files
@@ -57,8 +111,8 @@ class InstanceRef:
                         **dkv_options)
 
     def as_json(self) -> dict:
-        return {"instance": self.instance, "epoch": self.epoch, "operator": self.operator,
-                "query_id": self.query_id}
+        blank = {name: None for rule in family_rules() for name in rule.labels}
+        return {"instance": self.instance, "epoch": self.epoch, **blank, **self.labels}
 
 
 def _store_options(dkv_options: dict) -> dict:
@@ -70,17 +124,19 @@ def _store_options(dkv_options: dict) -> dict:
 def find_instances(location, *, epoch: int | None = None, instance: str | None = None,
                    **dkv_options) -> list[InstanceRef]:
     """The instances under ``location`` that hold ``epoch`` (default: each one's newest;
-    for an operator, the newest epoch of its shards), sorted by name.
+    for a family, the newest epoch of its members), sorted by name.
 
-    ``instance`` selects one instance or every instance under a path (e.g.
-    ``<query id>/<operator>``). For an operator's shards, the layout (shard count) that
-    ran ``epoch`` is chosen: after a rescale, older layouts are skipped. Costs two
+    ``instance`` selects one instance or every instance under a path (e.g. spark_ops'
+    ``<query id>/<operator>``). For a family, the generation that held ``epoch`` is
+    chosen (the newest one started at or before it): after a rescale, the members of
+    older generations are skipped. Costs two
     listings per instance. Raises dkv.NotAStoreError when ``location`` holds no dkv
     instance (it says what is there instead; nothing is created), ObjectSpaceError when
     no instance matches ``instance`` and dkv.CheckpointNotFoundError when nothing holds
     ``epoch``."""
     store = dkv.open_store(location, create=False, **_store_options(dkv_options))
     loc = location if isinstance(location, str) else store
+    where = location if isinstance(location, str) else store.location
     names = dkv.instances(store, required=True)
     if instance:
         sel = instance.strip("/")
@@ -89,27 +145,25 @@ def find_instances(location, *, epoch: int | None = None, instance: str | None =
         raise ObjectSpaceError(f"no dkv instance under {loc!r}" + (f" matches {instance!r}" if instance else ""))
     families: dict = {}
     for n in names:
-        m = _LAYOUT_INSTANCE.match(n)
-        families.setdefault(("op", m["owner"] or "") if m else ("db", n), []).append((n, m))
+        rule, m = _member(where, n)
+        families.setdefault((rule, m.family) if m else (None, n), []).append((n, m))
     out, seen = [], {}
-    for (what, owner), members in sorted(families.items()):
+    for (rule, _), members in sorted(families.items(), key=lambda f: (f[0][0] or "", f[0][1])):
         epochs = {n: tuple(c.epoch for c in dkv.list_checkpoints(store, n)) for n, _ in members}
         seen.update(epochs)
-        if what == "db":
+        if rule is None:
             n = members[0][0]
             e = epoch if epoch is not None else max(epochs[n], default=None)
             if e is not None and e in epochs[n]:
                 out.append(InstanceRef(loc, n, e, epochs[n]))
             continue
         e = epoch if epoch is not None else max((x for es in epochs.values() for x in es), default=None)
-        holders = [(int(m["first"]), int(m["shards"]), n, m) for n, m in members if e in epochs[n]]
+        holders = [(m.generation, n, m) for n, m in members if e in epochs[n]]
         if not holders:
             continue
-        layout = max(h[:2] for h in holders if h[0] <= e) if any(h[0] <= e for h in holders) else max(
-            h[:2] for h in holders)
-        for first, shards, n, m in holders:
-            if (first, shards) == layout:
-                out.append(InstanceRef(loc, n, e, epochs[n], owner, first, shards, int(m["shard"])))
+        started = [g for g, _, _ in holders if g[0] <= e]
+        generation = max(started) if started else max(g for g, _, _ in holders)
+        out += [InstanceRef(loc, n, e, epochs[n], m) for g, n, m in holders if g == generation]
     if not out:
         held = sorted({e for es in seen.values() for e in es})
         what = "a checkpoint" if epoch is None else f"checkpoint {epoch}"
@@ -157,7 +211,7 @@ def spaces_of(db, *, key_group: int | None = None, prefix: bytes | None = None,
 
 
 def _family(ref: InstanceRef):
-    return ("op", ref.owner) if ref.owner is not None else ("db", ref.instance)
+    return ("family", ref.member.family) if ref.member is not None else ("alone", ref.instance)
 
 
 def pair_instances(location, from_epoch: int, to_epoch: int, *, instance: str | None = None,
@@ -185,7 +239,7 @@ def pair_instances(location, from_epoch: int, to_epoch: int, *, instance: str | 
             ranges = {}
             for r in olds + news:
                 with r.open(**dkv_options) as db:
-                    ranges[r] = tuple(getattr(db, "groups", ALL_KEY_GROUPS))
+                    ranges[r] = db.key_groups
             for o in olds:
                 for n in news:
                     lo, hi = max(ranges[o][0], ranges[n][0]), min(ranges[o][1], ranges[n][1])

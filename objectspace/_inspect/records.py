@@ -341,21 +341,3 @@ def walk_slots(space, *, progress: Progress | None = None) -> Iterator[tuple]:
             ahead = next(records, None)
         if progress is not None and n % EVERY == 0:
             progress(n, None, repr(name))
-
-
-
-def live_slots(obj) -> Iterator[tuple]:
-    """(slot, value) of a live object through its own API, unsaved changes included; slots
-    as ``iter_slots`` gives them (stacks from the top here, labelled with their index).
-    Lazy: take what you need with ``itertools.islice``."""
-    kind = obj.kind
-    if kind == "value":
-        return iter([(None, obj.value)])
-    if kind == "stack":
-        top = len(obj) - 1
-        return ((top - i, obj._get_slot(obj._tail - 1 - i)) for i in range(top + 1))
-    if kind in ("set", "sorted_set"):
-        return ((k, None) for k in obj)
-    if kind in ("dict", "sorted_dict", "stream"):
-        return iter(obj.items()) if kind != "stream" else iter(obj)
-    return enumerate(obj)

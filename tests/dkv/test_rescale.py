@@ -17,10 +17,11 @@ from dkv.storage import LoggingStore, MemoryStore
 from dkv_helpers import SMALL, contents, data_files, manifest_files, read_manifest
 
 OPTS = dict(SMALL, background=False, retain=2)
+SCHEMA = 0x00           # the schema byte after the key group: any byte (objectspace's state uses 0)
 
 
 def key(group: int, i: int) -> bytes:
-    return dkv.key_prefix(group, dkv.SCHEMA_STATE) + b"%04d" % i
+    return dkv.key_prefix(group, SCHEMA) + b"%04d" % i
 
 
 def in_groups(model: dict, lo: int, hi: int) -> dict:
@@ -144,7 +145,7 @@ def test_split_one_instance_into_two():
     assert c.get(key(1, 1)) == part_c.get(key(1, 1)), "a rejected batch applies nothing"
     for k in list(part_d)[:20]:
         assert c.get(k) is None
-    assert list(c.scan_prefix(dkv.key_prefix(200, dkv.SCHEMA_STATE))) == []
+    assert list(c.scan_prefix(dkv.key_prefix(200, SCHEMA))) == []
 
     # The halves diverge independently.
     for i in range(150):

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from objectspace import ObjectSpace
+from objectspace._inspect import family_rules
 from objectspace.cli import main
 from test_os_inspect import EXPECTED_DIFF, build_history, operator_state  # noqa: F401 - fixture
 
@@ -115,8 +116,10 @@ def test_stats(history, capsys):
 
 
 def test_spaces_and_errors(history, capsys):
+    # rows carry the labels of every family rule (spark_ops': operator, query_id), null here
+    blank = {name: None for rule in family_rules() for name in rule.labels}
     assert run_json(capsys, "spaces", history) == [
-        {"instance": "", "epoch": 3, "operator": None, "query_id": None, "key_group": 0, "prefix": "000000"}]
+        {"instance": "", "epoch": 3, **blank, "key_group": 0, "prefix": "000000"}]
     rc, _, err = run(capsys, "show", history, "nope")
     assert rc == 1 and "no object named 'nope'" in err
     rc, _, err = run(capsys, "ls", history, "--epoch", "9")

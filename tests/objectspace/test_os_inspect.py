@@ -17,7 +17,8 @@ from objectspace import (ObjectChange, ObjectSpace, SlotChange, diff, diff_pair,
 
 INSPECTION_NAMES = ["list_objects", "object_info", "iter_slots", "walk_slots", "diff", "space_stats",
                     "find_instances", "key_groups_of", "spaces_of", "pair_instances", "diff_pair", "to_jsonable",
-                    "ObjectInfo", "ObjectChange", "SlotChange", "SpaceStats", "InstanceRef"]
+                    "ObjectInfo", "ObjectChange", "SlotChange", "SpaceStats", "InstanceRef",
+                    "FamilyRule", "FamilyMember", "register_family_rule"]
 
 
 def build_history(location) -> None:
@@ -268,12 +269,48 @@ def test_repr_html_shows_kind_length_dirt_and_first_items():
 
 def test_find_instances_plain(history):
     (ref,) = find_instances(history)
-    assert ref.instance == "" and ref.epoch == 3 and ref.epochs == (1, 2, 3) and ref.operator is None
+    assert ref.instance == "" and ref.epoch == 3 and ref.epochs == (1, 2, 3) and ref.member is None
+    assert ref.labels == {}
     assert find_instances(history, epoch=1)[0].epoch == 1
     with pytest.raises(dkv.CheckpointNotFoundError, match="retained epochs: \\[1, 2, 3\\]"):
         find_instances(history, epoch=9)
     with pytest.raises(objectspace.ObjectSpaceError):
         find_instances(history, instance="nope")
+
+
+def test_a_family_rule_makes_generations_of_instances(tmp_path, monkeypatch):
+    """A package's naming rule (here a toy one; spark_ops registers its operators') makes
+    families of instances: find_instances reads the generation that held each epoch, and
+    pair_instances matches old and new members by their key-group ranges."""
+    from objectspace._inspect import locations
+    monkeypatch.setattr(locations, "_RULES", {})
+    monkeypatch.setattr(locations, "_ENTRY_POINTS_LOADED", True)      # this rule only, no entry points
+
+    def member(location, instance):
+        gen, _, part = instance.partition("/")
+        if not (gen.startswith("gen") and part):
+            return None
+        return objectspace.FamilyMember("toy", (int(gen[3:]),), {"part": part})
+    objectspace.register_family_rule(objectspace.FamilyRule("toy", member, labels=("part",)))
+    root = str(tmp_path / "toy")
+    key = dkv.key_prefix(7, objectspace.SCHEMA_STATE) + b"k"
+    with dkv.open(root, instance="gen0/all") as db:
+        for epoch in (0, 1):
+            db.put(key, b"%d" % epoch)
+            db.checkpoint(epoch).wait()
+    for part, groups in (("low", (0, 8)), ("high", (8, 1 << 16))):
+        with dkv.open(root, instance=f"gen2/{part}", sources=[("gen0/all", 1)], key_groups=groups) as db:
+            db.checkpoint(2).wait()
+    with dkv.open(root, instance="alone") as db:
+        db.checkpoint(5).wait()
+    refs = find_instances(root)
+    assert [(r.instance, r.epoch) for r in refs] == [("alone", 5), ("gen2/high", 2), ("gen2/low", 2)]
+    assert refs[1].as_json() == {"instance": "gen2/high", "epoch": 2, "part": "high"}
+    assert refs[0].as_json() == {"instance": "alone", "epoch": 5, "part": None} and refs[0].member is None
+    assert [r.instance for r in find_instances(root, epoch=1)] == ["gen0/all"]
+    pairs = pair_instances(root, 1, 2)
+    assert [(o.instance, n.instance, g) for o, n, g in pairs] == [("gen0/all", "gen2/high", (8, 1 << 16)),
+                                                                 ("gen0/all", "gen2/low", (0, 8))]
 
 
 @pytest.fixture
@@ -311,9 +348,10 @@ def state_of(refs) -> dict:
 def test_find_instances_follows_the_layout_of_each_epoch(operator_state):
     latest = find_instances(operator_state)
     assert [r.instance for r in latest] == [f"count/L000000000002-n00003/p0000{s}" for s in range(3)]
-    assert {r.operator for r in latest} == {"count"} and all(r.epoch == 2 for r in latest)
+    assert {r.labels["operator"] for r in latest} == {"count"} and all(r.epoch == 2 for r in latest)
+    assert {r.member.family for r in latest} == {"count"} and {r.labels["query_id"] for r in latest} == {None}
     old = find_instances(operator_state, epoch=1)
-    assert [r.shards for r in old] == [2, 2] and all(r.first_batch == 0 for r in old)
+    assert [r.member.generation for r in old] == [(0, 2), (0, 2)]     # (first batch, shards) of the layout
     assert state_of(old) == {(("a", "n"), None): 2, (("a", "seen"), 0): 1, (("a", "seen"), 1): 3,
                              (("b", "n"), None): 1, (("b", "seen"), 0): 2,
                              (("c", "n"), None): 1, (("c", "seen"), 0): 4}
@@ -321,7 +359,7 @@ def test_find_instances_follows_the_layout_of_each_epoch(operator_state):
     assert new[(("c", "n"), None)] == 2 and new[(("d", "seen"), 0)] == 6 and len(new) == 10
     # the operator's own folder works too (owner "")
     sub = find_instances(operator_state + "/count", instance="L000000000002-n00003")
-    assert len(sub) == 3 and sub[0].operator == "count"
+    assert len(sub) == 3 and sub[0].labels["operator"] == "count" and sub[0].member.family == ""
 
 
 def test_diff_across_a_rescale_equals_the_difference_of_the_states(operator_state):

@@ -23,7 +23,7 @@ def create(space, kind, name):
 
 def test_public_names_are_pinned():
     assert sorted(objectspace.__all__) == sorted([
-        "ObjectSpace", "DEFAULT_PREFIX", "ObjectCache",
+        "ObjectSpace", "DEFAULT_PREFIX", "SCHEMA_STATE", "ObjectCache",
         "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
         "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
         "PersistedDict", "PersistedSortedDict", "PersistedStream", "PendingEntry",
@@ -34,6 +34,7 @@ def test_public_names_are_pinned():
         "list_objects", "object_info", "iter_slots", "walk_slots", "diff", "space_stats",
         "find_instances", "key_groups_of", "spaces_of", "pair_instances", "diff_pair", "to_jsonable",
         "ObjectInfo", "ObjectChange", "SlotChange", "SpaceStats", "InstanceRef",
+        "FamilyRule", "FamilyMember", "register_family_rule",
     ])
     for name in objectspace.__all__:
         assert getattr(objectspace, name) is not None
@@ -47,7 +48,7 @@ def test_error_hierarchy():
 
 
 def test_constructor_is_o1_and_does_no_io():
-    spaces = [ObjectSpace(NoIO(), prefix=dkv.keys.key_prefix(kg, dkv.keys.SCHEMA_STATE) + b"op-7")
+    spaces = [ObjectSpace(NoIO(), prefix=dkv.keys.key_prefix(kg, objectspace.SCHEMA_STATE) + b"op-7")
               for kg in range(256)]
     assert len(spaces) == 256
 
@@ -205,7 +206,7 @@ def test_recent_objects_stay_cached(db):
 @pytest.mark.skipif(not HAVE_DKV, reason="needs dkv.open")
 def test_open_checkpoint_close(location):
     with ObjectSpace.open(location) as space:
-        assert space.prefix == dkv.keys.key_prefix(0, dkv.keys.SCHEMA_STATE)
+        assert space.prefix == dkv.keys.key_prefix(0, objectspace.SCHEMA_STATE) == objectspace.DEFAULT_PREFIX
         space.create_dict("d", {"a": 1})
         space.checkpoint(1)
         space.get_dict("d")["b"] = 2

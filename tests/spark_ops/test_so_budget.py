@@ -24,7 +24,7 @@ import msgpack
 import pytest
 
 from spark_ops import _runtime
-from spark_ops._spark import memory_bytes
+from spark_ops._units import memory_bytes
 from spark_ops.operators import Buffer
 from spark_ops.testing import OperatorHarness
 

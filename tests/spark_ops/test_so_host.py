@@ -15,7 +15,7 @@ import pytest
 
 from spark_ops import _host
 from spark_ops._runtime import ShardSpec, drop_cached
-from spark_ops._spark import run_task
+from spark_ops._worker import run_task
 from spark_ops.operators import Buffer
 
 

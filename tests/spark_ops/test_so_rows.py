@@ -1,4 +1,4 @@
-"""A task's Arrow rows into the runtime's events (spark_ops/_spark.py), without Spark: the
+"""A task's Arrow rows into the runtime's events (spark_ops/_worker.py), without Spark: the
 processing order is the same whichever order the shuffle delivered the rows in."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from spark_ops._keys import to_parts
 from spark_ops import _output
 from spark_ops._output import rows_to_arrow
-from spark_ops._spark import KG, TOKEN, _arrow_to_pandas, _events, _sort_rows
+from spark_ops._plan import TOKEN
+from spark_ops._worker import KG, _arrow_to_pandas, _events, _sort_rows
 
 UTC = dt.timezone.utc
 INSTANTS = {"ts": "__spark_ops_us0"}

@@ -537,7 +537,7 @@ def test_struct_and_array_values_become_plain_python_values():
     import numpy as np
     import pandas as pd
 
-    from spark_ops._spark import _plain
+    from spark_ops._worker import _plain
     ts = pd.Timestamp("2024-03-01 12:00:00.123456")
     py_ts = dt.datetime(2024, 3, 1, 12, 0, 0, 123456)
     utc = dt.timezone.utc

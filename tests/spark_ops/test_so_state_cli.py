@@ -156,3 +156,18 @@ def test_the_cli_processes_end_to_end(state):
         assert proc.returncode == 0, proc.stderr
     proc = subprocess.run([sys.executable, "-m", "dkv", "info", state], capture_output=True, text=True)
     assert proc.returncode == 1 and "python -m dkv instances" in proc.stderr
+
+
+def test_a_fresh_objectspace_process_knows_the_operators_layouts(state):
+    """``python -m objectspace`` imports nothing of spark_ops: it finds spark_ops' family rule
+    through the entry point that installing the project declares (pyproject.toml), so on
+    the state root it reads the newest layout's shards, labelled with their operator."""
+    from importlib import metadata
+    if not any(ep.name == "spark_ops" for ep in metadata.entry_points(group="objectspace.family_rules")):
+        pytest.skip("the objectspace.family_rules entry point is not installed: run scripts/setup_env.sh")
+    proc = subprocess.run([sys.executable, "-m", "objectspace", "spaces", state, "--json"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert rows and {r["instance"].rsplit("/", 2)[-2] for r in rows} == {NEW}
+    assert {(r["operator"], r["query_id"]) for r in rows} == {("buffer", "q1")} and {r["epoch"] for r in rows} == {4}

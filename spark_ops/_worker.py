@@ -1,207 +1,32 @@
-"""Spark glue: turn an Operator into a DataFrame transformation.
+"""What runs in Spark's Python workers: a task's Arrow rows become the runtime's events,
+the shard runs its batch, and the emitted rows go back to Spark as Arrow.
 
-``apply_operator`` adds two columns on the driver's plan — the key group
-``pmod(hash(key), G)`` and a routing token that sends each key-group range to its shard's
-partition — then ``repartition(n, token).mapInArrow(...)``. In each task the rows are
-sorted by key and event time and handed to ``run_shard_batch``; the emitted rows go back
-to Spark as one Arrow record batch built where the shard ran.
-
-No column carries the batch timestamp: in a streaming plan ``current_timestamp()`` becomes
-a literal that differs in every batch, and a literal is compiled into the generated code,
-so Spark would compile the stage anew each batch (~30 ms) and run it unoptimised by the
-JIT (RFC 0001, §2.5). Processing time comes from the shards' own clocks instead: the
-previous batch's, or in a first batch the clock of the first shard to start it (kept in
-the state, so every shard and a re-run read the same; see _watermark.py).
+``partition_function`` makes the function that ``mapInArrow`` runs in each task (the plan
+is built on the driver in _plan.py; Spark ships this function to the workers). In a task
+the rows are sorted by key group, key and the order columns and handed to
+``run_shard_batch``, in the task's worker or in the shard's host (_host.py), which runs
+``run_task`` exactly as the worker would; the emitted rows go back to Spark as Arrow
+record batches built where the shard ran.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import logging
-import os
-import re
 import time
 import uuid
 
 from . import _host
 from ._output import rows_to_arrow
 from ._runtime import ShardSpec, run_shard_batch
-from ._shards import tokens
 
 log = logging.getLogger(__name__)
 
-KG, TOKEN, US = "__spark_ops_kg", "__spark_ops_token", "__spark_ops_us"
+KG = "__spark_ops_kg"
+"""The key-group column the plan adds (_plan.py) and the tasks read."""
 _EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-_UNITS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000, "second": 1000,
-          "seconds": 1000, "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
-          "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000, "day": 86_400_000, "days": 86_400_000}
 
 
-def duration_ms(value, what: str = "duration") -> int:
-    """Milliseconds from an int (ms), a timedelta or a string like "10 seconds"."""
-    if isinstance(value, bool):
-        raise TypeError(f"{what} must be ms, a timedelta or a string like '10 seconds', got {value!r}")
-    if isinstance(value, int):
-        ms = value
-    elif isinstance(value, _dt.timedelta):
-        ms = int(value.total_seconds() * 1000)
-    elif isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*", value)
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"{what} {value!r} is not like '10 seconds', '5 minutes' or '250 ms'")
-        ms = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    else:
-        raise TypeError(f"{what} must be ms, a timedelta or a string like '10 seconds', got {value!r}")
-    if ms < 0:
-        raise ValueError(f"{what} must not be negative, got {value!r}")
-    return ms
-
-
-_SIZES = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
-
-
-def memory_bytes(value, what: str = "memory") -> int:
-    """Bytes from an int or a string like "512m", "2g" or "64 MiB" (powers of 1024)."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise TypeError(f"{what} must be bytes (an int) or a string like '512m', got {value!r}")
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
-        if not m or m.group(2).lower() not in _SIZES:
-            raise ValueError(f"{what} {value!r} is not like '512m', '2g' or '64 MiB'")
-        value = int(float(m.group(1)) * _SIZES[m.group(2).lower()])
-    if value < 8 << 20:
-        raise ValueError(f"{what} must be at least 8 MiB, got {value:,} bytes")
-    return value
-
-
-def _resolve_state(state: str) -> str:
-    if "://" in state:
-        return state.rstrip("/")
-    return os.path.abspath(os.path.expanduser(state))
-
-
-def _as_schema(schema):
-    from pyspark.sql.types import StructType, _parse_datatype_string
-    if isinstance(schema, StructType):
-        return schema
-    if isinstance(schema, str):
-        return _parse_datatype_string(schema)
-    raise TypeError(f"output_schema must be a StructType or a DDL string, got {type(schema).__name__}")
-
-
-def check_columns(df, key, event_time=None) -> list:
-    """The key column names, after checking that they and ``event_time`` exist."""
-    keys = [key] if isinstance(key, str) else list(key)
-    if not keys or not all(isinstance(k, str) for k in keys):
-        raise ValueError(f"key must name one column or a list of columns, got {key!r}")
-    missing = [c for c in keys + [event_time] if c is not None and c not in df.columns]
-    if missing:
-        raise ValueError(f"column(s) {missing} not in the input; it has {df.columns}")
-    return keys
-
-
-def apply_operator(df, operator, key, *, output_schema, event_time: str | None = None, watermark=None,
-                   order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
-                   key_groups: int = 256, dkv_options: dict | None = None, isolate: bool | None = None,
-                   inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None,
-                   memory=None):
-    """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
-
-    state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
-    under ``<state>/<query id>/<name>``. partitions: the shard count (default the session's
-    ``spark.sql.shuffle.partitions``); change it between restarts to rescale. key_groups:
-    fixed when the state is created. watermark: the allowed event-time delay, e.g.
-    "10 seconds" (needs ``event_time``): rows behind the watermark are dropped. Without it
-    the watermark still advances with the event times seen (so event-time timers fire) but
-    no row is dropped as late. order_by: column(s) ordering a key's rows within
-    a batch (default the event-time column). isolate: end with an exchange so that the
-    output can be unioned or coalesced in the same stage; the default (None) adds it only
-    without shard hosts — with them, a merged stage is detected and fails the batch with
-    an error that says to pass isolate=True (see docs/spark_ops.md). Returns a
-    DataFrame with ``output_schema``. A batch (non-streaming) DataFrame is the whole input:
-    its state lives for the run only and every timer fires at its end. inputs /
-    input_column: for operators over several unioned inputs, the input names and the
-    column naming each row's input; the watermark then follows the slowest input.
-    shard_host: keep each shard's open state in a helper process per executor and shard
-    (default: on unless the environment sets SPARK_OPS_SHARD_HOST=0), so a shard stays hot
-    whichever Python worker Spark runs its task in; see docs/spark_ops.md. memory: what
-    each shard keeps in memory at most (objects, memtables, block cache), e.g. "512m"
-    (the default) or "64m"; state beyond it lives in the store and is read back on demand.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import TimestampType
-
-    from .operator import Operator
-
-    if not isinstance(operator, Operator):
-        raise TypeError(f"operator must be an instance of spark_ops.Operator, got "
-                        f"{operator!r:.80} ({type(operator).__name__})")
-    keys = check_columns(df, key, event_time)
-    if watermark is not None and event_time is None:
-        raise ValueError("watermark= needs event_time= (the event-time column)")
-    if event_time is not None:
-        kind = df.schema[event_time].dataType.typeName()
-        if kind not in ("timestamp", "long", "integer"):
-            raise TypeError(f"event_time column {event_time!r} must be a timestamp or a number of ms, not {kind}")
-    schema = _as_schema(output_schema)
-    n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions")) if partitions is None else partitions
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1 or key_groups < n or key_groups > 1 << 16:
-        raise ValueError(f"need 1 <= partitions <= key_groups <= 65536, got partitions={n}, key_groups={key_groups}")
-    order = [order_by] if isinstance(order_by, str) else list(order_by or ([event_time] if event_time else []))
-    missing = [c for c in order if c not in df.columns]
-    if missing:
-        raise ValueError(f"order_by column(s) {missing} not in the input; it has {df.columns}")
-    for c in keys + order:
-        if _unorderable(df.schema[c].dataType):
-            raise TypeError(f"column {c!r} ({df.schema[c].dataType.simpleString()}) cannot be a key or "
-                            f"order_by column: rows are ordered by them, and arrays and maps have no order")
-    name = name or type(operator).__name__.lower()
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ValueError(f"operator name {name!r} may use letters, digits, '_', '.' and '-' only")
-    spec = ShardSpec(state=_resolve_state(state), operator=operator, key_arity=len(keys), event_time=event_time,
-                     delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
-                     drop_late=watermark is not None,
-                     groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
-                     inputs=list(inputs) if inputs else None, input_column=input_column,
-                     memory=None if memory is None else memory_bytes(memory))
-    toks = tokens(n)
-    shard = F.expr(f"((`{KG}` + 1) * {n} - 1) div {key_groups}")
-    # Timestamps reach pandas as naive wall-clock times, ambiguous around DST changes; their
-    # exact instants are read from the Arrow columns as microseconds (see _arrow_to_pandas).
-    instants = {c.name: f"{US}{i}" for i, c in enumerate(df.schema.fields) if isinstance(c.dataType, TimestampType)}
-    routed = (df.withColumn(KG, F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(key_groups)))
-                .withColumn(TOKEN, F.element_at(F.array(*[F.lit(t).cast("long") for t in toks]),
-                                                (shard + 1).cast("int"))))
-    columns = df.columns
-    hosts = _host.enabled(shard_host)
-    if isolate is None:
-        isolate = not hosts
-    from pyspark.sql.pandas.types import to_arrow_schema
-    out_arrow = to_arrow_schema(schema, timezone="UTC")
-    fn = _partition_function(spec, name, keys, columns, order, out_arrow, instants, hosts, isolate)
-    # Nothing may sit between the exchange and the shards: over an empty shuffle (a batch
-    # without rows) adaptive execution would replace a projection by an empty relation, and
-    # then no task would run — and no timer fire (RFC 0001, §1.2).
-    out = routed.repartition(n, F.col(TOKEN)).mapInArrow(fn, schema)
-    if not isolate:
-        return out
-    # A shard is identified by its task's partition number, which holds only while the
-    # operator runs in its own stage: an exchange after it keeps a later union or
-    # coalesce from renumbering the partitions it runs in. Partitioning that exchange by
-    # the shard keeps each shard's rows together and in emission order.
-    shard_col = "__spark_ops_out_shard"
-    return out.withColumn(shard_col, F.spark_partition_id()).repartition(n, shard_col).drop(shard_col)
-
-
-def _unorderable(data_type) -> bool:
-    """Arrays and maps (also inside structs) have no order to sort rows by."""
-    from pyspark.sql.types import ArrayType, MapType, StructType
-    if isinstance(data_type, (ArrayType, MapType)):
-        return True
-    return isinstance(data_type, StructType) and any(_unorderable(f.dataType) for f in data_type.fields)
-
-
-def _partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_schema,
+def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_schema,
                         instants: dict, shard_host: bool, isolated: bool):
     n = spec.shards
 

@@ -1,0 +1,153 @@
+"""Spark glue on the driver: turn an Operator into a DataFrame transformation.
+
+``apply_operator`` checks its arguments and adds two columns to the driver's plan — the
+key group ``pmod(hash(key), G)`` and a routing token that sends each key-group range to
+its shard's partition — then ``repartition(n, token).mapInArrow(fn)``, where ``fn`` is
+what runs in the Python workers (``_worker.partition_function``).
+
+No column carries the batch timestamp: in a streaming plan ``current_timestamp()`` becomes
+a literal that differs in every batch, and a literal is compiled into the generated code,
+so Spark would compile the stage anew each batch (~30 ms) and run it unoptimised by the
+JIT (RFC 0001, §2.5). Processing time comes from the shards' own clocks instead: the
+previous batch's, or in a first batch the clock of the first shard to start it (kept in
+the state, so every shard and a re-run read the same; see _watermark.py).
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from . import _host
+from ._runtime import ShardSpec
+from ._shards import tokens
+from ._units import duration_ms, memory_bytes
+from ._worker import KG, partition_function
+
+TOKEN, US = "__spark_ops_token", "__spark_ops_us"
+
+
+def _resolve_state(state: str) -> str:
+    if "://" in state:
+        return state.rstrip("/")
+    return os.path.abspath(os.path.expanduser(state))
+
+
+def _as_schema(schema):
+    from pyspark.sql.types import StructType, _parse_datatype_string
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, str):
+        return _parse_datatype_string(schema)
+    raise TypeError(f"output_schema must be a StructType or a DDL string, got {type(schema).__name__}")
+
+
+def check_columns(df, key, event_time=None) -> list:
+    """The key column names, after checking that they and ``event_time`` exist."""
+    keys = [key] if isinstance(key, str) else list(key)
+    if not keys or not all(isinstance(k, str) for k in keys):
+        raise ValueError(f"key must name one column or a list of columns, got {key!r}")
+    missing = [c for c in keys + [event_time] if c is not None and c not in df.columns]
+    if missing:
+        raise ValueError(f"column(s) {missing} not in the input; it has {df.columns}")
+    return keys
+
+
+def apply_operator(df, operator, key, *, output_schema, event_time: str | None = None, watermark=None,
+                   order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
+                   key_groups: int = 256, dkv_options: dict | None = None, isolate: bool | None = None,
+                   inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None,
+                   memory=None):
+    """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
+
+    state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
+    under ``<state>/<query id>/<name>``. partitions: the shard count (default the session's
+    ``spark.sql.shuffle.partitions``); change it between restarts to rescale. key_groups:
+    fixed when the state is created. watermark: the allowed event-time delay, e.g.
+    "10 seconds" (needs ``event_time``): rows behind the watermark are dropped. Without it
+    the watermark still advances with the event times seen (so event-time timers fire) but
+    no row is dropped as late. order_by: column(s) ordering a key's rows within
+    a batch (default the event-time column). isolate: end with an exchange so that the
+    output can be unioned or coalesced in the same stage; the default (None) adds it only
+    without shard hosts — with them, a merged stage is detected and fails the batch with
+    an error that says to pass isolate=True (see docs/spark_ops.md). Returns a
+    DataFrame with ``output_schema``. A batch (non-streaming) DataFrame is the whole input:
+    its state lives for the run only and every timer fires at its end. inputs /
+    input_column: for operators over several unioned inputs, the input names and the
+    column naming each row's input; the watermark then follows the slowest input.
+    shard_host: keep each shard's open state in a helper process per executor and shard
+    (default: on unless the environment sets SPARK_OPS_SHARD_HOST=0), so a shard stays hot
+    whichever Python worker Spark runs its task in; see docs/spark_ops.md. memory: what
+    each shard keeps in memory at most (objects, memtables, block cache), e.g. "512m"
+    (the default) or "64m"; state beyond it lives in the store and is read back on demand.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    from .operator import Operator
+
+    if not isinstance(operator, Operator):
+        raise TypeError(f"operator must be an instance of spark_ops.Operator, got "
+                        f"{operator!r:.80} ({type(operator).__name__})")
+    keys = check_columns(df, key, event_time)
+    if watermark is not None and event_time is None:
+        raise ValueError("watermark= needs event_time= (the event-time column)")
+    if event_time is not None:
+        kind = df.schema[event_time].dataType.typeName()
+        if kind not in ("timestamp", "long", "integer"):
+            raise TypeError(f"event_time column {event_time!r} must be a timestamp or a number of ms, not {kind}")
+    schema = _as_schema(output_schema)
+    n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions")) if partitions is None else partitions
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1 or key_groups < n or key_groups > 1 << 16:
+        raise ValueError(f"need 1 <= partitions <= key_groups <= 65536, got partitions={n}, key_groups={key_groups}")
+    order = [order_by] if isinstance(order_by, str) else list(order_by or ([event_time] if event_time else []))
+    missing = [c for c in order if c not in df.columns]
+    if missing:
+        raise ValueError(f"order_by column(s) {missing} not in the input; it has {df.columns}")
+    for c in keys + order:
+        if _unorderable(df.schema[c].dataType):
+            raise TypeError(f"column {c!r} ({df.schema[c].dataType.simpleString()}) cannot be a key or "
+                            f"order_by column: rows are ordered by them, and arrays and maps have no order")
+    name = name or type(operator).__name__.lower()
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"operator name {name!r} may use letters, digits, '_', '.' and '-' only")
+    spec = ShardSpec(state=_resolve_state(state), operator=operator, key_arity=len(keys), event_time=event_time,
+                     delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
+                     drop_late=watermark is not None,
+                     groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
+                     inputs=list(inputs) if inputs else None, input_column=input_column,
+                     memory=None if memory is None else memory_bytes(memory))
+    toks = tokens(n)
+    shard = F.expr(f"((`{KG}` + 1) * {n} - 1) div {key_groups}")
+    # Timestamps reach pandas as naive wall-clock times, ambiguous around DST changes; their
+    # exact instants are read from the Arrow columns as microseconds (see _worker._arrow_to_pandas).
+    instants = {c.name: f"{US}{i}" for i, c in enumerate(df.schema.fields) if isinstance(c.dataType, TimestampType)}
+    routed = (df.withColumn(KG, F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(key_groups)))
+                .withColumn(TOKEN, F.element_at(F.array(*[F.lit(t).cast("long") for t in toks]),
+                                                (shard + 1).cast("int"))))
+    columns = df.columns
+    hosts = _host.enabled(shard_host)
+    if isolate is None:
+        isolate = not hosts
+    from pyspark.sql.pandas.types import to_arrow_schema
+    out_arrow = to_arrow_schema(schema, timezone="UTC")
+    fn = partition_function(spec, name, keys, columns, order, out_arrow, instants, hosts, isolate)
+    # Nothing may sit between the exchange and the shards: over an empty shuffle (a batch
+    # without rows) adaptive execution would replace a projection by an empty relation, and
+    # then no task would run — and no timer fire (RFC 0001, §1.2).
+    out = routed.repartition(n, F.col(TOKEN)).mapInArrow(fn, schema)
+    if not isolate:
+        return out
+    # A shard is identified by its task's partition number, which holds only while the
+    # operator runs in its own stage: an exchange after it keeps a later union or
+    # coalesce from renumbering the partitions it runs in. Partitioning that exchange by
+    # the shard keeps each shard's rows together and in emission order.
+    shard_col = "__spark_ops_out_shard"
+    return out.withColumn(shard_col, F.spark_partition_id()).repartition(n, shard_col).drop(shard_col)
+
+
+def _unorderable(data_type) -> bool:
+    """Arrays and maps (also inside structs) have no order to sort rows by."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+    if isinstance(data_type, (ArrayType, MapType)):
+        return True
+    return isinstance(data_type, StructType) and any(_unorderable(f.dataType) for f in data_type.fields)
