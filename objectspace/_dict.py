@@ -5,15 +5,23 @@ the encoded value. ``d[k]`` reads one record without loading the dict. Keys are 
 bool, int, float, bytes, str or tuples of them (``1``, ``1.0`` and ``True`` are distinct).
 Values are stored when assigned; mutating a stored value in place is not seen: assign
 it again.
+
+They behave as a ``dict`` does (CPython's mapping tests run against them: see
+tests/objectspace/test_cpython_suites.py): equal to any mapping with equal items,
+unhashable, ``keys()`` and ``items()`` set-like views. A key that cannot be stored cannot
+be present: ``k in d`` is False and ``d[k]`` raises KeyError (an unhashable key raises
+TypeError, as in a dict). Results that are new collections (``copy()``, ``d | other``,
+``fromkeys``) are plain dicts: a persisted one would need a name.
 """
 from __future__ import annotations
 
 import itertools
-from collections.abc import MutableMapping
+from collections.abc import ItemsView, KeysView, Mapping, MutableMapping, ValuesView
 
 from ._base import ABSENT, F_META, MISSING, plain
 from ._keycodec import decode_key
 from ._keyed import KeyedObject
+from .errors import EncodingError
 
 _NO_DEFAULT = object()
 
@@ -27,11 +35,54 @@ class PersistedDict(KeyedObject, MutableMapping):
     __slots__ = ()
     _twin_name = "dict"
 
+    def __init__(self, *args, **kwargs) -> None:
+        """``d.__init__(...)`` updates d, as ``dict.__init__`` does. O(k). (Dicts are made
+        by a space: ``space.create_dict(name, items)``.)"""
+        try:
+            self._space
+        except AttributeError:
+            raise TypeError(f"a {type(self).__name__} is made by a space: "
+                            f"space.create_{self.kind}(name, items)") from None
+        self.update(*args, **kwargs)
+
     def copy(self) -> dict:
         """A plain ``dict`` (a sorted dict's in key order), its values copied as in
         PersistedObject.copy. O(n)."""
         self._check()
         return {k: plain(v) for k, v in self.items()}
+
+    @classmethod
+    def fromkeys(cls, iterable, value=None) -> dict:
+        """A plain ``dict`` with the keys of iterable, each mapped to value, as
+        ``dict.fromkeys``: a persisted dict needs a name and a space, so to keep it write
+        ``space.create_dict(name, PersistedDict.fromkeys(keys))``. O(k)."""
+        return dict.fromkeys(iterable, value)
+
+    def __or__(self, other):
+        """``d | other`` (a mapping): a plain dict. O(n + m)."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        new = self.copy()
+        new.update(other)
+        return new
+
+    def __ror__(self, other):
+        """``other | d``: a plain dict. O(n + m)."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        new = dict(other)
+        new.update(self.copy())
+        return new
+
+    def __ior__(self, other):
+        """``d |= other`` updates d. O(m)."""
+        self.update(other)
+        return self
+
+    def _absent(self, key) -> None:
+        """A key that cannot be stored is not in the dict: raise TypeError if it is
+        unhashable (as a dict does), else return (the caller answers "absent")."""
+        hash(key)
 
     def _enc_entry(self, ek, entry) -> bytes:
         return self._encode(entry[1], entry[0])
@@ -44,7 +95,11 @@ class PersistedDict(KeyedObject, MutableMapping):
         if self._dead:
             self._raise_dead()
         t = self._t
-        ek = self._ek(key)
+        try:
+            ek = self._ek(key)
+        except (EncodingError, ValueError):
+            self._absent(key)
+            raise KeyError(key) from None
         e = t.vals.get(ek, MISSING)
         if e is MISSING or e is ABSENT:
             e = t.lookup(ek)
@@ -56,13 +111,24 @@ class PersistedDict(KeyedObject, MutableMapping):
         """O(1)."""
         if self._dead:
             self._raise_dead()
-        e = self._t.lookup(self._ek(key))
+        try:
+            ek = self._ek(key)
+        except (EncodingError, ValueError):
+            self._absent(key)
+            return default
+        e = self._t.lookup(ek)
         return default if e is MISSING else e[1]
 
     def __contains__(self, key) -> bool:
+        """O(1) (one point read when not cached)."""
         if self._dead:
             self._raise_dead()
-        return self._t.lookup(self._ek(key)) is not MISSING
+        try:
+            ek = self._ek(key)
+        except (EncodingError, ValueError):
+            self._absent(key)
+            return False
+        return self._t.lookup(ek) is not MISSING
 
     def __setitem__(self, key, value) -> None:
         """O(1); one entry dirty (+ count if new)."""
@@ -74,7 +140,11 @@ class PersistedDict(KeyedObject, MutableMapping):
 
     def __delitem__(self, key) -> None:
         """O(1); deletes one record at save (nothing if added since the last save)."""
-        ek = self._ek(key)
+        try:
+            ek = self._ek(key)
+        except (EncodingError, ValueError):
+            self._absent(key)
+            raise KeyError(key) from None
         if not self._listed:
             self._touch()
         if self._t.remove(ek) is MISSING:
@@ -83,7 +153,13 @@ class PersistedDict(KeyedObject, MutableMapping):
 
     def pop(self, key, default=_NO_DEFAULT):
         """Remove key and return its value (default if absent, else KeyError). O(1)."""
-        ek = self._ek(key)
+        try:
+            ek = self._ek(key)
+        except (EncodingError, ValueError):
+            self._absent(key)
+            if default is _NO_DEFAULT:
+                raise KeyError(key) from None
+            return default
         if not self._listed:
             self._touch()
         e = self._t.remove(ek)
@@ -100,11 +176,13 @@ class PersistedDict(KeyedObject, MutableMapping):
         return (e[0] for _, e in self._t.iterate())
 
     def items(self):
-        """(key, value) pairs, one pass. O(n)."""
+        """A set-like view of the (key, value) pairs, as ``dict.items()``. Iterating is one
+        pass, O(n); ``(k, v) in view`` O(1); ``view & other`` and the other set operators
+        give plain sets."""
         return _ItemsView(self)
 
     def values(self):
-        """The values, one pass. O(n)."""
+        """A view of the values, as ``dict.values()``. Iterating is one pass, O(n)."""
         return _ValuesView(self)
 
     def clear(self) -> None:
@@ -117,37 +195,26 @@ class PersistedDict(KeyedObject, MutableMapping):
         return (e for _, e in self._t.iterate(lo, hi, reverse))
 
 
-class _ItemsView:
-    __slots__ = ("_d",)
+class _ItemsView(ItemsView):
+    """ItemsView (set-like: ==, &, |, -, ^, <= with any set) that iterates in one pass."""
 
-    def __init__(self, d) -> None:
-        self._d = d
-
-    def __iter__(self):
-        return self._d._entries()
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-    def __contains__(self, item) -> bool:
-        k, v = item
-        return self._d.get(k, _NO_DEFAULT) == v
-
-    def __reversed__(self):
-        return self._d._entries(reverse=True)
-
-
-class _ValuesView(_ItemsView):
     __slots__ = ()
 
     def __iter__(self):
-        return (v for _, v in self._d._entries())
-
-    def __contains__(self, value) -> bool:
-        return any(v is value or v == value for v in self)
+        return self._mapping._entries()
 
     def __reversed__(self):
-        return (v for _, v in self._d._entries(reverse=True))
+        return self._mapping._entries(reverse=True)
+
+
+class _ValuesView(ValuesView):
+    __slots__ = ()
+
+    def __iter__(self):
+        return (v for _, v in self._mapping._entries())
+
+    def __reversed__(self):
+        return (v for _, v in self._mapping._entries(reverse=True))
 
 
 class PersistedSortedDict(PersistedDict):
@@ -203,8 +270,9 @@ class PersistedSortedDict(PersistedDict):
         return k, v
 
     def keys(self):
-        """Keys in order (a list view is not kept: this iterates). O(n)."""
-        return _KeysView(self)
+        """A set-like view of the keys in order, indexable (``d.keys()[i]``), as
+        SortedDict.keys(). Iterating is O(n)."""
+        return _SortedKeysView(self)
 
     def islice(self, start=None, stop=None, reverse=False):
         """Keys at positions [start, stop)."""
@@ -220,19 +288,17 @@ class PersistedSortedDict(PersistedDict):
         return (e[0] for _, e in it)
 
 
-class _KeysView(_ItemsView):
+class _SortedKeysView(KeysView):
+    """The keys of a sorted dict: set-like (KeysView) and indexable in key order, as
+    sortedcontainers' SortedKeysView."""
+
     __slots__ = ()
 
-    def __iter__(self):
-        return iter(self._d)
-
-    def __contains__(self, key) -> bool:
-        return key in self._d
-
     def __reversed__(self):
-        return reversed(self._d)
+        return reversed(self._mapping)
 
     def __getitem__(self, i):
+        """Key at position i (O(log n) when loaded); a slice gives a list."""
         if isinstance(i, slice):
-            return list(self._d.islice())[i]
-        return self._d.peekitem(i)[0]
+            return list(self._mapping.islice())[i]
+        return self._mapping.peekitem(i)[0]

@@ -17,14 +17,14 @@ class KeyedObject(PersistedObject):
 
     @classmethod
     def _fresh(cls, space, name, nkey, codec):
-        self = cls()
+        self = cls.__new__(cls)     # not cls(): a kind's __init__ re-initialises
         self._init_base(space, name, nkey, codec, fresh=True)
         self._t = Table(self, self._items, 0, True, cls.sorted_kind, self._enc_entry, self._dec_entry)
         return self
 
     @classmethod
     def _load(cls, space, name, nkey, codec, meta):
-        self = cls()
+        self = cls.__new__(cls)     # not cls(): a kind's __init__ re-initialises
         self._init_base(space, name, nkey, codec, fresh=False)
         self._t = Table(self, self._items, meta[0], False, cls.sorted_kind, self._enc_entry, self._dec_entry)
         return self

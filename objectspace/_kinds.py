@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._dict import PersistedDict, PersistedSortedDict
 from ._linked import PersistedLinkedList
 from ._list import PersistedList
-from ._queue import PersistedQueue, PersistedStack
+from ._queue import PersistedQueue, PersistedStack, check_maxlen
 from ._set import PersistedSet, PersistedSortedSet
 from ._stream import PersistedStream
 from ._value import PersistedArray, PersistedValue
@@ -92,18 +92,25 @@ class KindMethods:
         return self._get_or_create(name, "list", codec, lambda: self.create_list(name, items, codec=codec))
 
     # queue
-    def create_queue(self, name, items=(), *, codec: str = "msgpack") -> PersistedQueue:
-        """A new queue holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
-        return self._create(name, "queue", codec, _extend(items))
+    def create_queue(self, name, items=(), *, codec: str = "msgpack", maxlen: int | None = None) -> PersistedQueue:
+        """A new queue holding ``items`` (each one slot dirty). Raises AlreadyExistsError.
+        ``maxlen`` bounds it as it bounds a deque (appending to a full queue drops an item
+        from the other end; only the last ``maxlen`` of ``items`` are kept); it is stored
+        with the queue (metadata ``[head, tail, maxlen]``) and read-only, as a deque's."""
+        maxlen = check_maxlen(maxlen)
+        return self._create(name, "queue", codec, _extend(items), maxlen=maxlen)
 
     def get_queue(self, name, *, codec: str | None = None) -> PersistedQueue:
         """The queue called name: two point reads (index, metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "queue", codec)
 
-    def get_or_create_queue(self, name, items=(), *, codec: str = "msgpack") -> PersistedQueue:
-        """The queue called name, created with these arguments if absent."""
-        return self._get_or_create(name, "queue", codec, lambda: self.create_queue(name, items, codec=codec))
+    def get_or_create_queue(self, name, items=(), *, codec: str = "msgpack",
+                            maxlen: int | None = None) -> PersistedQueue:
+        """The queue called name, created with these arguments if absent (a queue that
+        exists keeps its own maxlen)."""
+        return self._get_or_create(name, "queue", codec,
+                                   lambda: self.create_queue(name, items, codec=codec, maxlen=maxlen))
 
     # stack
     def create_stack(self, name, items=(), *, codec: str = "msgpack") -> PersistedStack:

@@ -12,6 +12,8 @@ old tail slots.
 """
 from __future__ import annotations
 
+from operator import eq as _eq, ne as _ne
+
 from . import _layout as L
 from ._base import F_META, F_REPLACE, MISSING, PersistedObject
 from ._cache import OBJECT_BYTES
@@ -39,14 +41,14 @@ class SlotSequence(PersistedObject):
     # Kinds that keep only a length (list, stack, array) share these; queue overrides them.
     @classmethod
     def _fresh(cls, space, name, nkey, codec):
-        self = cls()
+        self = cls.__new__(cls)     # not cls(): a kind's __init__ re-initialises, as list's does
         self._init_base(space, name, nkey, codec, fresh=True)
         self._init_slots(0, 0, fresh=True)
         return self
 
     @classmethod
     def _load(cls, space, name, nkey, codec, meta):
-        self = cls()
+        self = cls.__new__(cls)
         self._init_base(space, name, nkey, codec, fresh=False)
         self._init_slots(0, meta[0], fresh=False)
         return self
@@ -107,49 +109,89 @@ class SlotSequence(PersistedObject):
         if missing:
             raise CorruptionError(f"{self.kind} {self._name!r} is missing slots {missing[:5]}")
 
-    def _iter_slots(self, a: int, b: int):
+    def _iter_slots(self, a: int, b: int, version: int | None = None, cont=None):
         """Values of slots a..b-1 in order, streaming from the store for slots not in memory
-        (they are not cached). Raises RuntimeError if the sequence changes meanwhile."""
-        vals, version = self._vals, self._version
+        (they are not cached). ``version`` is the sequence's version when the iterator was
+        made (callers pass it so that a change between ``iter()`` and the first ``next()``
+        counts). When the sequence changes structurally meanwhile (an item added, removed
+        or moved), the iterator raises RuntimeError, as a deque's does, even if it had
+        reached the end; with ``cont`` it goes on with ``cont(number of values given)``
+        instead, as a list's does. An item assigned meanwhile is seen. O(b - a)."""
+        if version is None:
+            version = self._version
+        s = a
+        vals = self._vals
         if self._complete:
-            for s in range(a, b):
-                if self._version != version:
-                    raise RuntimeError(f"{self.kind} mutated during iteration")
-                yield vals[s]
-            return
-        ip, decode = self._items, self._codec.decode
-        if not vals:        # nothing cached (the common case after eviction): one scan
-            s, slot_of = a, L.slot_of
+            try:
+                for s in range(a, b):
+                    if self._version != version:
+                        break
+                    yield vals[s]
+                else:
+                    s = b
+            except KeyError:            # evicted by a save since the iterator started
+                while s < b and self._version == version:
+                    yield self._get_slot(s)
+                    s += 1
+            if self._version == version:
+                return
+        elif not vals:      # nothing cached (the common case after eviction): one scan
+            slot_of = L.slot_of
+            ip, decode = self._items, self._codec.decode
             for key, raw in self._space._db.scan(_slot_key(ip, a), _slot_key(ip, b)):
                 if self._version != version:
-                    raise RuntimeError(f"{self.kind} mutated during iteration")
-                if slot_of(key) != s:
                     break
-                yield decode(raw)
-                s += 1
-            if s < b:
-                raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
-            return
-        scan = None
-        s = a
-        while s < b:
-            if self._version != version:
-                raise RuntimeError(f"{self.kind} mutated during iteration")
-            v = vals.get(s, MISSING)
-            if v is MISSING:
-                if scan is None:
-                    scan = self._space._db.scan(_slot_key(ip, s), _slot_key(ip, b))
-                for key, raw in scan:
-                    got = L.slot_of(key)
-                    if got == s:
-                        v = decode(raw)
-                        break
-                    if got > s:
-                        raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
-                else:
+                if slot_of(key) != s:
                     raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
-            yield v
-            s += 1
+                yield decode(raw) if not vals or s not in vals else vals[s]
+                s += 1
+            else:
+                if self._version == version:
+                    if s < b:
+                        raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
+                    return
+        else:
+            ip, decode = self._items, self._codec.decode
+            scan = None
+            while s < b:
+                if self._version != version:
+                    break
+                v = vals.get(s, MISSING)
+                if v is MISSING:
+                    if scan is None:
+                        scan = self._space._db.scan(_slot_key(ip, s), _slot_key(ip, b))
+                    for key, raw in scan:
+                        got = L.slot_of(key)
+                        if got == s:
+                            v = decode(raw)
+                            break
+                        if got > s:
+                            raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
+                    else:
+                        raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
+                yield v
+                s += 1
+            if self._version == version:
+                return
+        if cont is None:
+            raise RuntimeError(f"{self.kind} mutated during iteration")
+        yield from cont(s - a)
+
+    def _richcmp(self, other, op):
+        """``op`` (operator.eq, lt, ...) of this sequence and ``other`` as lists compare:
+        item by item (identity first), then by length. O(n); streams both."""
+        n, m = len(self), len(other)
+        if n != m and (op is _eq or op is _ne):
+            return op is _ne
+        for x, y in zip(self, other):
+            if x is y or x == y:
+                continue
+            if op is _eq:
+                return False
+            if op is _ne:
+                return True
+            return op(x, y)
+        return op(n, m)
 
     def _mem_estimate(self, item_bytes: int) -> int:
         return OBJECT_BYTES + len(self._vals) * item_bytes
@@ -164,7 +206,7 @@ class SlotSequence(PersistedObject):
         if limit is None:
             limit = self._space._cache_items // 2
         if not limit and not self._dirty and not self._pending:
-            self._vals = {}
+            self._vals.clear()          # in place: a running iterator holds this dict
             self._complete = self._head == self._tail
             return
         pinned = self._dirty | self._pending

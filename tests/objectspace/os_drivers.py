@@ -132,11 +132,20 @@ class ListDriver(Driver):
         items = [rand_value(rng) for _ in range(rng.randint(0, 6))]
         return space.create_list(name, items), list(items)
 
+    def check(self, obj, model) -> None:
+        super().check(obj, model)
+        assert obj == model
+
     def step(self, rng, obj, model):
         n = len(model)
         i = rng.randint(-n - 2, n + 1)
         r = rng.random()
-        if r < 0.25:
+        if r < 0.02:
+            k = rng.randint(-1, 3)
+            obj *= k
+            model *= k
+            assert obj + [1] == model + [1] and obj * 2 == model * 2
+        elif r < 0.25:
             v = rand_value(rng)
             obj.append(v)
             model.append(v)
@@ -189,40 +198,80 @@ class ListDriver(Driver):
 
 class QueueDriver(Driver):
     kind = "queue"
+    maxlen = None
 
     def create(self, space, name, rng):
         items = [rand_value(rng) for _ in range(rng.randint(0, 4))]
-        return space.create_queue(name, items), collections.deque(items)
+        return space.create_queue(name, items, maxlen=self.maxlen), collections.deque(items, self.maxlen)
+
+    def copy(self, model):
+        return collections.deque(model, model.maxlen)
+
+    def check(self, obj, model) -> None:
+        super().check(obj, model)
+        assert obj == model and obj.maxlen == model.maxlen
 
     def step(self, rng, obj, model):
         n = len(model)
         r = rng.random()
-        if r < 0.4:
+        if r < 0.3:
             v = rand_value(rng)
             obj.append(v)
             model.append(v)
-        elif r < 0.72:
+        elif r < 0.55:
             same(lambda: model.popleft(), lambda: obj.popleft())
-        elif r < 0.76:
+        elif r < 0.59:
             same(lambda: model.pop(), lambda: obj.pop())
-        elif r < 0.84:
+        elif r < 0.65:
             i = rng.randint(-n - 1, n)
             same(lambda: model[i], lambda: obj[i])
-        elif r < 0.88:
+        elif r < 0.68:
             i = rng.randint(-n - 1, n)
             v = rand_value(rng)
             same(lambda: model.__setitem__(i, v), lambda: obj.__setitem__(i, v))
-        elif r < 0.92:
+        elif r < 0.70:
             same(lambda: model[0], lambda: obj.peek())
-        elif r < 0.95:
+        elif r < 0.72:
             vals = [rand_value(rng) for _ in range(rng.randint(0, 4))]
             obj.extend(vals)
             model.extend(vals)
-        elif r < 0.96:
+        elif r < 0.73:
             obj.clear()
             model.clear()
+        elif r < 0.80:                  # the deque's left end and middle
+            v = rand_value(rng)
+            obj.appendleft(v)
+            model.appendleft(v)
+        elif r < 0.82:
+            vals = [rand_value(rng) for _ in range(rng.randint(0, 3))]
+            obj.extendleft(vals)
+            model.extendleft(vals)
+        elif r < 0.86:
+            k = rng.randint(-n - 2, n + 2)
+            obj.rotate(k)
+            model.rotate(k)
+        elif r < 0.89:
+            i, v = rng.randint(-n - 1, n + 1), rand_value(rng)
+            same(lambda: model.insert(i, v), lambda: obj.insert(i, v))
+        elif r < 0.92:
+            i = rng.randint(-n - 1, n)
+            same(lambda: model.__delitem__(i), lambda: obj.__delitem__(i))
+        elif r < 0.94:
+            v = model[rng.randrange(n)] if n and rng.random() < 0.7 else rand_value(rng)
+            same(lambda: model.remove(v), lambda: obj.remove(v))
+        elif r < 0.95:
+            obj.reverse()
+            model.reverse()
+        elif r < 0.97:
+            v = model[rng.randrange(n)] if n else 0
+            same(lambda: model.index(v), lambda: obj.index(v))
+            assert obj.count(v) == model.count(v)
         else:
             assert list(reversed(obj)) == list(reversed(model))
+
+
+class BoundedQueueDriver(QueueDriver):
+    maxlen = 5
 
 
 class StackDriver(Driver):
@@ -585,6 +634,7 @@ class StreamDriver(Driver):
 
 DRIVERS = {
     "value": ValueDriver, "array": ArrayDriver, "list": ListDriver, "queue": QueueDriver,
+    "bounded_queue": BoundedQueueDriver,
     "stack": StackDriver, "linked_list": LinkedListDriver, "set": SetDriver,
     "sorted_set": SortedSetDriver, "dict": DictDriver, "sorted_dict": SortedDictDriver,
     "stream": StreamDriver,

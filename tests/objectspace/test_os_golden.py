@@ -261,3 +261,116 @@ def test_stream_add_and_group_records(env):
     st.ack("g", "1000-0")
     commit(space)
     assert log(rec, st="stream") == ["put st group 'g' = [1000, 0, 0, {'c1': 1010}]", "delete st pel 'g' 1000-0"]
+
+
+def test_queue_appendleft_moves_the_items_up_once_then_writes_one_slot(env):
+    """A queue starts at slot 0: the first appendleft moves its n items up (n puts, n
+    deletes); later ones write one slot each, and a popped slot is reused."""
+    rec, space = env
+    q = space.create_queue("q", [1, 2])
+    commit(space)
+    rec.take()
+    q.appendleft(0)
+    commit(space)
+    assert log(rec, q="queue") == [
+        "put q meta = [63, 66]", "delete q item 0", "delete q item 1",
+        "put q item 63 = 0", "put q item 64 = 1", "put q item 65 = 2",
+    ]
+    q.appendleft(-1)
+    commit(space)
+    assert log(rec, q="queue") == ["put q meta = [62, 66]", "put q item 62 = -1"]
+    assert q.popleft() == -1
+    q.appendleft("again")
+    commit(space)
+    assert log(rec, q="queue") == ["put q item 62 = 'again'"]      # the metadata is as committed
+    assert list(ObjectSpace(rec.db, prefix=P).get_queue("q")) == ["again", 0, 1, 2]
+
+
+def test_queue_rotate_insert_and_del_rewrite_the_shorter_side(env):
+    rec, space = env
+    q = space.create_queue("q", "abcdef")
+    q.popleft()                     # room on the left: nothing moves up
+    commit(space)
+    rec.take()
+    q.rotate(1)                     # f moves from the tail to the head
+    commit(space)
+    assert log(rec, q="queue") == ["put q meta = [0, 5]", "delete q item 5", "put q item 0 = 'f'"]
+    q.rotate(-2)                    # f and b move from the head to the tail
+    commit(space)
+    assert log(rec, q="queue") == ["put q meta = [2, 7]", "delete q item 0", "delete q item 1",
+                                   "put q item 5 = 'f'", "put q item 6 = 'b'"]
+    assert list(q) == ["c", "d", "e", "f", "b"]
+    q.insert(1, "X")                # shifts c left: two slots
+    commit(space)
+    assert log(rec, q="queue") == ["put q meta = [1, 7]", "put q item 1 = 'c'", "put q item 2 = 'X'"]
+    del q[-2]                       # shifts b left: one slot written, one deleted
+    commit(space)
+    assert log(rec, q="queue") == ["put q meta = [1, 6]", "delete q item 6", "put q item 5 = 'b'"]
+    assert list(ObjectSpace(rec.db, prefix=P).get_queue("q")) == ["c", "X", "d", "e", "b"]
+
+
+def test_bounded_queue_stores_its_maxlen(env):
+    rec, space = env
+    q = space.create_queue("q", [1, 2, 3], maxlen=2)
+    commit(space)
+    assert log(rec, q="queue") == [
+        "put index q = queue codec=1 v1", "put q meta = [1, 3, 2]", "put q item 1 = 2", "put q item 2 = 3",
+    ]
+    q.append(4)
+    commit(space)
+    assert log(rec, q="queue") == ["put q meta = [2, 4, 2]", "delete q item 1", "put q item 3 = 4"]
+    again = ObjectSpace(rec.db, prefix=P).get_queue("q")
+    assert again.maxlen == 2 and list(again) == [3, 4]
+    again.appendleft(0)
+    assert list(again) == [0, 3]
+
+
+def test_queue_leaves_no_stale_slots_through_failed_saves(env):
+    """Random deque verbs with saves that are sometimes never committed (or committed and
+    never confirmed): after a last confirmed save, the store holds exactly the live slots."""
+    import random
+    rec, space = env
+    rng = random.Random(17)
+    q = space.create_queue("q", range(5))
+    for step in range(400):
+        r = rng.random()
+        if r < 0.2:
+            q.appendleft(step)
+        elif r < 0.4:
+            q.append(step)
+        elif r < 0.55 and q:
+            q.popleft()
+        elif r < 0.65 and q:
+            q.pop()
+        elif r < 0.75:
+            q.rotate(rng.randint(-4, 4))
+        elif r < 0.82:
+            q.insert(rng.randint(0, len(q)), step)
+        elif r < 0.88 and q:
+            del q[rng.randrange(len(q))]
+        elif r < 0.94:
+            commit(space)
+        elif r < 0.97:
+            space.save()            # never written, never confirmed
+        else:
+            rec.db.write(space.save())      # written, never confirmed: carried again
+    commit(space)
+    stored = sorted(int.from_bytes(k[-8:], "big") for k, _ in rec.db.scan_prefix(P + b"\x01Pq\x00\x01\x01"))
+    assert stored == list(range(q._head, q._tail))
+    assert list(ObjectSpace(rec.db, prefix=P).get_queue("q")) == list(q)
+
+
+def test_queue_slot_taken_on_the_left_by_an_unconfirmed_save_is_deleted_later(env):
+    """appendleft writes below the slots the store held; a save carries it but is never
+    confirmed (its batch did reach the store); popleft takes the item away: the next save
+    must delete that slot."""
+    rec, space = env
+    q = space.create_queue("q", [1, 2])
+    q.popleft()
+    commit(space)                   # the store holds slot 1
+    q.appendleft(0)                 # slot 0
+    rec.db.write(space.save())      # committed, never confirmed
+    assert q.popleft() == 0
+    commit(space)
+    stored = [int.from_bytes(k[-8:], "big") for k, _ in rec.db.scan_prefix(P + b"\x01Pq\x00\x01\x01")]
+    assert stored == [1]

@@ -242,12 +242,20 @@ def test_copy_of_a_value_a_stream_and_nested_handles(space):
     assert holder.copy() == [collections.deque([1])]
 
 
-def test_equality_with_the_twins_follows_the_abcs(space):
-    """Mappings and sets compare by content (the ABCs define ==); sequences do not."""
+def test_equality_with_the_twins(space):
+    """Each kind compares as its twin does: a list with lists, a queue with deques (never a
+    list), mappings and sets by content; the mutable ones are unhashable like their twins."""
     assert space.create_dict("d", {"a": 1}) == {"a": 1}
     assert space.create_set("s", [1]) == {1}
     lst = space.create_list("l", [1])
-    assert lst != [1] and list(lst) == [1] and lst.copy() == [1]
+    assert lst == [1] and not lst != [1] and lst < [2] and [0] < lst and lst.copy() == [1]
+    assert lst == space.create_list("l2", [1]) and lst != (1,)
+    q = space.create_queue("q", [1])
+    assert q == collections.deque([1]) and collections.deque([1]) == q and q != [1] and q != lst
+    assert q == space.create_queue("q2", [1]) and q < collections.deque([2])
+    for obj in (lst, q, space.get_dict("d"), space.get_set("s")):
+        with pytest.raises(TypeError, match="unhashable"):
+            hash(obj)
 
 
 def test_a_deleted_handle_cannot_be_copied(space):
@@ -256,3 +264,160 @@ def test_a_deleted_handle_cannot_be_copied(space):
     space.delete("l")
     with pytest.raises(ObjectDeletedError):
         lst.copy()
+
+
+# -- behaving like the twins (issue 17; CPython's own suites: test_cpython_suites.py) --------
+
+def test_a_non_integer_index_raises_type_error(space):
+    lst = space.create_list("l", [1, 2])
+    q = space.create_queue("q", [1, 2])
+    for call in (lambda: lst["a"], lambda: lst.__setitem__("a", 1), lambda: lst.__delitem__("a"),
+                 lambda: lst[1.0], lambda: lst.insert("x", 1), lambda: lst.pop("x"),
+                 lambda: q["x"], lambda: q.__setitem__(1.0, 0), lambda: q.__delitem__("x"),
+                 lambda: q.insert("x", 1), lambda: q.rotate("x")):
+        with pytest.raises(TypeError):
+            call()
+    assert lst == [1, 2] and q == collections.deque([1, 2])
+
+
+def test_iterators_follow_the_twins(space):
+    lst = space.create_list("l", [2, 3])
+    out = []
+    for v in lst:                   # a list iterator goes on after an append
+        out.append(v)
+        if v == 3:
+            lst.append(9)
+    assert out == [2, 3, 9]
+    it = iter(lst)
+    assert list(it) == [2, 3, 9]
+    lst.append(4)
+    assert list(it) == []           # ... and stays exhausted
+    q = space.create_queue("q")
+    it = iter(q)
+    q.append(1)
+    with pytest.raises(RuntimeError, match="mutated during iteration"):
+        next(it)                    # even on an empty queue, as a deque
+    for verb in ("popleft", "pop"):
+        q = space.create_queue(f"q-{verb}", [1, 2, 3])
+        it = iter(q)
+        getattr(q, verb)()
+        with pytest.raises(RuntimeError):
+            next(it)                # not KeyError
+
+
+def test_sort_with_a_key_that_changes_the_list_raises(space):
+    lst = space.create_list("l", [3, 1, 2])
+
+    def key(v):
+        lst.append(0)
+        return v
+    with pytest.raises(ValueError, match="modified during sort"):
+        lst.sort(key=key)
+    assert lst == [1, 2, 3]
+
+
+def test_dict_views_are_set_like(space):
+    d = space.create_dict("d", {"a": 1, "b": 2})
+    assert d.items() == {("a", 1), ("b", 2)} and d.items() & {("a", 1)} == {("a", 1)}
+    assert d.keys() - {"a"} == {"b"} and isinstance(d.items(), abc.ItemsView)
+    sd = space.create_sorted_dict("sd", {2: "b", 1: "a"})
+    assert sd.keys() == {1, 2} and sd.keys() | {3} == {1, 2, 3} and sd.keys()[0] == 1
+    assert sd.items() == {(1, "a"), (2, "b")} and list(reversed(sd.keys())) == [2, 1]
+    assert d | {"c": 3} == {"a": 1, "b": 2, "c": 3} and type(d | {}) is dict
+    d |= {"c": 3}
+    assert d["c"] == 3 and d.copy() == {"a": 1, "b": 2, "c": 3}
+    assert type(d).fromkeys("ab", 0) == {"a": 0, "b": 0} == d.fromkeys("ab", 0)
+
+
+def test_unstorable_keys_are_absent(space):
+    d = space.create_dict("d", {"a": 1})
+    s = space.create_set("s", [1])
+    key = frozenset([1])
+    assert key not in d and d.get(key, 5) == 5 and d.pop(key, 5) == 5 and key not in s
+    s.discard(key)
+    with pytest.raises(KeyError):
+        d[key]
+    with pytest.raises(KeyError):
+        s.remove(key)
+    with pytest.raises(TypeError):
+        [] in s                     # unhashable: TypeError, as in a set
+    with pytest.raises(TypeError):
+        d[key] = 1                  # storing it is what cannot be done
+
+
+def test_set_named_methods(space):
+    s = space.create_set("s", "abc")
+    assert s.union("cd") == set("abcd") and s.intersection("bcx", "cb") == set("bc")
+    assert s.difference("a") == set("bc") and s.symmetric_difference("cd") == set("abd")
+    assert s.issubset("abcd") and s.issuperset("ab") and s.isdisjoint("xyz") and not s.isdisjoint("ax")
+    s.intersection_update("abx")
+    assert s == set("ab")
+    s.symmetric_difference_update("bc")
+    assert s == set("ac")
+    s.difference_update("c")
+    assert s == {"a"} and type(s.copy()) is set
+    with pytest.raises(TypeError):
+        s | "abc"                   # the operators take sets only, as a set's
+    ss = space.create_sorted_set("ss")
+    with pytest.raises(KeyError):
+        ss.pop()                    # as a set ...
+    with pytest.raises(IndexError):
+        ss.pop()                    # ... and as sortedcontainers
+
+
+def test_queue_has_the_deque_surface(space, db):
+    q = space.create_queue("q", [1, 2, 3])
+    q.appendleft(0)
+    q.extendleft([-2, -1])
+    assert list(q) == [-1, -2, 0, 1, 2, 3]
+    q.rotate(2)
+    assert list(q) == [2, 3, -1, -2, 0, 1]
+    q.rotate(-2)
+    q.insert(1, "x")
+    del q[0]
+    q.remove(0)
+    q += [7]
+    assert list(q) == ["x", -2, 1, 2, 3, 7] and q.count(2) == 1 and q.index(3) == 4
+    q.reverse()
+    assert list(q) == [7, 3, 2, 1, -2, "x"] and q.maxlen is None
+    assert q + collections.deque([8]) == collections.deque([7, 3, 2, 1, -2, "x", 8])
+    assert q * 2 == collections.deque(list(q) * 2) and type(q.copy()) is collections.deque
+    b = space.create_queue("b", range(5), maxlen=3)
+    assert list(b) == [2, 3, 4] and b.maxlen == 3
+    b.append(5)
+    b.appendleft(1)
+    assert list(b) == [1, 3, 4] and b.copy().maxlen == 3
+    with pytest.raises(IndexError):
+        b.insert(0, 9)
+    with pytest.raises(AttributeError):
+        b.maxlen = 4
+    with pytest.raises(ValueError):
+        space.create_queue("bad", maxlen=-1)
+    commit(space)
+    again = ObjectSpace(db, prefix=space.prefix)
+    assert again.get_queue("b").maxlen == 3 and list(again.get_queue("q")) == list(q)
+    assert again.get_or_create_queue("b", maxlen=10).maxlen == 3
+
+
+def test_list_operators(space):
+    lst = space.create_list("l", [1, 2])
+    assert lst + [3] == [1, 2, 3] and [0] + lst == [0, 1, 2] and lst * 2 == [1, 2, 1, 2] == 2 * lst
+    assert type(lst + lst) is list and lst.copy() == [1, 2]
+    lst *= 2
+    assert lst == [1, 2, 1, 2]
+    lst.__init__("ab")
+    assert lst == ["a", "b"]
+
+
+def test_an_iterator_goes_on_when_a_save_evicts_what_it_reads(db):
+    space = ObjectSpace(db, prefix=b"ev/", cache_items=4)
+    lst = space.create_list("l", range(10))
+    q = space.create_queue("q", range(10))
+    out_l, out_q = [], []
+    for x, y in zip(lst, q):
+        out_l.append(x)
+        out_q.append(y)
+        if x == 2:
+            space.checkpoint()      # the confirm drops clean items past cache_items
+            assert len(lst._vals) <= 4 and len(q._vals) <= 4
+    assert out_l == out_q == list(range(10))
