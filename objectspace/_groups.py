@@ -49,9 +49,26 @@ def _dec_pel(ek, raw):
     return msgpack.unpackb(raw)
 
 
+def _id_of(ek: bytes) -> tuple[int, int]:
+    return int.from_bytes(ek[:8], "big"), int.from_bytes(ek[8:16], "big")
+
+
 def _check_group_name(name) -> None:
     if not isinstance(name, str) or not name:
         raise TypeError(f"group and consumer names are non-empty str, got {name!r}")
+
+
+def _check_int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    return value
+
+
+def _id_keys(ids) -> list:
+    """The keys of ids (one id string, or an iterable of ids), every one checked first."""
+    if isinstance(ids, str):
+        ids = (ids,)
+    return [id_key(*parse_id(i)) for i in ids]
 
 
 class GroupsMixin:
@@ -91,10 +108,10 @@ class GroupsMixin:
         """Create a consumer group (XGROUP CREATE). start: "$" (only new entries), "0"
         (everything) or an id. Raises AlreadyExistsError if the group exists."""
         _check_group_name(name)
+        last = self._last if start == "$" else parse_id(start)
         groups = self._load_groups()
         if name in groups:
             raise AlreadyExistsError(f"stream {self._name!r} already has a group {name!r}")
-        last = self._last if start == "$" else parse_id(start)
         g = _Group(self, name, last, {}, 0, fresh=True)
         if self._dead_groups.pop(g.gk, None) is not None:
             g.pel.clr = True    # the old group's pending entries must go
@@ -113,65 +130,94 @@ class GroupsMixin:
         return True
 
     def set_group_id(self, name: str, id) -> None:
-        """Move a group's last delivered id (XGROUP SETID)."""
+        """Move a group's last delivered id (XGROUP SETID): "$" is the stream's last id,
+        "-" and "+" the smallest and greatest ids."""
         g = self._group(name)
-        g.last = self._last if id == "$" else parse_id(id)
+        if id == "$":
+            last = self._last
+        elif id == "-":
+            last = (0, 0)
+        elif id == "+":
+            last = (L.MAX_SEQ, L.MAX_SEQ)
+        else:
+            last = parse_id(id)
+        g.last = last
         self._dirty_group(g)
 
     def groups(self) -> list:
-        """[{name, consumers, pending, last_delivered_id}] (XINFO GROUPS)."""
+        """[{name, consumers, pending, last_delivered_id}] by name (XINFO GROUPS)."""
+        groups = self._load_groups()
         return [{"name": g.name, "consumers": len(g.consumers), "pending": g.pel.count,
-                 "last_delivered_id": format_id(*g.last)} for g in self._load_groups().values()]
+                 "last_delivered_id": format_id(*g.last)} for g in (groups[n] for n in sorted(groups))]
 
     # -- reading ----------------------------------------------------------------------------
 
     def read_group(self, group: str, consumer: str, count: int | None = None, id: str = ">",
                    *, noack: bool = False) -> list:
-        """XREADGROUP. id ">": entries after the group's last delivered id, at most count;
-        each enters the pending list (delivery count 1) unless noack. Any other id: this
-        consumer's pending entries after it (fields None if the entry was deleted).
+        """XREADGROUP. id ">": entries after the group's last delivered id, at most count
+        (None, 0 or less: all, as Redis's COUNT 0); each enters the pending list (delivery
+        count 1) unless noack. Any other id: this consumer's pending entries after it, each
+        delivered once more (delivery count + 1, delivery time now; fields None and nothing
+        counted if the entry was deleted). The consumer is created (or its seen time
+        refreshed) when something is read, and always by a read with an id, as in Redis.
         O(k) plus one dirty record per delivered entry and the group record."""
         _check_group_name(consumer)
         g = self._group(group)
+        if count is not None and _check_int(count, "count") <= 0:
+            count = None
+        if id == ">":
+            got = []
+            for item in self._t.iterate(id_key(*g.last) + b"\x00"):
+                got.append(item)
+                if count is not None and len(got) >= count:
+                    break
+            if not got:
+                return []
+            now = self._space._clock()
+            self._dirty_group(g)
+            g.consumers[consumer] = now
+            if not noack:
+                put = g.pel.put
+                for ek, _ in got:
+                    put(ek, [consumer, now, 1])
+            g.last = _id_of(got[-1][0])
+            return [(key_id(ek), fields) for ek, fields in got]
+        lo = id_key(*parse_id(id)) + b"\x00"
         now = self._space._clock()
         self._dirty_group(g)
         g.consumers[consumer] = now
-        out = []
-        if count is not None and count <= 0:
-            return out
-        if id == ">":
-            for ek, fields in self._t.iterate(id_key(*g.last) + b"\x00"):
-                out.append((key_id(ek), fields))
-                if count is not None and len(out) >= count:
-                    break
-            for ident, _ in out:
-                if not noack:
-                    g.pel.put(id_key(*parse_id(ident)), [consumer, now, 1])
-            if out:
-                g.last = parse_id(out[-1][0])
-            return out
-        lo = id_key(*parse_id(id)) + b"\x00"
+        got = []
         for ek, entry in g.pel.iterate(lo):
             if entry[0] == consumer:
-                e = self._t.lookup(ek)
-                out.append((key_id(ek), None if e is MISSING else e))
-                if count is not None and len(out) >= count:
+                got.append((ek, entry))
+                if count is not None and len(got) >= count:
                     break
+        out = []
+        for ek, entry in got:
+            fields = self._t.lookup(ek)
+            if fields is MISSING:
+                out.append((key_id(ek), None))
+            else:
+                g.pel.put(ek, [consumer, now, entry[2] + 1])
+                out.append((key_id(ek), fields))
         return out
 
     def ack(self, group: str, *ids) -> int:
-        """Remove ids from the group's pending list (XACK); returns how many were pending. O(k)."""
+        """Remove ids from the group's pending list (XACK); returns how many were pending.
+        O(k). Every id is checked before any is acknowledged."""
+        keys = _id_keys(ids)
         g = self._group(group)
         n = 0
-        for i in ids:
-            if g.pel.remove(id_key(*parse_id(i))) is not MISSING:
+        for ek in keys:
+            if g.pel.remove(ek) is not MISSING:
                 n += 1
         if n:
             self._dirty_group(g)
         return n
 
     def pending(self, group: str) -> dict:
-        """Summary (XPENDING): {"pending": n, "min": id, "max": id, "consumers": {name: n}}. O(n)."""
+        """Summary (XPENDING): {"pending": n, "min": id, "max": id, "consumers": {name: n}}
+        (consumers with pending entries, by name). O(n)."""
         g = self._group(group)
         consumers: dict = {}
         first = last = None
@@ -180,58 +226,106 @@ class GroupsMixin:
             last = ek
             consumers[entry[0]] = consumers.get(entry[0], 0) + 1
         return {"pending": g.pel.count, "min": first, "max": key_id(last) if last else None,
-                "consumers": consumers}
+                "consumers": {c: consumers[c] for c in sorted(consumers)}}
 
     def pending_range(self, group: str, start="-", end="+", count: int | None = None,
                       consumer: str | None = None, min_idle: int = 0) -> list:
-        """[PendingEntry(id, consumer, idle_ms, deliveries)] in id order (extended XPENDING)."""
+        """[PendingEntry(id, consumer, idle_ms, deliveries)] in id order, at most count (None:
+        all; 0 or less: none, as Redis's COUNT), of consumer only if given, idle at least
+        min_idle ms (extended XPENDING)."""
         g = self._group(group)
+        lo, hi = range_bound(start, end=False), range_bound(end, end=True)
+        if count is not None and _check_int(count, "count") <= 0:
+            return []
+        _check_int(min_idle, "min_idle")
         now = self._space._clock()
         out = []
-        for ek, (who, at, n) in g.pel.iterate(range_bound(start, end=False), range_bound(end, end=True)):
-            if (consumer is None or who == consumer) and now - at >= min_idle:
-                out.append(PendingEntry(key_id(ek), who, now - at, n))
+        for ek, (who, at, n) in g.pel.iterate(lo, hi):
+            if (consumer is None or who == consumer) and (min_idle <= 0 or now - at >= min_idle):
+                out.append(PendingEntry(key_id(ek), who, max(now - at, 0), n))
                 if count is not None and len(out) >= count:
                     break
         return out
 
     def claim(self, group: str, consumer: str, min_idle: int, ids=None, *, count: int | None = None,
               justid: bool = False) -> list:
-        """Give pending entries idle for at least min_idle ms to consumer (XCLAIM; with
-        ids=None every such entry in id order, at most count, like XAUTOCLAIM). Claimed
-        entries get delivery time now and, unless justid, one more delivery. Entries deleted
-        from the stream leave the pending list. Returns [(id, fields)] (ids only if justid)."""
+        """Give pending entries idle for at least min_idle ms to consumer (XCLAIM); returns
+        [(id, fields)] (ids only if justid). Claimed entries get delivery time now and,
+        unless justid, one more delivery; the consumer is created, or its seen time
+        refreshed, only when it claims something. A pending entry deleted from the stream
+        leaves the pending list when met, however idle, and is not returned.
+
+        ids=None claims like XAUTOCLAIM from the start of the pending list, without its
+        cursor: every idle enough entry in id order, at most count (>= 1; None: all);
+        deleted entries met on the way leave the pending list without counting toward
+        count, so an empty result means nothing is left to claim. With ids, at most count
+        of those ids are claimed."""
         _check_group_name(consumer)
         g = self._group(group)
+        _check_int(min_idle, "min_idle")
+        if count is not None and _check_int(count, "count") < 1:
+            raise ValueError("count must be >= 1 (or None: no limit)")
+        keys = None if ids is None else _id_keys(ids)
         now = self._space._clock()
-        if ids is None:
-            eks = [ek for ek, entry in g.pel.iterate() if now - entry[1] >= min_idle]
+        pel, t = g.pel, self._t
+        out, changed = [], False
+        if not self._listed:
+            self._touch()
+        if keys is None:     # XAUTOCLAIM: decide in one pass over the PEL, then change it
+            claims, drops = [], []
+            for ek, entry in pel.iterate():
+                if count is not None and len(claims) >= count:
+                    break
+                fields = t.lookup(ek)
+                if fields is MISSING:
+                    drops.append(ek)
+                elif min_idle <= 0 or now - entry[1] >= min_idle:
+                    claims.append((ek, entry, fields))
+            for ek in drops:
+                pel.remove(ek)
+            changed = bool(drops)
         else:
-            eks = [id_key(*parse_id(i)) for i in ids]
-        self._dirty_group(g)
-        g.consumers.setdefault(consumer, now)
-        out = []
-        for ek in eks:
+            claims = []
+        for ek in keys or ():
             if count is not None and len(out) >= count:
                 break
-            entry = g.pel.lookup(ek)
-            if entry is MISSING or now - entry[1] < min_idle:
+            entry = pel.lookup(ek)
+            if entry is MISSING:
                 continue
-            fields = self._t.lookup(ek)
+            fields = t.lookup(ek)
             if fields is MISSING:
-                g.pel.remove(ek)
-                continue
-            g.pel.put(ek, [consumer, now, entry[2] + (0 if justid else 1)])
+                pel.remove(ek)
+                changed = True
+            elif min_idle <= 0 or now - entry[1] >= min_idle:
+                pel.put(ek, [consumer, now, entry[2] + (0 if justid else 1)])
+                out.append(key_id(ek) if justid else (key_id(ek), fields))
+        for ek, entry, fields in claims:
+            pel.put(ek, [consumer, now, entry[2] + (0 if justid else 1)])
             out.append(key_id(ek) if justid else (key_id(ek), fields))
+        if out or changed:
+            g.dirty = True
+        if out:
+            g.consumers[consumer] = now
         return out
 
     def consumers(self, group: str) -> list:
-        """[{name, pending, idle_ms}] (XINFO CONSUMERS). O(pending)."""
+        """[{name, pending, idle_ms}] by name (XINFO CONSUMERS). O(pending)."""
         g = self._group(group)
         now = self._space._clock()
         counts = self.pending(group)["consumers"]
-        return [{"name": c, "pending": counts.get(c, 0), "idle_ms": now - seen}
-                for c, seen in g.consumers.items()]
+        return [{"name": c, "pending": counts.get(c, 0), "idle_ms": max(now - g.consumers[c], 0)}
+                for c in sorted(g.consumers)]
+
+    def create_consumer(self, group: str, consumer: str) -> bool:
+        """Add a consumer to a group (XGROUP CREATECONSUMER); False if it exists (its seen
+        time is left alone)."""
+        _check_group_name(consumer)
+        g = self._group(group)
+        if consumer in g.consumers:
+            return False
+        self._dirty_group(g)
+        g.consumers[consumer] = self._space._clock()
+        return True
 
     def delete_consumer(self, group: str, consumer: str) -> int:
         """Remove a consumer and its pending entries (XGROUP DELCONSUMER); returns how many

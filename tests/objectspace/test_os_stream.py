@@ -88,8 +88,9 @@ def test_consumer_group_flow(st, clock):
     assert st.ack("g", "1-0", "1-0", "9-0") == 1
     clock.now += 50
     assert st.pending_range("g", consumer="alice") == [PendingEntry("2-0", "alice", 50, 1)]
-    # history: the consumer's own pending entries, deliveries unchanged
+    # history: the consumer's own pending entries, delivered again (count + 1, as in Redis)
     assert st.read_group("g", "bob", id="0") == [("3-0", {"i": 3}), ("4-0", {"i": 4})]
+    assert [p.deliveries for p in st.pending_range("g", consumer="bob")] == [2, 2]
     st.delete("4-0")
     assert st.read_group("g", "bob", id="3-0") == [("4-0", None)]
     # claim: idle entries move, their delivery count grows, deleted ones leave the PEL
@@ -97,9 +98,9 @@ def test_consumer_group_flow(st, clock):
     clock.now += 100
     assert st.claim("g", "carol", min_idle=100, ids=["2-0"]) == [("2-0", {"i": 2})]
     assert st.claim("g", "carol", min_idle=100) == [("3-0", {"i": 3})]
-    assert st.pending_range("g") == [PendingEntry("2-0", "carol", 0, 2), PendingEntry("3-0", "carol", 0, 2)]
+    assert st.pending_range("g") == [PendingEntry("2-0", "carol", 0, 2), PendingEntry("3-0", "carol", 0, 3)]
     assert st.claim("g", "dave", 0, ids=["3-0"], justid=True) == ["3-0"]
-    assert st.pending_range("g", "3", "3")[0].deliveries == 2
+    assert st.pending_range("g", "3", "3")[0].deliveries == 3
     assert {c["name"]: c["pending"] for c in st.consumers("g")} == {"alice": 0, "bob": 0, "carol": 1, "dave": 1}
     assert st.delete_consumer("g", "carol") == 1
     assert st.groups() == [{"name": "g", "consumers": 3, "pending": 1, "last_delivered_id": "4-0"}]
