@@ -25,6 +25,8 @@ BENCHMARKS = {
                   "--long-checkpoints", "300", "--long-every", "100"]),
     "checkpoint_bytes": ([],
                          ["--hours", "0.2", "--b-checkpoints", "10", "--ops", "10000"]),
+    "collections_bench": ([],
+                          ["-n", "20000", "--commits", "60", "--commit-seconds", "2", "--reopens", "3"]),
     "spark_vs_tws": (["--keys", "1000,10000", "--batches", "30"],
                      ["--keys", "1000", "--batches", "8", "--warmup", "3"]),
 }

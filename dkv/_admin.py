@@ -7,7 +7,7 @@ from typing import Callable
 
 from . import _locate, _paths
 from ._timeline import Timeline
-from .errors import CheckpointNotFoundError, CorruptionError, DkvError
+from .errors import CheckpointNotFoundError, CorruptionError, DkvError, ObjectMissingError
 from .format import manifest as mf
 from .format import sst, wal
 from .storage import open_store
@@ -54,17 +54,29 @@ def referenced_files(store, instance: str) -> set:
     """Every object the valid checkpoints of ``instance`` reference, named as in ``store``
     (a manifest names them relative to the folder its writer opened; files outside
     ``store`` are left out)."""
-    out = set()
-    root = None
-    for info in Timeline(store, instance).valid():
-        m = mf.decode(store.get(info.name), info.name)
-        if root is None:
-            root = _locate.root_of(store, instance, m)
-        for name in _locate.manifest_names(m):
-            name = root.to_opened(name)
-            if name is not None:
-                out.add(name)
-    return out
+    for attempt in range(MAX_LISTINGS):
+        out = set()
+        root = None
+        try:
+            for info in Timeline(store, instance).valid():
+                m = mf.decode(store.get(info.name), info.name)
+                if root is None:
+                    root = _locate.root_of(store, instance, m)
+                for name in _locate.manifest_names(m):
+                    name = root.to_opened(name)
+                    if name is not None:
+                        out.add(name)
+            return out
+        except ObjectMissingError:
+            # The instance's writer collected a manifest past its retention after we listed
+            # them: newer ones came after, and they may name files the listed ones did not.
+            # List again.
+            if attempt == MAX_LISTINGS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+MAX_LISTINGS = 8
 
 
 def collect_garbage(location, dry_run: bool = False, progress: Progress | None = None, **store_options) -> dict:

@@ -59,6 +59,7 @@ class Checkpoint:
         self.records = 0
         self._done = threading.Event()
         self._error: BaseException | None = None
+        self._runner = None     # set when wait() may run the upload itself (DB.checkpoint)
 
     @property
     def bytes_written(self) -> int:
@@ -68,7 +69,13 @@ class Checkpoint:
         return self._done.is_set()
 
     def wait(self, timeout: float | None = None) -> str:
-        """Block until durable; return the manifest name. Raises what the upload raised."""
+        """Block until durable; return the manifest name. Raises what the upload raised.
+        A small checkpoint that the upload thread has not started yet is uploaded here, on
+        the caller's thread (without a timeout only)."""
+        runner = self._runner
+        if runner is not None and timeout is None and not self._done.is_set():
+            self._runner = None
+            runner()
         if not self._done.wait(timeout):
             raise TimeoutError(f"checkpoint {self.epoch} not complete after {timeout} s")
         if self._error is not None:
@@ -119,8 +126,13 @@ def wal_ranges(segments, flushed_seq: int, ns: str) -> list:
 class CheckpointMixin:
     """The checkpoint half of DB (see _db.py for the state it uses)."""
 
-    def _upload(self, cp: Checkpoint, pin: Pinned) -> None:
+    def _upload(self, cp: Checkpoint, pin: Pinned, gc_after: bool = True) -> None:
+        """Upload the pinned checkpoint. Callers hold ``_upload_lock``: uploads run one at a
+        time in epoch order, and never beside garbage collection (which must see a new
+        manifest either in the committed list or its files as pinned). ``gc_after=False``
+        (an upload on the caller's thread) leaves the collection to the caller."""
         try:
+            self._claim_durable()
             for seg in pin.segments:
                 if seg.state in ("pending", "failed"):      # failed: an earlier checkpoint's, retried
                     self._upload_segment(cp, seg)
@@ -183,6 +195,8 @@ class CheckpointMixin:
             except Exception as e:  # noqa: BLE001 - retried with the next checkpoint
                 log.warning("garbage collection in checkpoint %d failed: %s", cp.epoch, e)
         cp._finish()
+        if not gc_after:
+            return
         try:
             self._collect_garbage()
         except Exception as e:  # noqa: BLE001 - garbage stays for the next round
@@ -228,7 +242,7 @@ class CheckpointMixin:
             if seg.data is None:
                 self._encode(seg)
             data = seg.data
-            self.store.put(seg.name, data)
+            self.store.put_unreferenced(seg.name, data)   # the manifest comes after
             cp.records += wal_count(data)
             cp.wal_bytes += len(data)
             self._count_bytes("wal", len(data))
@@ -254,6 +268,7 @@ class CheckpointMixin:
         not be deleted stays doomed and keeps its files until a later round deletes it."""
         if self.read_only or self._fenced:
             return
+        self._claim_durable()
         with self._gc_lock:
             if not self._just_checked:
                 try:

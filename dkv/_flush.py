@@ -29,9 +29,10 @@ log = logging.getLogger(__name__)
 class FlushMixin:
     """The background half of DB (see _db.py for the state it uses)."""
 
-    def _seal(self):
+    def _seal(self, encode: bool = True):
         """Caller holds the write lock. Make the active memtable immutable and a live WAL
-        segment; O(1) unless writes must wait for encodings or flushes to catch up."""
+        segment; O(1) unless writes must wait for encodings or flushes to catch up.
+        ``encode=False``: the caller uploads the segment itself, which encodes it."""
         mem = self._active
         if not mem.data:
             return None
@@ -45,7 +46,8 @@ class FlushMixin:
             self._view = ((mem,) + sources, version)   # readers see it immutable before it leaves active
             self._active = Memtable()
         if self.opts.background:
-            self._uploader.submit(self._run_bg, lambda: self._encode(seg))
+            if encode:
+                self._uploader.submit(self._run_bg, lambda: self._encode(seg))
             self._maybe_flush()
             self._wait_for_background()
         else:
@@ -132,7 +134,8 @@ class FlushMixin:
         if self._pacer.enabled:
             self._pause_while_fenced()
         name = self._new_table_name()
-        self.store.put(name, data)
+        self._claim_durable()
+        self.store.put_unreferenced(name, data)     # published by a later manifest only
         self._count_bytes("sst", len(data))
         ref = TableRef(name, len(data), builder.first_key, builder.last_key, builder.min_seq,
                        builder.max_seq, builder.count, self.groups)
@@ -178,6 +181,9 @@ class FlushMixin:
         with self._cond:
             self._cond.notify_all()
         self._schedule_compaction()
+        # Seals between this flush's trigger and its start found it queued and did not
+        # queue another; those after `upto` may already be past the trigger again.
+        self._maybe_flush()
 
     def _write_flush(self, picked: list) -> bool:
         """Write the merge of ``picked`` (oldest first) as L0 tables and publish them. False:

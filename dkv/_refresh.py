@@ -83,6 +83,7 @@ class RefreshMixin:
             self._segments.extend(new)
             self._seq = max(self._seq, m.last_seq)
             self._writer = claim_writer(self.store, self.ns, timeline, checkpoint)
+            self._claim_synced = True
             timeline = Timeline(self.store, self.ns)
             self._committed = [c for c in timeline.valid() if c.epoch <= checkpoint]
             own = _paths.ns_prefix(self.ns)

@@ -14,10 +14,11 @@ import logging
 from dataclasses import dataclass
 
 from . import _paths
-from .errors import CorruptionError, FencedError
+from .errors import CorruptionError, FencedError, ObjectMissingError
 
 log = logging.getLogger(__name__)
 MAX_CLAIM_TRIES = 16
+MAX_LISTINGS = 8
 
 
 @dataclass(frozen=True, order=True)
@@ -37,15 +38,26 @@ class Timeline:
     def __init__(self, store, ns: str) -> None:
         self.store = store
         self.ns = ns
-        prefix = _paths.ns_prefix(ns)
+        for attempt in range(MAX_LISTINGS):
+            try:
+                self._list(_paths.ns_prefix(ns))
+                return
+            except ObjectMissingError:
+                # A newer writer collected a claim between our listing and our read: it
+                # deletes claims only after the manifests they invalidate, and a fresh
+                # listing no longer holds those manifests. List again.
+                if attempt == MAX_LISTINGS - 1:
+                    raise
+
+    def _list(self, prefix: str) -> None:
         self.claims: dict[int, int] = {}
         self.claim_names: dict[int, str] = {}
-        for name, _ in store.list(prefix + _paths.WRITER_DIR):
+        for name, _ in self.store.list(prefix + _paths.WRITER_DIR):
             w = _paths.parse_claim_name(name)
             if w is not None:
                 self.claim_names[w] = name
         self.manifests: list[CheckpointInfo] = []
-        for name, _ in store.list(prefix + _paths.MANIFEST_DIR):
+        for name, _ in self.store.list(prefix + _paths.MANIFEST_DIR):
             parsed = _paths.parse_manifest_name(name)
             if parsed is not None:
                 self.manifests.append(CheckpointInfo(parsed[0], parsed[1], name))
@@ -54,7 +66,14 @@ class Timeline:
         oldest = min((m.writer for m in self.manifests), default=0)
         for w, name in self.claim_names.items():
             if w > oldest:
-                self.claims[w] = _read_claim(store, name)
+                start = _read_claim(self.store, name)
+                if start is not None:
+                    self.claims[w] = start
+
+    def add_claim(self, writer: int, name: str, start: int) -> None:
+        """Count a claim made after the listing (the caller's own)."""
+        self.claim_names[writer] = name
+        self.claims[writer] = start
 
     @property
     def max_writer(self) -> int:
@@ -86,19 +105,27 @@ class Timeline:
         return None
 
 
-def _read_claim(store, name: str) -> int:
+def _read_claim(store, name: str) -> int | None:
+    """The start epoch in a claim; None for an unfinished claim. A writer makes its claim
+    durable before it writes or deletes anything (RFC 0006), so a claim that a power loss
+    left empty or zero-filled is a writer that did neither: it invalidates nothing (its
+    number still counts, so it is never claimed again)."""
     data = store.get(name)
+    if not data.strip(b"\0"):
+        return None
     try:
         return int(data.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
         raise CorruptionError(f"writer claim {name} is damaged: {data[:40]!r}") from None
 
 
-def claim_writer(store, ns: str, timeline: Timeline, start_epoch: int) -> int:
-    """Claim the next writer epoch (conditional create), starting from ``start_epoch``."""
+def claim_writer(store, ns: str, timeline: Timeline, start_epoch: int, deferred: bool = False) -> int:
+    """Claim the next writer epoch (conditional create), starting from ``start_epoch``.
+    ``deferred``: durable only after ``store.sync`` of the claim (see DB._claim_durable)."""
     w = timeline.max_writer + 1
+    create = store.put_if_absent_deferred if deferred else store.put_if_absent
     for _ in range(MAX_CLAIM_TRIES):
-        if store.put_if_absent(_paths.claim_name(ns, w), str(start_epoch).encode("ascii")):
+        if create(_paths.claim_name(ns, w), str(start_epoch).encode("ascii")):
             log.debug("claimed writer epoch %d of %r starting at epoch %d", w, ns, start_epoch)
             return w
         w += 1

@@ -17,9 +17,10 @@ import weakref
 
 import dkv
 from dkv.batch import WriteBatch
-from dkv.keys import SCHEMA_STATE, key_prefix
+from dkv.keys import key_prefix
 
 from . import _layout as L
+from ._layout import SCHEMA_STATE
 from ._base import F_INDEX, F_REPLACE
 from ._cache import ObjectCache
 from ._codec import CODECS_BY_CODE, codec_named
@@ -44,6 +45,9 @@ class _Grave:
 
     def __init__(self, nkey: bytes) -> None:
         self.nkey = nkey
+
+
+NOTEBOOK_REPLAY_BYTES = 256 << 10     # ObjectSpace.open's default max_replay_bytes (RFC 0006)
 
 
 class ObjectSpace(KindMethods):
@@ -94,7 +98,12 @@ class ObjectSpace(KindMethods):
         writes nothing: a location that holds no store raises dkv.NotAStoreError. A writer
         creates a store only in a missing or empty folder (else NotAStoreError;
         ``create="force"`` makes one among other files, ``create=False`` only opens an
-        existing one). Other ``dkv_options`` go to ``dkv.open``."""
+        existing one). Other ``dkv_options`` go to ``dkv.open``; ``max_replay_bytes``
+        defaults to ``NOTEBOOK_REPLAY_BYTES`` here (a checkpoint of more changes writes them
+        as a table, which a reopen reads lazily, rather than as WAL that a reopen loads whole:
+        a notebook that saves 100,000 rows and restarts reads its first row in ~2 ms, not
+        ~30 ms; RFC 0006)."""
+        dkv_options.setdefault("max_replay_bytes", NOTEBOOK_REPLAY_BYTES)
         db = dkv.open(location, checkpoint=checkpoint, **dkv_options)
         space = cls(db, prefix, cache_items=cache_items, cache_objects=cache_objects, cache_bytes=cache_bytes,
                     clock=clock)

@@ -17,10 +17,20 @@ try:        # the C twins (dkv/format/_native.c): the same bits, ~20x faster
     from ._native import bloom_check as _c_check
 except ImportError:     # pragma: no cover - no compiler when installed
     _c_build = _c_check = None
-try:        # optional: builds large filters ~5x faster than pure Python, with the same bits
-    import numpy as _np
-except ImportError:     # pragma: no cover - numpy comes with the spark and bench extras
-    _np = None
+_np = False     # numpy once _numpy() looked (None: not installed)
+
+
+def _numpy():
+    """numpy when installed (it builds large filters ~5x faster than pure Python, with the
+    same bits), imported only when the C codec is missing: importing it costs ~100 ms,
+    a third of a notebook's `import objectspace`."""
+    global _np
+    if _np is False:
+        try:
+            import numpy as _np
+        except ImportError:     # pragma: no cover - numpy comes with the spark and bench extras
+            _np = None
+    return _np
 
 SEED2 = 0x9E3779B9
 BITS_PER_KEY = 10
@@ -36,7 +46,7 @@ def build(keys, bits_per_key: int = BITS_PER_KEY) -> bytes:
     k = max(1, min(30, round(bits_per_key * 0.5)))
     if _c_build is not None and type(keys) is list:
         return bytes((k,)) + _c_build(keys, m, k)
-    if _np is not None and n >= 256:
+    if n >= 256 and _numpy() is not None:
         return bytes((k,)) + _build_np(keys, m, k)
     bits = bytearray(m >> 3)
     for key in keys:
@@ -51,6 +61,7 @@ def build(keys, bits_per_key: int = BITS_PER_KEY) -> bytes:
 def _build_np(keys, m: int, k: int) -> bytes:
     """The bit array of ``build``, computed with numpy (same positions, same bytes)."""
     n = len(keys)
+    _np = _numpy()
     h1 = _np.fromiter(map(crc32, keys), dtype=_np.uint64, count=n)
     h2 = _np.fromiter(map(crc32, keys, repeat(SEED2)), dtype=_np.uint64, count=n) | _np.uint64(1)
     steps = _np.arange(k, dtype=_np.uint64)

@@ -2,7 +2,10 @@
 
 Six methods over immutable objects named by ``/``-separated relative keys. dkv never
 overwrites an object: every file name is unique, and manifests are created with
-``put_if_absent`` so two writers cannot both commit the same name.
+``put_if_absent`` so two writers cannot both commit the same name. Two more have defaults
+built on the six that a store may do better: ``put_unreferenced`` (WAL segments and SSTs,
+which nothing reads before a manifest names them), ``put_if_absent_deferred`` with
+``sync`` (writer claims) and ``get_many``.
 """
 from __future__ import annotations
 
@@ -44,6 +47,32 @@ class ObjectStore(abc.ABC):
         """Size in bytes of ``key``, or None if it does not exist."""
 
     # Conveniences built on the six methods; implementations may do better.
+    def put_unreferenced(self, key: str, data: bytes) -> None:
+        """``put`` for an object that nothing refers to until this call has returned (dkv's
+        WAL segments and SSTs: a manifest names them only after their upload). Durable and
+        complete when it returns, like ``put``; but if it fails, or the process or machine
+        dies before it returns, ``key`` may hold a partial object, which its writer's
+        retry overwrites and garbage collection deletes. A store whose ``put`` is atomic
+        anyway (S3, memory) keeps this default; a local folder writes the file in place
+        and saves the temporary file, the rename and one journal commit (RFC 0006)."""
+        self.put(key, data)
+
+    def put_if_absent_deferred(self, key: str, data: bytes) -> bool:
+        """``put_if_absent`` whose object every reader sees at once, but which is durable
+        only once ``sync(key)`` has returned: a crash of the machine before then may lose
+        it, or leave it empty. For a writer's claim (RFC 0006), which must survive a power
+        loss only once the writer has written something. A store whose writes are
+        durable when they return keeps this default."""
+        return self.put_if_absent(key, data)
+
+    def sync(self, key: str) -> None:
+        """Make an object created by ``put_if_absent_deferred`` durable (a no-op where it
+        already is)."""
+
+    def get_many(self, keys: list) -> list:
+        """``get`` of every key, in order. A remote store fetches them concurrently."""
+        return [self.get(key) for key in keys]
+
     def exists(self, key: str) -> bool:
         return self.size(key) is not None
 

@@ -45,6 +45,12 @@ class CachedStore(_Forwarding):
         digest = hashlib.sha1(f"{self.inner.location}/{key}".encode()).hexdigest()
         return os.path.join(self.cache_dir, digest)
 
+    def get_many(self, keys):
+        keys = list(keys)
+        if any(self.cacheable(k) for k in keys):
+            return [self.get(k) for k in keys]
+        return self.inner.get_many(keys)      # nothing to cache: the remote store's way
+
     def get(self, key, start=None, end=None):
         if not self.cacheable(key):
             return self.inner.get(key, start, end)

@@ -99,6 +99,14 @@ class S3Store(ObjectStore):
     def put(self, key, data):
         self._call("put", key, self.client.put_object, Bucket=self.bucket, Key=self._key(key), Body=bytes(data))
 
+    def get_many(self, keys):
+        keys = list(keys)
+        if len(keys) <= 1:
+            return [self.get(k) for k in keys]
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(min(8, len(keys))) as pool:     # a round trip each: overlap them
+            return list(pool.map(self.get, keys))
+
     def put_if_absent(self, key, data):
         from botocore.exceptions import ClientError
         try:

@@ -12,6 +12,12 @@ WRITE_KINDS = ("put", "put_if_absent")
 
 
 class _Forwarding(ObjectStore):
+    """Forwards the six methods. ``put_unreferenced``, ``put_if_absent_deferred``, ``sync``
+    and ``get_many`` keep the base defaults (built on this wrapper's ``put``,
+    ``put_if_absent`` and ``get``), so a logging or fault-injecting wrapper sees them as the
+    calls they are, durable at once; a view that only renames keys (PrefixStore) forwards
+    them to keep the inner store's way of doing them."""
+
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
         self.location = inner.location
@@ -54,6 +60,18 @@ class PrefixStore(_Forwarding):
 
     def put_if_absent(self, key, data):
         return self.inner.put_if_absent(self.prefix + key, data)
+
+    def put_unreferenced(self, key, data):
+        self.inner.put_unreferenced(self.prefix + key, data)
+
+    def put_if_absent_deferred(self, key, data):
+        return self.inner.put_if_absent_deferred(self.prefix + key, data)
+
+    def sync(self, key):
+        self.inner.sync(self.prefix + key)
+
+    def get_many(self, keys):
+        return self.inner.get_many([self.prefix + key for key in keys])
 
     def list(self, prefix=""):
         n = len(self.prefix)

@@ -237,7 +237,7 @@ class Harness:
         assert cps == sorted(cps), cps
         assert set(cps) <= set(self.valid), f"checkpoints() {cps} lists epochs outside the timeline {self.valid}"
         tail = self.kept
-        assert cps[-len(tail):] == tail, f"checkpoints() {cps} does not end with the retained {tail}"
+        assert not tail or cps[-len(tail):] == tail, f"checkpoints() {cps} does not end with the retained {tail}"
 
     def _finish_pending(self) -> None:
         for e, cp in self.pending:
@@ -284,7 +284,9 @@ class Harness:
         self.db = self._open(checkpoint=epoch)
         self.model = dict(self.snaps[epoch])
         self.valid = [x for x in self.valid if x <= epoch]
-        self.kept = [x for x in self.kept if x <= epoch]
+        # An epoch older than the retained window may still be listed: the garbage collection
+        # after a checkpoint runs on the upload thread, and a close or crash can come first.
+        self.kept = [x for x in self.kept if x <= epoch] if epoch in self.kept else [epoch]
         for e in [e for e in self.snaps if e > epoch]:
             del self.snaps[e]
         self.next_epoch = epoch + 1

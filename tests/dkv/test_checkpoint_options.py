@@ -42,3 +42,78 @@ def test_without_the_option_the_checkpoint_does_not_wait():
     with dkv.open(store, read_only=True) as r:
         assert dict(r.scan()) == model
     db.close()
+
+
+def test_wait_uploads_a_small_checkpoint_on_the_calling_thread():
+    """cp.wait() right after a small checkpoint uploads it on the caller's thread (no
+    hand-off); a large one, or a small one waited for later, is uploaded by the upload
+    thread; all of them read back."""
+    import threading
+    store = LoggingStore(MemoryStore())
+    model = {}
+    db = dkv.open(store)
+    uploaders = []
+    real = db._upload
+
+    def spy(cp, pin, **kw):
+        uploaders.append(threading.current_thread() is threading.main_thread())
+        real(cp, pin, **kw)
+    db._upload = spy
+    fill(db, model, 20)
+    busy = threading.Event()
+    db._uploader.submit(busy.wait)      # the upload thread is held up: the waiter gets there first
+    db.checkpoint().wait()
+    busy.set()
+    assert uploaders == [True]
+    big = {b"\x00\x01big%06d" % i: bytes(40) for i in range(3000)}     # > INLINE_BYTES of changes
+    for k, v in big.items():
+        db.put(k, v)
+    model.update(big)
+    db.checkpoint().wait()
+    assert uploaders == [True, False]
+    db.wait_idle()
+    fill(db, model, 20, start=100)
+    cp = db.checkpoint()
+    db.wait_idle()                      # the upload thread gets there first
+    assert cp.done() and cp.wait() and uploaders == [True, False, False]
+    db.close()
+    with dkv.open(store.inner, read_only=True) as r:
+        assert dict(r.scan()) == model and r.last_checkpoint == 3
+
+
+def test_checkpoints_waited_at_once_or_later_from_several_threads_commit_in_epoch_order():
+    """Threads that wait for some checkpoints at once (uploaded on their own thread) and for
+    others at the end: every checkpoint completes, the retained ones are consecutive, and
+    each names the previous one as its parent (uploads never overtake each other)."""
+    import threading
+    from dkv.format import manifest as mf
+    store = MemoryStore()
+    db = dkv.open(store, retain=50)
+    errors, cps = [], []
+    lock = threading.Lock()
+
+    def worker(t):
+        try:
+            for i in range(40):
+                db.put(b"\x00\x01t%d-%03d" % (t, i % 7), b"v%d" % i)
+                cp = db.checkpoint()
+                if (i + t) % 2 == 0:
+                    cp.wait()
+                with lock:
+                    cps.append(cp)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    for cp in cps:
+        cp.wait()
+    db.wait_idle()
+    infos = db.checkpoints()
+    assert [i.epoch for i in infos] == list(range(71, 121))
+    for prev, info in zip(infos, infos[1:]):
+        assert mf.decode(store.get(info.name)).parent == prev.epoch
+    db.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,29 @@ def test_golden_checkpoint():
     db.close()
 
 
+def test_checkpoint_uploaded_by_its_waiter_makes_the_same_calls_in_the_same_order():
+    """The notebook path: a small checkpoint waited for at once on a background store is
+    uploaded on the caller's thread, garbage collection after it on the upload thread; the
+    storage calls are those of golden/checkpoint.txt, in the same order."""
+    log = LoggingStore(MemoryStore())
+    db = dkv.open(log, memtable_bytes=1 << 20, block_bytes=256, retain=2)
+    _fill(db, 10)
+    db.checkpoint(1).wait()
+    _fill(db, 10, start=10)
+    db.flush()
+    db.checkpoint(2).wait()
+    _fill(db, 5, start=20)
+    db.wait_idle()
+    log.clear()
+    busy = threading.Event()
+    db._uploader.submit(busy.wait)      # the upload thread is held up: the waiter uploads
+    db.checkpoint(3).wait()
+    busy.set()
+    db.wait_idle()
+    assert render(log.calls) == (GOLDEN / "checkpoint.txt").read_text().splitlines()
+    db.close()
+
+
 def test_golden_open():
     log, db = _checkpoint_scenario()
     db.checkpoint(3).wait()
@@ -150,6 +174,9 @@ def test_golden_open():
     claim = _index(lines, lambda l: l.startswith("put_if_absent writer/"))
     manifest_read = _index(lines, lambda l: l.startswith("get manifest/"))
     assert len(claim) == 1 and len(manifest_read) == 1 and manifest_read[0] < claim[0]
+    # The first claim tried landed: no other writer came between, so the listing plus the
+    # claim is the timeline, not listed again (RFC 0006).
+    assert claim[0] == len(lines) - 1
     assert all(l.split()[0] in ("get", "list", "size", "put_if_absent") for l in lines)
     db.close()
 

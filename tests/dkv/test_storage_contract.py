@@ -2,6 +2,7 @@
 MemoryStore, LocalDirStore, S3Store and CachedStore over S3 (the moto server over HTTP)."""
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import uuid
@@ -162,6 +163,105 @@ def test_local_dir_store_layout_and_no_temp_files(tmp_path):
     assert leftovers == []
     (tmp_path / "root" / "a" / ".tmp-junk").write_bytes(b"partial")
     assert [k for k, _ in s.list("")] == ["a/b/c", "a/b/d"], "temporary files are never listed"
+
+
+def test_put_unreferenced_and_get_many(store):
+    """put_unreferenced stores like put (and replaces what a failed one left); get_many
+    returns what get returns, in order, and raises for a missing key."""
+    store.put_unreferenced("wal/1", b"partial")
+    store.put_unreferenced("wal/1", DATA)            # a retry after a torn upload
+    store.put_unreferenced("sst/2", b"")
+    assert store.get("wal/1") == DATA and store.size("sst/2") == 0
+    assert store.get_many(["sst/2", "wal/1", "wal/1"]) == [b"", DATA, DATA]
+    assert store.get_many([]) == []
+    with pytest.raises(dkv.ObjectMissingError):
+        store.get_many(["wal/1", "nope"])
+
+
+def test_local_put_unreferenced_writes_in_place_and_makes_folders_durable(tmp_path, monkeypatch):
+    """In place, no temporary file; the file and its folder are fsynced, and so is the
+    parent of every folder the store makes (a new folder's name must survive a power loss
+    with the files in it)."""
+    import os
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    root = tmp_path / "root"
+    s = LocalDirStore(str(root))
+    created = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, flags, *a: created.append(os.path.basename(path)) or real_open(path, flags, *a))
+    s.put_unreferenced("wal/1.wal", b"records")
+    assert (root / "wal" / "1.wal").read_bytes() == b"records"
+    assert not [n for n in created if n.startswith(".tmp-")], "no temporary file"
+    assert synced == [str(tmp_path), str(root), str(root / "wal" / "1.wal"), str(root / "wal")]
+    synced.clear()
+    s.put_unreferenced("wal/2.wal", b"more")        # the folders exist now: file and folder only
+    assert synced == [str(root / "wal" / "2.wal"), str(root / "wal")]
+
+
+def test_local_put_unreferenced_removes_a_failed_file(tmp_path, monkeypatch):
+    import os
+    s = LocalDirStore(str(tmp_path / "root"))
+
+    def broken(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", broken)
+    with pytest.raises(dkv.StorageError):
+        s.put_unreferenced("sst/1.sst", b"table")
+    assert not (tmp_path / "root" / "sst" / "1.sst").exists()
+
+
+def test_local_writer_claim_is_fsynced_before_its_first_write(tmp_path, monkeypatch):
+    """A writer's claim is linked at open without waiting for the disk; its file and folder
+    are fsynced at the first checkpoint, before the WAL segment, and only once (RFC 0006).
+    An open that only reads fsyncs nothing."""
+    import os
+    root = tmp_path / "db"
+    with dkv.open(str(root)) as db:
+        db.put(b"k", b"v")
+        db.checkpoint().wait()
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), root))
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    db = dkv.open(str(root))
+    assert db.get(b"k") == b"v" and synced == []
+    db.put(b"k", b"w")
+    db.checkpoint().wait()
+    claim = "writer/0000000002"
+    assert synced[:3] == [claim, "writer", "wal/0000000002-000000000001.wal"], synced
+    synced.clear()
+    db.put(b"k", b"x")
+    db.checkpoint().wait()
+    assert claim not in synced and synced[0].startswith("wal/")
+    db.close()
+
+
+def test_an_unfinished_claim_invalidates_nothing(tmp_path):
+    """A claim a power loss left empty or zero-filled (its writer never got to write) is
+    read as no claim: the checkpoints it would have abandoned stay valid; its number is
+    not claimed again."""
+    root = tmp_path / "db"
+    with dkv.open(str(root)) as db:
+        for e in (1, 2, 3):
+            db.put(b"k", b"%d" % e)
+            db.checkpoint(e).wait()
+    (root / "writer" / "0000000002").write_bytes(b"\0\0")      # opened at 1, lost with the power
+    with dkv.open(str(root), read_only=True) as r:
+        assert [c.epoch for c in r.checkpoints()][-1] == 3 and r.get(b"k") == b"3"
+    with dkv.open(str(root)) as db:
+        assert db.get(b"k") == b"3"
+        db.put(b"k", b"4")
+        db.checkpoint().wait()
+    assert sorted(os.listdir(root / "writer"))[-1] == "0000000003"
 
 
 def test_prefix_store_maps_keys():
