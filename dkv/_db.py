@@ -54,6 +54,9 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._lock = threading.RLock()      # engine state: view, segments, files
         self._wlock = threading.RLock()     # the write path
         self._gc_lock = threading.Lock()
+        self._upload_lock = threading.RLock()   # one upload or garbage collection at a time
+        self._claim_lock = threading.Lock()
+        self._claim_synced = True               # a reader has no claim; _open says for a writer
         self._cond = threading.Condition()
         self._cache = BlockCache(options.block_cache_bytes)
         self._tables: dict = {}
@@ -124,8 +127,19 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             self._committed = [c for c in timeline.valid() if start < 0 or c.epoch <= start]
             self._abandoned = []
             return
-        self._writer = claim_writer(self.store, self.ns, timeline, start)
-        timeline = Timeline(self.store, self.ns)    # with our claim: later epochs are abandoned
+        # The claim is visible at once (it fences older writers), durable at this writer's
+        # first write or delete (_claim_durable): an open that only reads waits for no disk.
+        self._writer = claim_writer(self.store, self.ns, timeline, start, deferred=True)
+        self._claim_synced = False
+        if self._writer == timeline.max_writer + 1:
+            # The first claim tried landed, so no other writer claimed since the listing (a
+            # claim is always above every claim listed before it; one above ours fences us
+            # at our first checkpoint): the listing plus our claim is the timeline. A manifest
+            # an older writer made meanwhile has an epoch above `start` and our claim makes
+            # it invalid; it is garbage the next writer's open finds.
+            timeline.add_claim(self._writer, _paths.claim_name(self.ns, self._writer), start)
+        else:
+            timeline = Timeline(self.store, self.ns)    # with our claim: later epochs are abandoned
         valid = timeline.valid()
         self._committed = [c for c in valid if c.epoch <= start] if sources is None else []
         own = _paths.ns_prefix(self.ns)
@@ -138,6 +152,24 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             self._compactor = ThreadPoolExecutor(1, thread_name_prefix="dkv-compact")
             self._uploader = ThreadPoolExecutor(1, thread_name_prefix="dkv-upload")
         log.debug("opened %r instance %r as writer %d at epoch %s", self.store.location, self.ns, self._writer, start)
+
+    def _claim_durable(self) -> None:
+        """Make this writer's claim durable, once, before its first write or delete to
+        storage (WAL segment, SST, manifest, garbage collection). Until then a power loss
+        may lose the claim, which is harmless: the writer has done nothing a claim must
+        account for (RFC 0006)."""
+        if self._claim_synced:
+            return
+        with self._claim_lock:
+            if not self._claim_synced:
+                try:
+                    self.store.sync(_paths.claim_name(self.ns, self._writer))
+                except ObjectMissingError:
+                    # Only a newer writer deletes an older writer's claim.
+                    self._fenced = True
+                    raise FencedError(f"instance {self.ns!r}: the claim of writer epoch {self._writer} is gone; "
+                                      "a newer writer took over (reopen to continue)") from None
+                self._claim_synced = True
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -265,15 +297,18 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 elif (end is None or src.min_key < end) and (start is None or src.max_key >= start):
                     sources.append(src.scan_blocks(start, end))
             sources += version.sources(start, end)
+            item = None
             try:
                 for item in merge_visible(sources):
                     yield item
-                    start = item[0] + b"\x00"    # where to resume if the view changes under us
                 return
             except ObjectMissingError:
-                # Files of this view were compacted away and collected: resume on the new view.
+                # Files of this view were compacted away and collected: resume on the new view,
+                # after the last key given.
                 if self._view[1] is version or self._closed:
                     raise
+                if item is not None:
+                    start = item[0] + b"\x00"
 
     def scan_prefix(self, prefix: bytes):
         """Iterate (key, value) for keys starting with prefix, ascending."""
@@ -298,7 +333,11 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         Synchronous phase: seal the active memtable (it becomes the interval's WAL
         segment), pin the current levels and live segments. Encoding and uploading the
         segment, then the manifest by conditional create, run in the background;
-        ``cp.wait()`` returns the manifest name when it is durable.
+        ``cp.wait()`` returns the manifest name when it is durable. A small checkpoint
+        (``INLINE_BYTES`` of changes) taken while the upload thread has nothing else to do
+        is uploaded by whichever comes first: that thread, or the first ``cp.wait()``,
+        which then does it on the caller's thread (a notebook's commit waits at once, and
+        saves the two thread hand-offs).
 
         ``flush=True`` (or, by default, memtables holding more than ``max_replay_bytes``)
         makes a checkpoint that needs no WAL replay: the memtables are flushed to SSTs
@@ -318,7 +357,13 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                                  f"an epoch to take the next ({self._last_epoch + 1})")
             if flush is None:
                 flush = 0 < self.opts.max_replay_bytes < self._replay_bytes()
-            self._seal()
+            # A waiter may upload this one itself only if nothing else is on its way: no
+            # checkpoint pending or deferred, every sealed memtable encoded (its segment is
+            # then encoded by the upload, by whoever runs it), the new segment small.
+            stealable = (self.opts.background and not flush and not self.opts.wait_for_flushes
+                         and not self._pending and not self._deferred_pins and not self._sealed_unencoded()
+                         and self._active.nbytes <= self.INLINE_BYTES)
+            self._seal(encode=not stealable)
             with self._lock:
                 self._last_epoch = epoch
                 last_seq = self._seq
@@ -334,7 +379,10 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 else:
                     # Submitted under the lock: uploads must be queued in epoch order, and a
                     # deferred checkpoint queues its own under the lock too (_pin_after_flushes).
-                    self._submit_upload(cp, self._pin(last_seq))
+                    if stealable:
+                        self._submit_stealable_upload(cp, self._pin(last_seq))
+                    else:
+                        self._submit_upload(cp, self._pin(last_seq))
                     return cp
         if self.opts.background:
             if flush:
@@ -345,6 +393,33 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 self._flush_sources(last_seq)
             self._pin_after_flushes(cp, last_seq, flush, segs)
         return cp
+
+    INLINE_BYTES = 64 * 1024
+
+    def _submit_stealable_upload(self, cp: Checkpoint, pin: Pinned) -> None:
+        """Queue the upload, and let ``cp.wait()`` run it on the caller's thread if it gets
+        there first. Whoever loses the claim waits for the winner: the upload thread must
+        not start a later checkpoint's upload before this one is over."""
+        claim = threading.Lock()
+
+        def run(on_caller: bool) -> None:
+            if not claim.acquire(blocking=False):
+                cp._done.wait()
+                if not on_caller and cp._error is None:
+                    self._gc_quietly()      # the collection after the caller's upload
+                return
+            try:
+                with self._upload_lock:
+                    # On the caller's thread, the collection after it is left to the upload
+                    # thread (this task, there, lost the claim and does it).
+                    self._upload(cp, pin, gc_after=not on_caller)
+            except BaseException as e:  # noqa: BLE001 - reported through cp.wait()
+                log.error("checkpoint %d upload crashed: %s", cp.epoch, e)
+                cp._finish(e)
+            finally:
+                cp._runner = None
+        cp._runner = lambda: run(True)
+        self._uploader.submit(run, False)
 
     def _pin(self, last_seq, segs=None) -> Pinned:
         """Caller holds the state lock. ``segs``: the segments that existed at the
@@ -384,7 +459,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
     def _upload_and_log(self, cp, pin) -> None:
         try:
-            self._upload(cp, pin)
+            with self._upload_lock:
+                self._upload(cp, pin)
         except BaseException as e:  # noqa: BLE001
             log.error("checkpoint %d upload crashed: %s", cp.epoch, e)
             cp._finish(e)
@@ -452,7 +528,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
     def _gc_quietly(self) -> None:
         try:
-            self._collect_garbage()
+            with self._upload_lock:
+                self._collect_garbage()
         except Exception as e:  # noqa: BLE001
             log.warning("garbage collection failed (will retry later): %s", e)
 

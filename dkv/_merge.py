@@ -14,12 +14,14 @@ through a dict, oldest source first, so that the newest source's record is the o
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import chain
 
 MERGE_RANGE_RECORDS = 4096        # records per source and key range a flush or compaction merges at once
 MERGE_TOTAL_RECORDS = 1 << 16     # ... at most this many over all its sources (a flush may merge 64)
 
 
 READ_WINDOW = 512                 # records per source a scan merges at once
+SMALL_MERGE = 4096                # records over all sources a scan merges in one go
 
 
 def _pairs(chunks):
@@ -29,9 +31,11 @@ def _pairs(chunks):
 
 def merge_visible(sources: list):
     """Yield (key, value) for live keys across ``sources`` (newest first). One source is
-    walked directly; several are merged a key range at a time with a dict (see
-    ``merged_ranges``), which costs C work per record where a heap merge costs a tuple
-    and a comparison in Python."""
+    walked directly. Several are merged with a dict, oldest source first so that the
+    newest record of a key is the one left, which costs C work per record where a heap
+    merge costs a tuple and a comparison in Python: a small range (an object's slots, up
+    to SMALL_MERGE records over all sources) in one go, a bigger one a key range at a time
+    (see ``merged_ranges``)."""
     if not sources:
         return
     if len(sources) == 1:
@@ -40,8 +44,28 @@ def merge_visible(sources: list):
                 if kv[1] is not None:
                     yield kv
         return
-    for keys, values in merged_ranges([_pairs(s) for s in reversed(sources)], True, READ_WINDOW):
-        yield from zip(keys, values)
+    olds = sources[::-1]
+    read: list = []             # chunks read so far, per source, oldest source first
+    total = 0
+    for src in olds:
+        chunks: list = []
+        read.append(chunks)
+        for chunk in src:
+            chunks.append(chunk)
+            total += len(chunk[0])
+            if total > SMALL_MERGE:         # a big range: the rest a key range at a time
+                more = [_pairs(chain(c, s)) for c, s in zip(read, olds)] + [_pairs(s) for s in olds[len(read):]]
+                for keys, values in merged_ranges(more, True, READ_WINDOW):
+                    yield from zip(keys, values)
+                return
+    merged: dict = {}
+    for chunks in read:
+        for keys, values, _ in chunks:
+            merged.update(zip(keys, values))
+    for key in sorted(merged):
+        value = merged[key]
+        if value is not None:
+            yield key, value
 
 
 def merged_ranges(sources: list, drop_tombstones: bool, range_records: int = MERGE_RANGE_RECORDS):

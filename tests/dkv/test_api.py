@@ -15,7 +15,7 @@ def test_exports_are_pinned():
         "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
         "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError",
         "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
-        "SCHEMA_STATE", "SCHEMA_TIMER", "SCHEMA_META", "key_prefix", "key_group_of", "prefix_end",
+        "key_prefix", "key_group_of", "prefix_end",
     ])
     for name in dkv.__all__:
         assert hasattr(dkv, name), name
@@ -200,10 +200,10 @@ def test_bad_instance_and_key_groups():
 
 
 def test_key_groups_helpers():
-    assert dkv.key_prefix(258, dkv.SCHEMA_TIMER) == b"\x01\x02\x01"
-    assert dkv.key_prefix(0, dkv.SCHEMA_STATE) == b"\x00\x00\x00"
-    assert dkv.key_prefix(65535, dkv.SCHEMA_META) == b"\xff\xff\x02"
-    assert (dkv.SCHEMA_STATE, dkv.SCHEMA_TIMER, dkv.SCHEMA_META) == (0, 1, 2)
+    assert dkv.key_prefix(258, 1) == b"\x01\x02\x01"
+    assert dkv.key_prefix(0, 0) == b"\x00\x00\x00"
+    assert dkv.key_prefix(65535, 2) == b"\xff\xff\x02"
+    assert not hasattr(dkv, "SCHEMA_TIMER"), "schema bytes are the callers' (objectspace, spark_ops)"
     assert dkv.key_group_of(b"\x01\x02rest") == 258
     for bad in (-1, 65536, "1", 1.0):
         with pytest.raises(ValueError):
@@ -277,7 +277,11 @@ def test_write_batch_extend_checks_everything_before_adding_anything():
     b.extend([(b"b", b"2"), (bytearray(b"c"), None), (b"d", memoryview(b"4"))])
     assert list(b) == [(b"a", b"1"), (b"b", b"2"), (b"c", None), (b"d", b"4")]
     assert b.nbytes == 2 + 2 + 1 + 2
-    for bad in ([(b"e", b"5"), (b"", b"x")], [(b"e", b"5"), ("str", b"x")], [(b"e", 5)]):
+    fast = dkv.WriteBatch()       # tombstones and empty values count as they should
+    fast.extend([(b"x", b"12"), (b"y", None), (b"z", b"")])
+    assert list(fast) == [(b"x", b"12"), (b"y", None), (b"z", b"")] and fast.nbytes == 5
+    for bad in ([(b"e", b"5"), (b"", b"x")], [(b"e", b"5"), ("str", b"x")], [(b"e", 5)],
+                [(b"e", b"5"), (b"f",)], [(b"e", b"5", b"6")], [[b"e", 5]]):
         with pytest.raises((TypeError, ValueError)):
             b.extend(bad)
         assert len(b) == 4 and b.nbytes == 7        # nothing of the bad list was added

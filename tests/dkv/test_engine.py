@@ -116,8 +116,9 @@ def test_overwrites_do_not_grow_the_memtable():
 
 
 def test_memtable_sorted_view_dropped_after_many_unscanned_writes_then_rebuilt():
-    """The memtable keeps a sorted view only while scans use it: a scan, then many new keys
-    through put() and write() without one (the view is dropped), then scans again — each
+    """The memtable keeps a sorted view only while scans use it: a scan, then more new keys
+    than the view holds through put() and write() without one (the view is dropped), then
+    scans again — each
     sees exactly the dict's keys in order, a scan started before the drop included."""
     rng = random.Random(3)
     db = dkv.open(MemoryStore(), background=False, memtable_bytes=64 << 20)
@@ -129,15 +130,15 @@ def test_memtable_sorted_view_dropped_after_many_unscanned_writes_then_rebuilt()
     first = next(it)
     for round_ in range(3):
         wb = dkv.WriteBatch()
-        for _ in range(6000):
-            k = b"k%06d" % rng.randrange(10 ** 6)
+        for _ in range(2 * len(model) + 100):
+            k = b"k%07d" % rng.randrange(10 ** 7)
             model[k] = b"%d" % round_
             if rng.random() < 0.5:
                 wb.put(k, model[k])
             else:
                 db.put(k, model[k])
         db.write(wb)
-        assert db._active._sorted is None          # dropped: 6000 adds without a scan
+        assert db._active._sorted is None          # dropped: more adds than keys, no scan
         assert list(db.scan()) == sorted(model.items())
         db.put(b"z%d" % round_, b"after")           # maintained again after a scan
         model[b"z%d" % round_] = b"after"
@@ -412,3 +413,66 @@ def test_flush_checkpoint_fails_when_an_earlier_flush_fails(caplog):
             assert contents(r) == model, "checkpoint 2 completed without the sealed records"
         else:
             assert [c.epoch for c in r.checkpoints()] == [1]
+
+
+@pytest.mark.parametrize("n", [10, 1500, 5000])
+def test_scans_merge_small_ranges_at_once_and_big_ones_by_key_range(n, monkeypatch):
+    """A scan over several sources merges a small range in one go and falls back to the
+    key-range merge when the records read pass SMALL_MERGE — wherever in which source the
+    threshold falls (a small threshold moves it through every source); the newest record
+    wins and tombstones hide either way."""
+    from dkv import _merge
+    rng = random.Random(n)
+    db = dkv.open(MemoryStore(), background=False, **dict(SMALL, compaction=False))
+    model = {}
+    for gen in range(4):                      # four sealed sources plus the active memtable
+        for _ in range(n):
+            k = b"q%05d" % rng.randrange(n * 2)
+            if rng.random() < 0.2:
+                db.delete(k)
+                model.pop(k, None)
+            else:
+                model[k] = b"v%d-%d" % (gen, rng.randrange(1000))
+                db.put(k, model[k])
+        if gen < 3:
+            db.checkpoint()
+    for small in (_merge.SMALL_MERGE, 7, n // 2, n * 3):
+        monkeypatch.setattr(_merge, "SMALL_MERGE", small)
+        assert contents(db) == model
+        lo, hi = b"q%05d" % (n // 3), b"q%05d" % n
+        assert list(db.scan(lo, hi)) == expected_scan(model, lo, hi)
+    db.close()
+
+
+def test_memtable_keys_added_between_scans_wait_and_join_the_view():
+    """Keys written while a sorted view is kept wait in a pending list, through put() and
+    write(), and the next scan sees them merged in order, a scan begun before them too
+    once it reaches them; overwrites and deletes of known keys add nothing."""
+    rng = random.Random(5)
+    db = dkv.open(MemoryStore(), background=False, memtable_bytes=64 << 20)
+    model = {}
+    for i in range(9000):                      # more than a scan's chunk of 4096
+        model[b"b%05d" % i] = b"v"
+        db.put(b"b%05d" % i, b"v")
+    long_scan = db.scan()
+    seen = [next(long_scan)]
+    for round_ in range(20):
+        assert list(db.scan()) == sorted(model.items())
+        wb = dkv.WriteBatch() if round_ % 2 else db     # write() or put()/delete()
+        for _ in range(50):
+            k = b"%c%05d" % (rng.choice(b"abc"), rng.randrange(12000))
+            if rng.random() < 0.2 and k in model:
+                del model[k]
+                wb.delete(k)
+            else:
+                model[k] = b"%d" % round_
+                wb.put(k, model[k])
+        if wb is not db:
+            db.write(wb)
+        assert db._active._sorted is not None and len(db._active._pending) <= 50
+        assert len(set(db._active._pending)) == len(db._active._pending)
+    seen += list(long_scan)
+    assert [k for k, _ in seen] == sorted(k for k, _ in seen)
+    assert {k for k, _ in seen if k >= b"c"} == {k for k in model if k >= b"c"}
+    assert list(db.scan()) == sorted(model.items())
+    db.close()
