@@ -19,7 +19,7 @@ from collections.abc import MutableSequence
 from operator import eq, ge, gt, le, lt, ne
 
 from ._base import F_META, MISSING
-from ._slots import SlotSequence
+from ._slots import SlotSequence, repeat_in_place
 
 
 def _as_index(i, kind: str) -> int:
@@ -151,19 +151,7 @@ class PersistedList(SlotSequence, MutableSequence):
 
     __rmul__ = __mul__
 
-    def __imul__(self, n):
-        """``lst *= n`` in place: O(len * n) slots appended (n <= 0 clears: O(1) now)."""
-        try:
-            n = operator.index(n)
-        except TypeError:
-            return NotImplemented
-        if n <= 0:
-            self.clear()
-        elif n > 1:
-            items = self._all_values()
-            for _ in range(n - 1):
-                self.extend(items)
-        return self
+    __imul__ = repeat_in_place
 
     def __iadd__(self, values):
         """``lst += values`` extends in place. O(k)."""

@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from operator import eq, ge, gt, le, lt, ne
 
 from ._base import F_META, MISSING, plain
-from ._slots import SlotSequence
+from ._slots import SlotSequence, repeat_in_place
 
 _ROOM = 64      # least room left below the items when they move up for appendleft
 
@@ -475,19 +475,7 @@ class PersistedQueue(SlotSequence, Sequence):
 
     __rmul__ = __mul__
 
-    def __imul__(self, n):
-        """``q *= n`` in place: O(len * n) slots appended (n <= 0 clears: O(1) now)."""
-        try:
-            n = operator.index(n)
-        except TypeError:
-            return NotImplemented
-        if n <= 0:
-            self.clear()
-        elif n > 1:
-            items = self._all_values()
-            for _ in range(n - 1):
-                self.extend(items)
-        return self
+    __imul__ = repeat_in_place
 
 
 class _BoundedQueue(PersistedQueue):

@@ -12,6 +12,7 @@ old tail slots.
 """
 from __future__ import annotations
 
+import operator
 from operator import eq as _eq, ne as _ne
 
 from . import _layout as L
@@ -20,6 +21,22 @@ from ._cache import OBJECT_BYTES
 from .errors import CorruptionError
 
 _slot_key = L.slot_key
+
+
+def repeat_in_place(self, n):
+    """``seq *= n`` of a list or queue, in place: O(len * n) slots appended (n <= 0 clears:
+    O(1) now)."""
+    try:
+        n = operator.index(n)
+    except TypeError:
+        return NotImplemented
+    if n <= 0:
+        self.clear()
+    elif n > 1:
+        items = self._all_values()
+        for _ in range(n - 1):
+            self.extend(items)
+    return self
 
 
 class SlotSequence(PersistedObject):
