@@ -100,9 +100,13 @@ class StreamModel:
     def read_pending(self, group: str, consumer: str, after: str, count, now: int) -> list:
         g = self.groups[group]
         g["consumers"][consumer] = now
-        out = [(fid(k), self.entries.get(k)) for k, e in g["pel"].items()
-               if e[0] == consumer and k > pid(after)]
-        return out if count is None else out[:count]
+        keys = [k for k, e in g["pel"].items() if e[0] == consumer and k > pid(after)]
+        if count is not None:
+            keys = keys[:count]
+        for k in keys:      # delivered once more (as Redis), unless deleted from the stream
+            if k in self.entries:
+                g["pel"][k] = [consumer, now, g["pel"][k][2] + 1]
+        return [(fid(k), self.entries.get(k)) for k in keys]
 
     def ack(self, group: str, ids) -> int:
         pel = self.groups[group]["pel"]
