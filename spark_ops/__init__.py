@@ -14,6 +14,7 @@ import objectspace as _objectspace
 
 from . import _layout
 from ._api import buffer, combine_latest, delay, session_window, timeout
+from ._inspect import read_timers
 from ._metrics import read_metrics, snapshot_bytes
 from ._plan import apply_operator
 from ._timers import Timer
@@ -23,5 +24,5 @@ from .operator import Context, Operator
 _objectspace.register_family_rule(_layout.FAMILY_RULE)     # inspection knows operators' shards
 
 __all__ = ["buffer", "combine_latest", "delay", "timeout", "session_window", "apply_operator",
-           "Operator", "Context", "Timer", "read_metrics", "snapshot_bytes",
+           "Operator", "Context", "Timer", "read_metrics", "read_timers", "snapshot_bytes",
            "register_datasource"]

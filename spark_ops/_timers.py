@@ -21,6 +21,8 @@ SCHEMA_TIMER = 0x01
 """The schema byte (the third key byte, after the key group) of timer records; object
 spaces' records use objectspace.SCHEMA_STATE (0x00) in the same key groups."""
 EVENT_TIME, PROCESSING_TIME = 0, 1
+KIND_NAMES = {EVENT_TIME: "event", PROCESSING_TIME: "processing"}
+"""Timer.kind of each kind byte."""
 _OFFSET = 1 << 63
 _INFINITY = 1 << 63
 
@@ -80,6 +82,18 @@ class TimerService:
         self.db.delete(timer_key(kg, kind, int(due), key, name))
         self.deleted += 1
 
+    def of_key(self, kg: int, key: tuple) -> list[Timer]:
+        """The timers registered for ``key`` (its parts) in key group ``kg``, both kinds, in
+        time order (then name, then kind). Scans the key group's timers: O(timers of kg)."""
+        out = []
+        for kind in (EVENT_TIME, PROCESSING_TIME):
+            p = _prefix(kg, kind)
+            for raw, _ in self.db.scan(p, dkv.prefix_end(p)):
+                _, _, due, parts, name = parse_timer_key(raw)
+                if parts == key:
+                    out.append(Timer(due, name, KIND_NAMES[kind]))
+        return sorted(out)
+
     def due(self, kind: int, limit: int) -> list[tuple[int, int, tuple, str]]:
         """All timers of ``kind`` with due time <= ``limit``, as (due, kg, key, name), in
         due order (ties by key group, then key). Does not delete them."""
@@ -102,3 +116,33 @@ class TimerService:
         # What is returned may stay stored (the caller deletes what it fires): count it.
         self._next[kind] = min([later] + [run[0][0] for run in runs])
         return list(heapq.merge(*runs, key=lambda t: (t[0], t[1], repr(t[2]), t[3])))
+
+
+def scan_timers(db, groups: tuple = (0, 1 << 16)):
+    """(key group, kind, due, key parts, name) of every timer stored in ``db`` whose key
+    group is in ``groups`` = (first, end): key groups in order, in each event-time timers
+    then processing-time ones, each in due order. Reads the timer records only: a seek per
+    key group that holds records, plus one record per timer (object state is skipped)."""
+    first, end = groups
+    start = first.to_bytes(2, "big")
+    stop = end.to_bytes(2, "big") if end < 1 << 16 else None
+    while True:
+        head = next(iter(db.scan(start, stop)), None)
+        if head is None:
+            return
+        key = head[0]
+        if len(key) < 3:
+            start = key + b"\x00"
+            continue
+        kg = (key[0] << 8) | key[1]
+        if key[2] < SCHEMA_TIMER:
+            start = dkv.key_prefix(kg, SCHEMA_TIMER)
+            continue
+        if key[2] == SCHEMA_TIMER:
+            p = dkv.key_prefix(kg, SCHEMA_TIMER)
+            for raw, _ in db.scan(p, dkv.prefix_end(p)):
+                _, kind, due, parts, name = parse_timer_key(raw)
+                yield kg, kind, due, parts, name
+        if kg + 1 >= 1 << 16:
+            return
+        start = (kg + 1).to_bytes(2, "big")

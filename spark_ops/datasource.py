@@ -11,9 +11,12 @@ query's or operator's folder) ``key`` is the operator key and ``object`` the sta
 (``ctx.value("total")`` → ``"total"``); for a plain ``ObjectSpace.open`` folder ``key`` is
 null and ``object`` the object name (tuple names as JSON arrays). With ``changes_from`` the
 rows are the slots added, changed and removed from that epoch to ``epoch`` (default the
-newest), with ``change_type`` and ``old_value``, like Spark's state change feed.
+newest), with ``change_type`` and ``old_value``, like Spark's state change feed. With
+``option("timers", True)`` the rows are the registered timers instead (as Spark's
+``readRegisteredTimers``): ``operator, query_id, instance, epoch, key_group, key, kind,
+time, name``, kind ``"event"`` or ``"processing"``, time in ms since the Unix epoch.
 
-Options: ``epoch``, ``changes_from``, ``instance`` (an instance or a path of instances,
+Options: ``epoch``, ``changes_from``, ``timers``, ``instance`` (an instance or a path of instances,
 e.g. ``<query id>/<operator>``), ``operator`` (keep this operator only), ``key_group``,
 and dkv store options for S3 (``endpoint_url``, ``region_name``, credentials). The read
 is split into one partition per shard (per pair of shards for a change feed), so it runs
@@ -30,6 +33,7 @@ except ImportError:         # spark_ops without pyspark (the test harness): noth
 
 import objectspace
 
+from ._inspect import instance_timers
 from ._keys import from_parts
 
 NAME = "objectspace"
@@ -38,6 +42,8 @@ _FIELDS = ("operator string, query_id string, instance string, epoch long, key_g
            "object string, kind string, slot string, value string")
 READ_SCHEMA = _FIELDS
 CHANGES_SCHEMA = _FIELDS + ", change_type string, old_value string, from_epoch long"
+TIMERS_SCHEMA = ("operator string, query_id string, instance string, epoch long, key_group int, key string, "
+                 "kind string, time long, name string")
 _STORE_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key",
                   "aws_session_token", "cache_dir")
 
@@ -60,6 +66,15 @@ def _int(options, name):
         return int(v)
     except ValueError:
         raise ValueError(f"option {name} must be an int, got {v!r}") from None
+
+
+def _flag(options, name) -> bool:
+    v = str(options.get(name) or "").strip().lower()
+    if v in ("", "false", "0", "no"):
+        return False
+    if v in ("true", "1", "yes"):
+        return True
+    raise ValueError(f"option {name} must be true or false, got {options.get(name)!r}")
 
 
 def _operator(ref) -> tuple:
@@ -89,6 +104,8 @@ class ObjectSpaceDataSource(DataSource):
         return NAME
 
     def schema(self):
+        if _flag(self.options, "timers"):
+            return TIMERS_SCHEMA
         return CHANGES_SCHEMA if self.options.get("changes_from") not in (None, "") else READ_SCHEMA
 
     def reader(self, schema):
@@ -105,6 +122,10 @@ class _Reader(DataSourceReader):
         self.key_group = _int(options, "key_group")
         self.instance = options.get("instance") or None
         self.operator = options.get("operator") or None
+        self.timers = _flag(options, "timers")
+        if self.timers and self.changes_from is not None:
+            raise ValueError("objectspace data source: option timers reads the timers registered at an epoch; "
+                             "it has no change feed (drop changes_from)")
         self.dkv_options = {k: options[k] for k in _STORE_OPTIONS if options.get(k)}
 
     def partitions(self):
@@ -122,9 +143,18 @@ class _Reader(DataSourceReader):
     def read(self, partition):
         if partition.new is None and partition.old is None:
             return iter(())
+        if self.timers:
+            return self._timers(partition.new, partition.groups)
         if self.changes_from is None:
             return self._slots(partition.new, partition.groups)
         return self._changes(partition)
+
+    def _timers(self, ref, groups):
+        if ref.member is None:          # a plain object space has no timers
+            return
+        for kg, kind, time, key, name in instance_timers(ref, key_group=self.key_group, groups=groups,
+                                                         **self.dkv_options):
+            yield (*_operator(ref), ref.instance, ref.epoch, kg, _json(key), kind, time, name)
 
     def _slots(self, ref, groups):
         with ref.open(**self.dkv_options) as db:
@@ -146,4 +176,4 @@ class _Reader(DataSourceReader):
                    None if ch.change == "added" else _json(ch.old), self.changes_from)
 
 
-__all__ = ["ObjectSpaceDataSource", "register_datasource", "READ_SCHEMA", "CHANGES_SCHEMA"]
+__all__ = ["ObjectSpaceDataSource", "register_datasource", "READ_SCHEMA", "CHANGES_SCHEMA", "TIMERS_SCHEMA"]

@@ -159,6 +159,16 @@ class Context:
     def delete_processing_timer(self, time: int, name: str = "") -> None:
         self._shard.timers.delete(self.key_group, PROCESSING_TIME, time, self._parts, name)
 
+    def list_timers(self) -> list:
+        """The current key's registered timers, event and processing time, as ``Timer``s in
+        time order (ties: by name, then kind), like Spark's ``listTimers``. Includes what
+        this batch registered and leaves out what it deleted or fired (in ``on_timer``, the
+        timer being handled is already gone). Costs a scan of the timers of the key's key
+        group (not of its objects). Outside on_event / on_timer (no current key): RuntimeError."""
+        if self.key_group < 0:
+            raise RuntimeError("ctx.list_timers() lists the current key's timers: call it in on_event or on_timer")
+        return self._shard.timers.of_key(self.key_group, self._parts)
+
     # -- output ---------------------------------------------------------------------------
 
     def emit(self, row: dict) -> None:
