@@ -87,6 +87,22 @@ def s3_server():
             proc.kill()
 
 
+
+@pytest.fixture
+def s3_fault_proxy(s3_server):
+    """A fault-injecting HTTP proxy in front of the moto server (tests/dkv/s3_fault_proxy.py):
+    seeded, no faults until a test sets rates or forces some; point boto3 at ``.endpoint``."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "dkv"))
+    try:
+        from s3_fault_proxy import FaultProxy
+    finally:
+        sys.path.pop(0)
+    proxy = FaultProxy(s3_server.endpoint, seed=18)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
 def _java_version() -> int | None:
     java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin") + os.pathsep + os.environ.get("PATH", ""))
     if not java:

@@ -1,16 +1,37 @@
 """S3Store: objects in an S3 bucket under a prefix, through boto3.
 
 Endpoint, region and credentials come from boto3's standard chain (environment,
-``~/.aws``, instance roles, ``AWS_ENDPOINT_URL_S3``) unless given as options. Throttling,
-5xx answers and dropped connections are retried with exponential backoff (boto3's
-adaptive retry mode plus a retry loop of ours around connection errors). ``put_if_absent``
-sends ``If-None-Match: *``, which S3 (and compatible servers) answer with 412 when the
-object exists.
+``~/.aws``, instance roles, ``AWS_ENDPOINT_URL_S3``) unless given as options.
+``put_if_absent`` sends ``If-None-Match: *``, which S3 (and compatible servers) answer with
+412 when the object exists.
+
+Retries, and who does them:
+
+- botocore (``Config(retries={"mode": "standard", "total_max_attempts": max_attempts})``,
+  with ``connect_timeout`` and ``read_timeout``) retries every request that failed before its
+  answer was parsed: throttles (503 SlowDown, 429), 5xx answers, connection refused or reset,
+  connect and read timeouts, with jittered exponential backoff (50 ms base for errors, 1 s for
+  throttles) and a retry quota. Each ``list`` page is one request, so a fault on page 7
+  retries page 7 (the continuation token is kept), not the listing.
+- our own loop (``max_attempts`` rounds, jittered backoff from 50 ms) retries what botocore
+  does not see or cannot judge:
+  ``get``'s body read (a connection reset or a cut in the middle of the body, or a body
+  shorter than its Content-Length or than the range asked for: such bytes are never
+  returned); a transport error that escapes botocore's retry (e.g. a truncated XML answer);
+  409 ConditionalRequestConflict of a conditional create;
+  the 412 of a conditional create that botocore retried after a lost answer (read back,
+  see ``put_if_absent``); and the per-key ``Errors`` of a quiet DeleteObjects.
+
+When retries run out, the error is a ``StorageError`` naming the operation, the key and the
+last answer (status and code, or the transport error). A store stays usable afterwards: it
+keeps no state between calls other than the boto3 client.
 """
 from __future__ import annotations
 
+import http.client
 import logging
 import random
+import re
 import time
 
 from ..errors import ObjectMissingError, StorageError
@@ -18,83 +39,181 @@ from .base import ObjectStore, check_key
 
 log = logging.getLogger(__name__)
 
-_RETRYABLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
-                    "InternalError", "ServiceUnavailable", "503", "500", "ConditionalRequestConflict", "409"}
+_MISSING = {"NoSuchKey", "404", "NotFound"}
+_PRECONDITION = {"PreconditionFailed", "412"}
+_INVALID_RANGE = {"InvalidRange", "416"}
+_CONFLICT = {"ConditionalRequestConflict", "409"}
+
+
+def _answer(e: BaseException) -> str:
+    """The last answer, for an error message: status and code of an S3 error, else the
+    transport error."""
+    response = getattr(e, "response", None)
+    if isinstance(response, dict) and "Error" in response:
+        err = response.get("Error", {})
+        meta = response.get("ResponseMetadata", {})
+        status = meta.get("HTTPStatusCode", "?")
+        tries = meta.get("RetryAttempts")
+        more = f" after {tries} retries by botocore" if tries else ""
+        return f"HTTP {status} {err.get('Code', '?')}: {err.get('Message', '')}{more}"
+    return f"{type(e).__name__}: {e}"
+
+
+def _code(e: BaseException) -> str:
+    response = getattr(e, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def _transport_errors() -> tuple:
+    """Errors of a read or of a half-received answer that botocore may let through."""
+    from botocore.exceptions import BotoCoreError
+    out = [BotoCoreError, OSError, http.client.HTTPException]
+    try:
+        import urllib3.exceptions
+        out.append(urllib3.exceptions.HTTPError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(out)
 
 
 class S3Store(ObjectStore):
     """``s3://bucket/prefix``. Options: endpoint_url, region_name, aws_access_key_id,
-    aws_secret_access_key, aws_session_token, max_attempts (default 8), client (a ready boto3 client)."""
+    aws_secret_access_key, aws_session_token, max_attempts (default 8: botocore's attempts per
+    request, and our rounds for what it does not retry), connect_timeout (10 s), read_timeout
+    (60 s), retry_delay (first backoff of our own loop, 50 ms), client (a ready boto3 client,
+    whose retry configuration is then its own)."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
-                 region_name: str | None = None, max_attempts: int = 8, client=None, **credentials) -> None:
+                 region_name: str | None = None, max_attempts: int = 8, client=None,
+                 connect_timeout: float = 10, read_timeout: float = 60, retry_delay: float = 0.05,
+                 **credentials) -> None:
         if not bucket:
             raise ValueError("S3 location needs a bucket: s3://bucket/prefix")
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.location = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        self.max_attempts = max_attempts
+        self.max_attempts = max(1, max_attempts)
+        self.retry_delay = retry_delay
         if client is None:
             try:
                 import boto3
                 from botocore.config import Config
             except ImportError as e:  # pragma: no cover - depends on the environment
                 raise StorageError("s3:// locations need boto3: pip install 'objectspace[s3]'") from e
-            cfg = Config(retries={"max_attempts": max_attempts, "mode": "adaptive"},
-                         max_pool_connections=32, connect_timeout=10, read_timeout=60)
+            cfg = Config(retries={"total_max_attempts": self.max_attempts, "mode": "standard"},
+                         max_pool_connections=32, connect_timeout=connect_timeout,
+                         read_timeout=read_timeout)
             session = boto3.session.Session(**{k: v for k, v in credentials.items() if v is not None})
             client = session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=cfg)
         self.client = client
+        self._transport = _transport_errors()
 
     def parent(self):
         path = self.prefix.rstrip("/")
         if not path:
             return None
         up, _, name = path.rpartition("/")
-        return S3Store(self.bucket, up, client=self.client, max_attempts=self.max_attempts), name
+        return S3Store(self.bucket, up, client=self.client, max_attempts=self.max_attempts,
+                       retry_delay=self.retry_delay), name
 
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)
 
-    def _call(self, what: str, key: str, fn, *args, **kwargs):
-        """Run one request, retrying what boto3 did not (connection drops, late throttles)."""
-        from botocore.exceptions import BotoCoreError, ClientError
+    def _fail(self, what: str, key: str, last, attempts: int | None = None) -> StorageError:
+        answer = last if isinstance(last, str) else _answer(last)
+        rounds = f" ({attempts} attempts)" if attempts and attempts > 1 else ""
+        return StorageError(f"S3 {what} {self.location}/{key} failed{rounds}; last answer: {answer}")
 
-        delay = 0.05
+    def _backoff(self, what: str, key: str, attempt: int, last) -> None:
+        answer = last if isinstance(last, str) else _answer(last)
+        log.warning("S3 %s %s: retrying (attempt %d): %s", what, key, attempt, answer)
+        delay = min(self.retry_delay * (2 ** (attempt - 1)), 5.0)
+        time.sleep(delay * (0.5 + random.random()))
+
+    def _call(self, what: str, key: str, fn, *args, **kwargs):
+        """One request. botocore retried throttles, 5xx and dropped connections already;
+        retried here: a transport error that escaped it (an answer cut short), and 409
+        ConditionalRequestConflict. 404 → ObjectMissingError; 412 and 416 are answers
+        (ClientError, for the caller); anything else → StorageError."""
+        from botocore.exceptions import ClientError
+
         for attempt in range(1, self.max_attempts + 1):
             try:
                 return fn(*args, **kwargs)
             except ClientError as e:
-                code = str(e.response.get("Error", {}).get("Code", ""))
-                if code in ("NoSuchKey", "404", "NotFound"):
+                code = _code(e)
+                if code in _MISSING:
                     raise ObjectMissingError(f"{self.location}/{key} does not exist") from None
-                if code in ("PreconditionFailed", "412", "InvalidRange", "416"):
+                if code in _PRECONDITION or code in _INVALID_RANGE:
                     raise       # answers, not failures: the caller handles them
-                if code not in _RETRYABLE_CODES or attempt == self.max_attempts:
-                    raise StorageError(f"S3 {what} {self.location}/{key} failed: {e}") from e
-            except BotoCoreError as e:
-                if attempt == self.max_attempts:
-                    raise StorageError(f"S3 {what} {self.location}/{key} failed: {e}") from e
-            log.warning("S3 %s %s: retrying (attempt %d)", what, key, attempt)
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 5.0)
+                if code not in _CONFLICT or attempt == self.max_attempts:
+                    raise self._fail(what, key, e) from e
+                last = e
+            except self._transport as e:
+                if not _escaped_botocore(e) or attempt == self.max_attempts:
+                    raise self._fail(what, key, e, attempt) from e
+                last = e
+            self._backoff(what, key, attempt, last)
         raise AssertionError("unreachable")
 
     def get(self, key, start=None, end=None):
+        """The object's bytes, read inside the retry loop: a connection lost in the middle of
+        the body, or a body shorter than its Content-Length or than the range asked for, is
+        retried, and after ``max_attempts`` rounds is a StorageError; never returned."""
         kwargs = {"Bucket": self.bucket, "Key": self._key(key)}
+        lo = None
         if start is not None or end is not None:
             lo = start or 0
             if end is not None and end <= lo:
                 return b""
             kwargs["Range"] = f"bytes={lo}-{'' if end is None else end - 1}"
         from botocore.exceptions import ClientError
-        try:
-            resp = self._call("get", key, self.client.get_object, **kwargs)
-        except ClientError as e:  # InvalidRange: a start past the end of the object
-            if e.response.get("Error", {}).get("Code") in ("InvalidRange", "416"):
-                return b""
-            raise StorageError(f"S3 get {self.location}/{key} failed: {e}") from e
-        return resp["Body"].read()
+        last = None
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                resp = self._call("get", key, self.client.get_object, **kwargs)
+            except ClientError as e:  # InvalidRange: a start past the end of the object
+                if _code(e) in _INVALID_RANGE:
+                    return b""
+                raise self._fail("get", key, e) from e
+            try:
+                data = resp["Body"].read()
+            except self._transport as e:
+                last = f"body read failed: {type(e).__name__}: {e}"
+            else:
+                last = self._short(resp, data, lo, end)
+                if last is None:
+                    return data
+            finally:
+                try:
+                    resp["Body"].close()
+                except Exception:   # noqa: BLE001 - closing a broken stream
+                    pass
+            if attempt < self.max_attempts:
+                self._backoff("get", key, attempt, last)
+        raise self._fail("get", key, last, self.max_attempts)
+
+    @staticmethod
+    def _short(resp, data: bytes, lo, end) -> str | None:
+        """Why ``data`` is not the whole answer, or None if it is."""
+        expected = resp.get("ContentLength")
+        if expected is not None and len(data) != expected:
+            return f"short body: {len(data)} of {expected} bytes (Content-Length)"
+        if lo is None:
+            return None
+        m = re.match(r"bytes (\d+)-(\d+)/(\d+|\*)", resp.get("ContentRange") or "")
+        if m is None:
+            # No Content-Range: the server sent the whole object (a 200 to a range request).
+            return None if lo == 0 and end is None else (
+                f"range bytes={lo}-{'' if end is None else end - 1} answered without Content-Range")
+        first, last_byte = int(m.group(1)), int(m.group(2))
+        total = None if m.group(3) == "*" else int(m.group(3))
+        if first != lo or len(data) != last_byte - first + 1:
+            return f"range answer {resp.get('ContentRange')} with {len(data)} bytes for bytes={lo}-"
+        want_end = end if total is None else (total if end is None else min(end, total))
+        if want_end is not None and last_byte + 1 != want_end:
+            return f"range answer {resp.get('ContentRange')} short of byte {want_end}"
+        return None
 
     def put(self, key, data):
         self._call("put", key, self.client.put_object, Bucket=self.bucket, Key=self._key(key), Body=bytes(data))
@@ -108,24 +227,51 @@ class S3Store(ObjectStore):
             return list(pool.map(self.get, keys))
 
     def put_if_absent(self, key, data):
+        """Create ``key`` with ``If-None-Match: *``; True if this call created it.
+
+        A 412 does not by itself mean that another writer was first: botocore retries a
+        conditional PUT whose answer was lost (connection reset, read timeout), and if the
+        first attempt was applied, the retry finds the object there and gets 412. So on 412
+        the object is read back and compared with ``data``: equal bytes mean this writer's
+        object is the one stored, and the answer is True. (dkv's manifests name their
+        writer, so another writer's object never has the same bytes.) A StorageError means
+        the outcome is unknown: the object may or may not have been created."""
         from botocore.exceptions import ClientError
+        data = bytes(data)
         try:
             self._call("put_if_absent", key, self.client.put_object, Bucket=self.bucket,
-                       Key=self._key(key), Body=bytes(data), IfNoneMatch="*")
+                       Key=self._key(key), Body=data, IfNoneMatch="*")
             return True
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
-                return False
-            raise StorageError(f"S3 put_if_absent {self.location}/{key} failed: {e}") from e
+            if _code(e) not in _PRECONDITION:
+                raise self._fail("put_if_absent", key, e) from e
+            first = e
+        try:
+            stored = self.get(key)
+        except ObjectMissingError:
+            return False        # there at the 412, deleted since: not ours to claim
+        except StorageError as e:
+            raise StorageError(f"S3 put_if_absent {self.location}/{key}: got 412 ({_answer(first)}) "
+                               f"and could not read the object back to see whose it is: {e}") from e
+        if stored == data:
+            log.info("S3 put_if_absent %s: 412 on a retry, and the object is ours", key)
+            return True
+        return False
 
     def list(self, prefix=""):
+        """Every ``(key, size)`` under ``prefix``, a page (1000 keys) per request; a failed
+        page is retried with its continuation token, not the listing from its start."""
         out = []
-        paginator = self.client.get_paginator("list_objects_v2")
         full = self.prefix + prefix
-        pages = self._call("list", prefix, lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=full)))
-        for page in pages:
+        kwargs = {"Bucket": self.bucket, "Prefix": full}
+        while True:
+            page = self._call("list", prefix, self.client.list_objects_v2, **kwargs)
             for obj in page.get("Contents", ()):
                 out.append((obj["Key"][len(self.prefix):], obj["Size"]))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                break
+            kwargs["ContinuationToken"] = token
         out.sort()
         return out
 
@@ -133,11 +279,33 @@ class S3Store(ObjectStore):
         self._call("delete", key, self.client.delete_object, Bucket=self.bucket, Key=self._key(key))
 
     def delete_many(self, keys):
+        """Quiet DeleteObjects of up to 1000 keys a request. S3 answers 200 with per-key
+        ``Errors`` for the keys it did not delete: those keys are sent again (our loop,
+        ``max_attempts`` rounds), and if some still fail, StorageError names them with
+        their last error. A key that does not exist is not an error."""
         keys = list(keys)
         for i in range(0, len(keys), 1000):
-            chunk = [{"Key": self._key(k)} for k in keys[i:i + 1000]]
-            self._call("delete", chunk[0]["Key"], self.client.delete_objects, Bucket=self.bucket,
-                       Delete={"Objects": chunk, "Quiet": True})
+            pending = keys[i:i + 1000]
+            for attempt in range(1, self.max_attempts + 1):
+                chunk = [{"Key": self._key(k)} for k in pending]
+                resp = self._call("delete_many", pending[0], self.client.delete_objects,
+                                  Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
+                failed = {}
+                for err in resp.get("Errors", ()) or ():
+                    if err.get("Code") in _MISSING:
+                        continue
+                    name = err.get("Key", "")
+                    name = name[len(self.prefix):] if name.startswith(self.prefix) else name
+                    failed[name] = f"{err.get('Code', '?')}: {err.get('Message', '')}"
+                if not failed:
+                    break
+                pending = [k for k in pending if k in failed] or sorted(failed)
+                last = "; ".join(f"{k}: {v}" for k, v in sorted(failed.items()))
+                if attempt == self.max_attempts:
+                    shown = ", ".join(sorted(failed)[:10]) + (" ..." if len(failed) > 10 else "")
+                    raise StorageError(f"S3 delete_many {self.location}: {len(failed)} key(s) not deleted "
+                                       f"after {attempt} attempts: {shown}; last answer: {last[:2000]}")
+                self._backoff("delete_many", pending[0], attempt, last)
 
     def size(self, key):
         try:
@@ -145,3 +313,20 @@ class S3Store(ObjectStore):
         except ObjectMissingError:
             return None
         return resp["ContentLength"]
+
+
+def _escaped_botocore(e: BaseException) -> bool:
+    """A transport error that botocore's retry did not handle: an answer cut short while
+    botocore read it (urllib3/http.client errors raised from the parse), or a body stream
+    error. Connection errors that botocore retried (and gave up on) are not retried again."""
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from botocore.exceptions import HTTPClientError, IncompleteReadError, ResponseStreamingError
+    if isinstance(e, (BotoConnectionError, HTTPClientError)):
+        return False
+    escaped = [OSError, http.client.HTTPException, IncompleteReadError, ResponseStreamingError]
+    try:
+        import urllib3.exceptions
+        escaped.append(urllib3.exceptions.HTTPError)
+    except ImportError:  # pragma: no cover
+        pass
+    return isinstance(e, tuple(escaped))

@@ -1,0 +1,200 @@
+"""S3Store against a misbehaving S3 endpoint: the fault proxy (s3_fault_proxy.py) between
+boto3 and the moto server (issue 18). Each fault kind on each operation is either retried
+and succeeds, or, when it persists, ends in a StorageError naming the operation, the key and
+the last answer; then a dkv model run over the proxy at ~5% faults per request."""
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+
+import pytest
+
+from dkv.errors import StorageError
+from dkv.storage import CachedStore, S3Store
+from dkv_helpers import Harness, run_random
+
+pytestmark = pytest.mark.s3
+
+ANSWER_FAULTS = ["503", "500", "429"]
+CONN_FAULTS = ["reset_before", "reset_after", "delay"]
+ALL = ANSWER_FAULTS + CONN_FAULTS + ["short_body"]
+
+
+@pytest.fixture(autouse=True)
+def _quiet(caplog):
+    caplog.set_level(logging.CRITICAL, logger="dkv")
+    caplog.set_level(logging.CRITICAL, logger="botocore")
+
+
+def make_store(proxy, s3_server, attempts=4, prefix=None) -> S3Store:
+    return S3Store(s3_server.bucket, prefix or "faults-" + uuid.uuid4().hex, endpoint_url=proxy.endpoint,
+                   region_name="us-east-1", max_attempts=attempts, connect_timeout=1, read_timeout=0.5,
+                   retry_delay=0.01)
+
+
+@pytest.fixture
+def proxy(s3_fault_proxy):
+    s3_fault_proxy.delay_seconds = 1.0        # past the 0.5 s read timeout of make_store
+    return s3_fault_proxy
+
+
+def _ops(store):
+    """Per request kind: (setup, the operation, check of its result)."""
+    return {
+        "GET": (lambda: store.put("a", b"x" * 5000), lambda: store.get("a"), lambda r: r == b"x" * 5000),
+        "PUT": (lambda: None, lambda: store.put("a", b"hello"), lambda r: store.get("a") == b"hello"),
+        "CPUT": (lambda: None, lambda: store.put_if_absent("m", b"mine"),
+                 lambda r: r is True and store.get("m") == b"mine"),
+        "HEAD": (lambda: store.put("a", b"abc"), lambda: store.size("a"), lambda r: r == 3),
+        "LIST": (lambda: [store.put(f"l/{i}", b"1") for i in range(3)], lambda: store.list("l/"),
+                 lambda r: [k for k, _ in r] == ["l/0", "l/1", "l/2"]),
+        "DELETE": (lambda: store.put("a", b"1"), lambda: store.delete("a"), lambda r: store.size("a") is None),
+        "POST": (lambda: [store.put(f"d/{i}", b"1") for i in range(3)],
+                 lambda: store.delete_many([f"d/{i}" for i in range(3)]), lambda r: store.list("d/") == []),
+    }
+
+
+@pytest.mark.parametrize("fault", ALL)
+@pytest.mark.parametrize("kind", ["GET", "PUT", "CPUT", "HEAD", "LIST", "DELETE", "POST"])
+def test_a_fault_once_is_retried(proxy, s3_server, kind, fault):
+    if fault == "short_body" and kind in ("HEAD",):
+        pytest.skip("a HEAD answer has no body to cut")
+    store = make_store(proxy, s3_server)
+    setup, op, check = _ops(store)[kind]
+    setup()
+    proxy.force(kind, fault, fault)
+    result = op()
+    proxy.clear()
+    assert check(result)
+    assert proxy.faults(kind) == [fault, fault]
+
+
+@pytest.mark.parametrize("fault", ALL)
+@pytest.mark.parametrize("kind", [k if k in ("GET", "CPUT") else pytest.param(k, marks=pytest.mark.slow)
+                                  for k in ["GET", "PUT", "CPUT", "HEAD", "LIST", "DELETE", "POST"]])
+def test_a_fault_that_persists_is_a_storage_error(proxy, s3_server, kind, fault):
+    if fault == "short_body" and kind == "HEAD":
+        pytest.skip("a HEAD answer has no body to cut")
+    if fault in ("reset_after", "short_body", "delay") and kind == "CPUT":
+        pytest.skip("applied, answer lost, retried: the read-back rightly finds it ours "
+                    "(test_put_if_absent_applied_then_connection_reset_knows_it_won)")
+    store = make_store(proxy, s3_server, attempts=3)
+    setup, op, check = _ops(store)[kind]
+    setup()
+    proxy.set_rates({kind: {fault: 1.0}})
+    with pytest.raises(StorageError) as info:
+        op()
+    msg = str(info.value)
+    proxy.clear()
+    names = {"GET": "get", "PUT": "put", "CPUT": "put_if_absent", "HEAD": "head", "LIST": "list",
+             "DELETE": "delete", "POST": "delete_many"}
+    assert f"S3 {names[kind]} {store.location}/" in msg
+    assert "last answer" in msg
+    if fault in ANSWER_FAULTS:
+        assert f"HTTP {fault}" in msg      # a HEAD answer has no body: its code is the status
+        assert kind == "HEAD" or "SlowDown" in msg or "InternalError" in msg
+    # the store is usable once the endpoint recovers
+    setup()
+    assert check(op()) or kind == "CPUT"
+
+
+def test_a_short_body_is_never_returned(proxy, s3_server):
+    store = make_store(proxy, s3_server, attempts=3)
+    store.put("big", bytes(range(256)) * 100)
+    proxy.set_rates({"GET": {"short_body": 1.0}})
+    for args in [(), (0, 1000), (100, None), (25000, 30000)]:
+        with pytest.raises(StorageError, match=r"S3 get .*/big .*short|S3 get .*/big .*IncompleteRead|"
+                                               r"S3 get .*/big .*body read failed"):
+            store.get("big", *args)
+    proxy.clear()
+    assert store.get("big", 25000, 30000) == (bytes(range(256)) * 100)[25000:]
+    proxy.force("GET", "short_body")
+    assert store.get("big", 10, 20) == bytes(range(10, 20))
+
+
+def test_put_if_absent_applied_then_connection_reset_knows_it_won(proxy, s3_server):
+    store = make_store(proxy, s3_server)
+    proxy.force("CPUT", "reset_after")
+    assert store.put_if_absent("MANIFEST-1", b"writer A") is True
+    assert proxy.faults("CPUT") == ["reset_after"]
+    assert [k for k, *_ in proxy.log].count("CPUT") == 2      # the retry got 412
+    # a real loser still loses, and the winner's object is untouched
+    proxy.force("CPUT", "reset_after")
+    assert store.put_if_absent("MANIFEST-1", b"writer B") is False
+    assert store.get("MANIFEST-1") == b"writer A"
+    # the same with an answer that never comes (read timeout)
+    proxy.force("CPUT", "delay")
+    assert store.put_if_absent("MANIFEST-2", b"writer A") is True
+
+
+def test_delete_many_retries_the_keys_s3_reports_and_names_those_that_stay(proxy, s3_server):
+    store = make_store(proxy, s3_server, attempts=3)
+    for i in range(5):
+        store.put(f"d/{i}", b"1")
+    proxy.force("POST", "delete_errors")
+    store.delete_many([f"d/{i}" for i in range(5)])
+    assert store.list("d/") == []
+    assert proxy.faults("POST") == ["delete_errors"]
+    for i in range(3):
+        store.put(f"e/{i}", b"1")
+    proxy.set_rates({"POST": {"delete_errors": 1.0}})
+    with pytest.raises(StorageError, match=r"delete_many .* 1 key\(s\) not deleted .*e/0.*InternalError"):
+        store.delete_many([f"e/{i}" for i in range(3)])
+    proxy.clear()
+    assert [k for k, _ in store.list("e/")] == ["e/0"]
+
+
+def test_list_retries_the_failed_page_not_the_listing(proxy, s3_server):
+    store = make_store(proxy, s3_server)
+    client = s3_server.client()
+    keys = [f"p/{i:05d}" for i in range(2100)]
+    import concurrent.futures as cf
+    with cf.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: client.put_object(Bucket=s3_server.bucket, Key=store.prefix + k, Body=b""), keys))
+    proxy.log.clear()
+    proxy.force("LIST", None, None, "500")       # third page fails once
+    assert [k for k, _ in store.list("p/")] == keys
+    lists = [path for kind, _, path, _ in proxy.log if kind == "LIST"]
+    assert len(lists) == 4
+    assert "continuation-token" in lists[2] and lists[3] == lists[2]
+
+
+def test_the_endpoint_down_then_up(proxy, s3_server):
+    store = make_store(proxy, s3_server, attempts=2)
+    store.put("a", b"1")
+    proxy.down()
+    with pytest.raises(StorageError, match=r"S3 get .*/a .*last answer"):
+        store.get("a")
+    proxy.up()
+    assert store.get("a") == b"1"
+
+
+# -- dkv's model over the faulty endpoint --------------------------------------------------
+
+def _model_run(proxy, s3_server, tmp_path, seed, steps, rate):
+    inner = S3Store(s3_server.bucket, "model-" + uuid.uuid4().hex, endpoint_url=proxy.endpoint,
+                    region_name="us-east-1", max_attempts=10, connect_timeout=1, read_timeout=0.5,
+                    retry_delay=0.01)
+    store = CachedStore(inner, str(tmp_path / "cache"), 1 << 30, cacheable=lambda key: key.endswith(".sst"))
+    proxy.rng.seed(seed)
+    proxy.uniform(rate)
+    h = Harness(store, retain=2, background=True)
+    run_random(h, random.Random(seed), steps)
+    h.close()
+    counts = proxy.counts()
+    proxy.clear()
+    return counts
+
+
+def test_model_over_faulty_s3(proxy, s3_server, tmp_path):
+    counts = _model_run(proxy, s3_server, tmp_path, seed=18, steps=120, rate=0.05)
+    assert counts["requests"] > 50 and counts["faults"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_model_over_faulty_s3_long(proxy, s3_server, tmp_path, seed):
+    counts = _model_run(proxy, s3_server, tmp_path, seed=seed, steps=800, rate=0.05)
+    print(f"\nfault proxy, seed {seed}: {counts}")
+    assert counts["faults"]
