@@ -6,21 +6,9 @@ from __future__ import annotations
 import pytest
 
 from objectspace import ObjectNotFoundError, ObjectSpace, StreamIdError
+from test_os_stream import clock  # noqa: F401 - the fixture: a settable clock
 
 MAX = (1 << 64) - 1
-
-
-class Clock:
-    def __init__(self, now: int = 1000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture
