@@ -45,6 +45,9 @@ IDLE_SECONDS = 600.0
 FULL_GC_EVERY = 200
 START_SECONDS = 60.0
 _HEADER = struct.Struct(">Q")
+_PEERCRED = struct.Struct("3i")          # struct ucred: pid, uid, gid (Linux)
+MAX_FRAME = int(os.environ.get("SPARK_OPS_HOST_MAX_FRAME", 4 << 30))   # bytes of one request or reply
+_READ_STEP = 64 << 20                    # a frame's buffer grows by this as its bytes arrive
 _CHILDREN: list = []        # hosts this process started (reaped when they exit)
 
 
@@ -213,8 +216,25 @@ def _send(conn, data: bytes) -> None:
 
 
 def _recv(conn) -> bytes:
+    """One frame: its 8-byte length, then that many bytes. A length above MAX_FRAME is an
+    error before anything is read, and the buffer grows as bytes arrive (by _READ_STEP), so
+    a bogus length allocates nothing it has not received."""
     (n,) = _HEADER.unpack(_read(conn, _HEADER.size))
-    return _read(conn, n)
+    if n > MAX_FRAME:
+        raise FrameError(f"a frame of {n:,} bytes announced, above the limit of {MAX_FRAME:,} "
+                         f"(SPARK_OPS_HOST_MAX_FRAME)")
+    if n <= _READ_STEP:
+        return _read(conn, n)
+    parts, got = [], 0
+    while got < n:
+        part = _read(conn, min(_READ_STEP, n - got))
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+class FrameError(EOFError):
+    """A frame announced a length above MAX_FRAME: the connection is dropped unread."""
 
 
 def _read(conn, n: int) -> bytes:
@@ -227,6 +247,19 @@ def _read(conn, n: int) -> bytes:
             raise EOFError(f"connection closed after {got} of {n} bytes")
         got += k
     return bytes(buf)
+
+
+def _peer_ok(conn) -> bool:
+    """Whether the process at the other end of ``conn`` runs as this user (SO_PEERCRED,
+    Linux). Elsewhere the folder's mode 700 is the only check (see host_dir)."""
+    opt = getattr(socket, "SO_PEERCRED", None)
+    if opt is None:
+        return True
+    pid, uid, _ = _PEERCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, opt, _PEERCRED.size))
+    if uid == os.getuid():
+        return True
+    log.warning("refused a connection from pid %d of uid %d (this host serves uid %d only)", pid, uid, os.getuid())
+    return False
 
 
 def _alive(pid: int) -> bool:
@@ -261,7 +294,8 @@ def serve(sock_path: str, owner: int, idle: float) -> None:
                 continue
             with conn:
                 conn.settimeout(None)
-                _handle(conn)
+                if _peer_ok(conn):
+                    _handle(conn)
             last = time.monotonic()
             evict_idle(idle)
             served += 1

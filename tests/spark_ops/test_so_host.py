@@ -169,3 +169,56 @@ def test_a_host_folder_others_can_reach_is_refused(tmp_path, monkeypatch):
     assert list(shared.iterdir()) == []         # no socket, lock or host started
     shared.chmod(0o700)
     assert _host.host_dir() == str(shared)
+
+
+def test_a_frame_above_the_limit_is_dropped_unread_and_the_host_goes_on(owner, tmp_path):
+    """A request whose header announces more than MAX_FRAME bytes (a bogus or hostile
+    length: 2**40 here) is dropped before any buffer is made for it, with a line in the
+    host's log; the host serves the next request."""
+    import socket
+    pid = _host.call(0, os.getpid, (), owner=owner.pid)
+    [sock] = (tmp_path / "hosts").glob("*.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(sock))
+    s.sendall(_host._HEADER.pack(1 << 40) + b"x" * 100)
+    s.settimeout(10)
+    try:
+        assert s.recv(1) == b""             # closed without an answer ...
+    except ConnectionResetError:            # ... and with our bytes unread: a reset
+        pass
+    s.close()
+    assert _host.call(0, os.getpid, (), owner=owner.pid) == pid
+    log = sock.with_suffix(".log").read_text()
+    assert "1,099,511,627,776 bytes announced" in log and "SPARK_OPS_HOST_MAX_FRAME" in log
+
+
+def test_frames_above_the_read_step_arrive_whole(monkeypatch):
+    """A frame longer than the buffer step is read in steps and joined, byte for byte; one
+    above the limit is a FrameError (an EOFError: the connection is dropped)."""
+    import socket
+    a, b = socket.socketpair()
+    monkeypatch.setattr(_host, "_READ_STEP", 1000)
+    data = os.urandom(4321)
+    _host._send(a, data)
+    assert _host._recv(b) == data
+    monkeypatch.setattr(_host, "MAX_FRAME", 4000)
+    _host._send(a, data)
+    with pytest.raises(_host.FrameError, match="4,321 bytes announced"):
+        _host._recv(b)
+    a.close()
+    b.close()
+
+
+def test_a_peer_of_another_user_is_refused(monkeypatch, caplog):
+    """SO_PEERCRED: the process at the other end runs as this user, or the host refuses it
+    unread and logs who it was (here the host is made to believe it serves another uid)."""
+    import socket
+    a, b = socket.socketpair()
+    assert _host._peer_ok(b)
+    me = os.getuid()
+    monkeypatch.setattr(_host.os, "getuid", lambda: me + 1)
+    with caplog.at_level("WARNING", logger="spark_ops._host"):
+        assert not _host._peer_ok(b)
+    assert f"of uid {me} (this host serves uid {me + 1} only)" in caplog.text
+    a.close()
+    b.close()
