@@ -81,9 +81,13 @@ def connect(tmp_path_factory):
             log.flush()
             tail = (base / "server.log").read_text()[-1500:]
             pytest.skip(f"the Spark Connect server did not start (exit code {proc.poll()}): {tail}")
-        from pyspark.sql import SparkSession
+        # The Connect session class itself: the generic builder refuses a remote session while
+        # the suite's classic one runs in this process (SESSION_ALREADY_EXIST). What that
+        # builder also does is mark the process as a Connect client, for pyspark.sql.functions.
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
         mode_before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
-        session = SparkSession.builder.remote(f"sc://localhost:{port}/;token={token}").getOrCreate()
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+        session = ConnectSession.builder.remote(f"sc://localhost:{port}/;token={token}").getOrCreate()
         try:
             yield session
         finally:
