@@ -15,6 +15,7 @@ import threading
 import time
 
 from . import _paths
+from ._memtable import Memtable
 from ._timeline import CheckpointInfo, check_not_fenced
 from .errors import DkvError, FencedError
 from .format import manifest as mf
@@ -125,6 +126,77 @@ def wal_ranges(segments, flushed_seq: int, ns: str) -> list:
 
 class CheckpointMixin:
     """The checkpoint half of DB (see _db.py for the state it uses)."""
+
+    INLINE_BYTES = 64 * 1024
+
+    def _submit_stealable_upload(self, cp: Checkpoint, pin: Pinned) -> None:
+        """Queue the upload, and let ``cp.wait()`` run it on the caller's thread if it gets
+        there first. Whoever loses the claim waits for the winner: the upload thread must
+        not start a later checkpoint's upload before this one is over."""
+        claim = threading.Lock()
+
+        def run(on_caller: bool) -> None:
+            if not claim.acquire(blocking=False):
+                cp._done.wait()
+                if not on_caller and cp._error is None:
+                    self._gc_quietly()      # the collection after the caller's upload
+                return
+            try:
+                with self._upload_lock:
+                    # On the caller's thread, the collection after it is left to the upload
+                    # thread (this task, there, lost the claim and does it).
+                    self._upload(cp, pin, gc_after=not on_caller)
+            except BaseException as e:  # noqa: BLE001 - reported through cp.wait()
+                log.error("checkpoint %d upload crashed: %s", cp.epoch, e)
+                cp._finish(e)
+            finally:
+                cp._runner = None
+        cp._runner = lambda: run(True)
+        self._uploader.submit(run, False)
+
+    def _pin(self, last_seq, segs=None) -> Pinned:
+        """Caller holds the state lock. ``segs``: the segments that existed at the
+        checkpoint's synchronous phase (those a flush has not truncated since are kept)."""
+        live = list(self._segments)
+        if segs is not None:
+            mine = {id(x) for x in segs}
+            live = [x for x in live if id(x) in mine]
+        pin = Pinned(self._view[1], live, self._flushed_seq, last_seq)
+        self._pending.append(pin)
+        return pin
+
+    def _pin_after_flushes(self, cp, last_seq, flushed: bool, segs) -> None:
+        """Runs on the flush thread after every flush queued before it."""
+        self._pacer.hurry(-1)
+        with self._lock:
+            self._deferred_pins -= 1
+            unflushed = [m for m in self._view[0] if m.max_seq <= last_seq]
+            if flushed and (unflushed or self._bg_error is not None):
+                # A memtable sealed before this checkpoint is still not an SST: its flush
+                # failed. The checkpoint put no WAL segment for it, so it must fail too.
+                cp._finish(DkvError(f"checkpoint {cp.epoch}: a memtable flush it needs failed: {self._bg_error}"))
+                return
+            self._submit_upload(cp, self._pin(last_seq, segs))
+
+    def _submit_upload(self, cp, pin) -> None:
+        if self.opts.background:
+            self._uploader.submit(self._upload_and_log, cp, pin)
+        else:
+            self._upload(cp, pin)
+
+    def _replay_bytes(self) -> int:
+        return self._active.nbytes + sum(m.nbytes for m in self._view[0])
+
+    def _sealed_unencoded(self) -> int:
+        return sum(1 for m in self._view[0] if type(m) is Memtable)
+
+    def _upload_and_log(self, cp, pin) -> None:
+        try:
+            with self._upload_lock:
+                self._upload(cp, pin)
+        except BaseException as e:  # noqa: BLE001
+            log.error("checkpoint %d upload crashed: %s", cp.epoch, e)
+            cp._finish(e)
 
     def _upload(self, cp: Checkpoint, pin: Pinned, gc_after: bool = True) -> None:
         """Upload the pinned checkpoint. Callers hold ``_upload_lock``: uploads run one at a

@@ -244,14 +244,7 @@ class PersistedList(SlotSequence, MutableSequence):
             v = self[i]
             del self[i]
             return v
-        if not self._listed:
-            self._touch()
-        v = self._get_slot(i)
-        self._drop_slot(i)
-        self._tail = i
-        self._flags |= F_META
-        self._version += 1
-        return v
+        return self._pop_tail()
 
     def clear(self) -> None:
         """O(1) now; the save deletes the n stored slots."""

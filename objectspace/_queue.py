@@ -139,17 +139,9 @@ class PersistedQueue(SlotSequence, Sequence):
 
     def pop(self):
         """Remove and return the tail item (deque.pop). O(1)."""
-        t = self._tail - 1
-        if t < self._head:
+        if self._tail <= self._head:
             raise IndexError("pop from an empty queue")
-        if not self._listed:
-            self._touch()
-        v = self._get_slot(t)
-        self._drop_slot(t)
-        self._tail = t
-        self._flags |= F_META
-        self._version += 1
-        return v
+        return self._pop_tail()
 
     # -- the left end ---------------------------------------------------------------------
 
@@ -546,17 +538,9 @@ class PersistedStack(SlotSequence, Collection):
 
     def pop(self):
         """Remove and return the top. O(1)."""
-        t = self._tail - 1
-        if t < 0:
+        if self._tail <= 0:
             raise IndexError("pop from an empty stack")
-        if not self._listed:
-            self._touch()
-        v = self._get_slot(t)
-        self._drop_slot(t)
-        self._tail = t
-        self._flags |= F_META
-        self._version += 1
-        return v
+        return self._pop_tail()
 
     def peek(self):
         """The top without removing it. O(1)."""

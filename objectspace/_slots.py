@@ -241,6 +241,18 @@ class SlotSequence(PersistedObject):
         if not self._listed:
             self._touch()
 
+    def _pop_tail(self):
+        """Remove and return the last item (the caller checked there is one). O(1)."""
+        t = self._tail - 1
+        if not self._listed:
+            self._touch()
+        v = self._get_slot(t)
+        self._drop_slot(t)
+        self._tail = t
+        self._flags |= F_META
+        self._version += 1
+        return v
+
     def _drop_slot(self, s: int) -> None:
         """Forget slot s in memory (it left [head, tail)); the save deletes it if stored."""
         self._vals.pop(s, None)
