@@ -17,7 +17,7 @@ import time
 from . import _paths
 from ._memtable import Memtable
 from ._timeline import CheckpointInfo, check_not_fenced
-from .errors import DkvError, FencedError
+from .errors import DkvError, FencedError, StorageError, with_context
 from .format import manifest as mf
 from .format.wal import count as wal_count
 
@@ -171,10 +171,15 @@ class CheckpointMixin:
         with self._lock:
             self._deferred_pins -= 1
             unflushed = [m for m in self._view[0] if m.max_seq <= last_seq]
-            if flushed and (unflushed or self._bg_error is not None):
+            if flushed and unflushed:
                 # A memtable sealed before this checkpoint is still not an SST: its flush
-                # failed. The checkpoint put no WAL segment for it, so it must fail too.
-                cp._finish(DkvError(f"checkpoint {cp.epoch}: a memtable flush it needs failed: {self._bg_error}"))
+                # failed. The checkpoint put no WAL segment for it, so it must fail too; it
+                # reports the flush's error (not the next call: the next checkpoint retries).
+                error = self._bg_failed
+                if error is not None and self._bg_error is error:
+                    self._bg_error = None
+                context = f"checkpoint {cp.epoch}: a memtable flush it needs failed"
+                cp._finish(with_context(context, error) if error is not None else DkvError(context))
                 return
             self._submit_upload(cp, self._pin(last_seq, segs))
 
@@ -204,7 +209,10 @@ class CheckpointMixin:
         manifest either in the committed list or its files as pinned). ``gc_after=False``
         (an upload on the caller's thread) leaves the collection to the caller."""
         try:
-            self._claim_durable()
+            try:
+                self._claim_durable()
+            except StorageError as e:
+                raise with_context(f"checkpoint {cp.epoch}: making the writer claim durable failed", e) from e
             for seg in pin.segments:
                 if seg.state in ("pending", "failed"):      # failed: an earlier checkpoint's, retried
                     self._upload_segment(cp, seg)
@@ -220,11 +228,13 @@ class CheckpointMixin:
             name = _paths.manifest_name(self.ns, cp.epoch, self._writer)
             try:
                 created = self.store.put_if_absent(name, data)
-            except BaseException:
+            except BaseException as e:
                 # The create may have left a partial object on a store without atomic puts,
                 # or may even have succeeded: either way this checkpoint is reported failed,
                 # so its manifest must not survive as a checkpoint.
                 self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
+                if isinstance(e, StorageError):
+                    raise with_context(f"checkpoint {cp.epoch}: creating its manifest failed", e) from e
                 raise
             try:
                 # A newer writer may have claimed the instance before the create: then this
@@ -237,6 +247,9 @@ class CheckpointMixin:
                     self._fenced = True
                 if created:
                     self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
+                if isinstance(e, StorageError):
+                    raise with_context(f"checkpoint {cp.epoch}: listing the writer claims after "
+                                       "creating its manifest failed", e) from e
                 raise
             if not created:
                 if self.store.get(name) != data:
@@ -324,7 +337,8 @@ class CheckpointMixin:
             seg.data = None       # the Delta (while it is a source) holds the same bytes
         except BaseException as e:
             seg.state, seg.error = "failed", e
-            raise DkvError(f"checkpoint {cp.epoch}: uploading WAL segment {seg.name} failed: {e}") from e
+            raise with_context(f"checkpoint {cp.epoch}: uploading WAL segment {seg.name} failed "
+                               "(the next checkpoint uploads it again)", e) from e
 
     # -- garbage collection -------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from ._pacer import Pacer
 from ._table import _MISSING, BlockCache, group_bounds
 from ._timeline import CheckpointInfo, Timeline, claim_writer
 from .batch import WriteBatch, check_key, check_value
-from .errors import ClosedError, DkvError, FencedError, ObjectMissingError, ReadOnlyError
+from .errors import ClosedError, DkvError, FencedError, ObjectMissingError, ReadOnlyError, with_context
 from .format import manifest as mf
 from .format.manifest import ALL_KEY_GROUPS
 
@@ -65,7 +65,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._writing: set = set()
         self._known_files: set = set()
         self._orphans_listed = False
-        self._bg_error: BaseException | None = None
+        self._bg_error: BaseException | None = None     # for the next call to raise, once
+        self._bg_failed: BaseException | None = None    # the last one, for messages
         self._compaction_queued = False
         self._flush_queued = False
         self._flushing = False
@@ -178,8 +179,21 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             raise ClosedError("this dkv store is closed")
         if self.read_only:
             raise ReadOnlyError("this dkv store was opened read_only=True")
-        if self._bg_error is not None:
-            raise DkvError(f"a background flush or compaction failed; reopen the store: {self._bg_error}")
+        if self._bg_error is not None and (error := self._take_bg_error("this call did nothing")):
+            raise error
+
+    def _take_bg_error(self, what: str = "") -> DkvError | None:
+        """The error of the background flush or compaction that failed, for the caller to
+        raise, once (``what``: what became of the call that raises it). The failed work
+        published nothing: checkpoints taken are intact, the records stay in memory (and in
+        the WAL segments of the checkpoints that took them), and the work is tried again by
+        the next seal or flush, or by flush() and compact(). So a store whose disk was full
+        goes on once there is space, without a reopen."""
+        error, self._bg_error = self._bg_error, None
+        if error is None:       # another caller took it
+            return None
+        return with_context(f"background work failed{f' ({what})' if what else ''}; completed checkpoints "
+                            "are intact and it is tried again", error)
 
     def _check_group(self, key: bytes) -> None:
         if (self._glo is not None and key < self._glo) or (self._ghi is not None and key >= self._ghi):
@@ -443,8 +457,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._raise_bg_error()
 
     def _raise_bg_error(self) -> None:
-        if self._bg_error is not None:
-            raise DkvError(f"a background flush or compaction failed: {self._bg_error}") from self._bg_error
+        if self._bg_error is not None and (error := self._take_bg_error()):
+            raise error
 
     def _collect_garbage_soon(self) -> None:
         if self.opts.background:

@@ -20,7 +20,7 @@ from ._merge import merged_ranges
 from ._table import Table
 from .format.manifest import TableRef
 from ._timeline import check_not_fenced
-from .errors import DkvError, FencedError
+from .errors import FencedError, with_context
 from .format.sst import SstBuilder
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,10 @@ class FlushMixin:
             return
         with self._pacer.hurried(), self._cond:
             while behind() and not self._closing:
-                if self._bg_error is not None:
-                    raise DkvError(f"a background flush failed, so writes cannot continue; reopen "
-                                   f"the store: {self._bg_error}") from self._bg_error
+                # The write that sealed is applied (in memory, for the next checkpoint); the
+                # flush is tried again by the next seal.
+                if self._bg_error is not None and (error := self._take_bg_error("this write was applied")):
+                    raise error
                 self._maybe_flush()
                 self._cond.wait(0.1)
 
@@ -116,9 +117,9 @@ class FlushMixin:
     def _run_bg(self, fn) -> None:
         try:
             fn()
-        except BaseException as e:  # noqa: BLE001 - reported to the next caller
-            log.error("dkv background task %s failed: %s", getattr(fn, "__name__", fn), e)
-            self._bg_error = e
+        except BaseException as e:  # noqa: BLE001 - reported to the next caller, once
+            log.error("dkv background task failed: %s", e)
+            self._bg_error = self._bg_failed = e
             with self._cond:
                 self._cond.notify_all()
 
@@ -134,8 +135,14 @@ class FlushMixin:
         if self._pacer.enabled:
             self._pause_while_fenced()
         name = self._new_table_name()
-        self._claim_durable()
-        self.store.put_unreferenced(name, data)     # published by a later manifest only
+        try:
+            self._claim_durable()
+            self.store.put_unreferenced(name, data)     # published by a later manifest only
+        except BaseException:
+            with self._lock:        # whatever the failed put left is garbage to collect
+                self._writing.discard(name)
+                self._known_files.add(name)
+            raise
         self._count_bytes("sst", len(data))
         ref = TableRef(name, len(data), builder.first_key, builder.last_key, builder.min_seq,
                        builder.max_seq, builder.count, self.groups)
@@ -175,6 +182,10 @@ class FlushMixin:
                 while not self._write_flush(picked):
                     if self._closing:
                         return
+        except Exception as e:
+            # Nothing was published: the memtables stay (in memory, and as WAL segments
+            # of the checkpoints that took them) for the next flush to try again.
+            raise with_context(f"flush of {len(picked)} sealed memtable(s) to an SST failed", e) from e
         finally:
             self._flushing = False
         log.debug("flushed %d immutable memtables", len(picked))
@@ -228,18 +239,22 @@ class FlushMixin:
                 b.on_block = self._pacer.take
             return b
         b = builder()
-        for keys, values in ranges:
-            i = 0
-            while i < len(keys):
-                i = b.add_sorted(keys, values, seq, i, limit)
-                if b.estimated_size >= limit:
-                    tables.append(self._write_table(b, run))
-                    b = builder()
-                if self._closing or stop():
-                    self._discard(tables)
-                    return None
-        if b.count:
-            tables.append(self._write_table(b, run))
+        try:
+            for keys, values in ranges:
+                i = 0
+                while i < len(keys):
+                    i = b.add_sorted(keys, values, seq, i, limit)
+                    if b.estimated_size >= limit:
+                        tables.append(self._write_table(b, run))
+                        b = builder()
+                    if self._closing or stop():
+                        self._discard(tables)
+                        return None
+            if b.count:
+                tables.append(self._write_table(b, run))
+        except BaseException:
+            self._discard(tables)       # a failed write (a full disk): the work is retried
+            raise
         return tables
 
     def _discard(self, tables: list) -> bool:
@@ -280,11 +295,16 @@ class FlushMixin:
     def _compact(self, task) -> None:
         log.debug("compaction to L%d of %d tables: %s", task.level, len(task.inputs), task.reason)
         gen = self._gen
-        with self._pacer.working():
-            seq = max(t.ref.max_seq for t in task.inputs)
-            ordered = _compaction.oldest_first(self._view[1], task.inputs)
-            ranges = merged_ranges([t.records() for t in ordered], task.bottom)
-            outputs = self._write_run(ranges, seq, None, lambda: self._gen != gen)
+        try:
+            with self._pacer.working():
+                seq = max(t.ref.max_seq for t in task.inputs)
+                ordered = _compaction.oldest_first(self._view[1], task.inputs)
+                ranges = merged_ranges([t.records() for t in ordered], task.bottom)
+                outputs = self._write_run(ranges, seq, None, lambda: self._gen != gen)
+        except Exception as e:
+            # The inputs stay as they are; a later flush (or compact()) tries again.
+            raise with_context(f"compaction of {len(task.inputs)} tables to L{task.level} "
+                               f"({task.reason}) failed", e) from e
         if outputs is None:
             return
         with self._lock:

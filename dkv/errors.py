@@ -47,3 +47,20 @@ class NotAStoreError(DkvError, FileNotFoundError):
     A read-only open never creates a store. A writer creates one only in a missing or
     empty folder, unless ``create="force"``.
     """
+
+
+def with_context(context: str, error: BaseException) -> DkvError:
+    """``error`` with ``context`` (the operation of dkv that failed) in front of its message,
+    to raise ``from`` it. A DkvError keeps its class (a StorageError stays a StorageError,
+    with its ``errno``: ``errno.ENOSPC`` on a full disk); anything else becomes a DkvError."""
+    msg = f"{context}: {error}"
+    out: DkvError = DkvError(msg)
+    if isinstance(error, DkvError):
+        try:
+            out = type(error)(msg)
+        except Exception:  # noqa: BLE001 - a subclass with another signature
+            pass
+    if isinstance(error, OSError) and isinstance(out, OSError):
+        out.errno = error.errno
+    out.__cause__ = error
+    return out

@@ -61,7 +61,7 @@ class LocalDirStore(ObjectStore):
         except FileNotFoundError:
             raise ObjectMissingError(f"{path} does not exist") from None
         except OSError as e:
-            raise StorageError(f"cannot read {path}: {e}") from e
+            raise _failed(f"cannot read {path}", e) from e
 
     def _get_range(self, key: str, start, end) -> bytes:
         """Ranged reads come from an open file kept in a small cache: objects are immutable,
@@ -77,7 +77,7 @@ class LocalDirStore(ObjectStore):
             except FileNotFoundError:
                 raise ObjectMissingError(f"{path} does not exist") from None
             except OSError as e:
-                raise StorageError(f"cannot read {path}: {e}") from e
+                raise _failed(f"cannot read {path}", e) from e
             with self._fd_lock:
                 old = self._fds.get(key)
                 if old is not None:
@@ -93,7 +93,7 @@ class LocalDirStore(ObjectStore):
                 end = os.fstat(fd).st_size
             return os.pread(fd, max(0, end - lo), lo)
         except OSError as e:
-            raise StorageError(f"cannot read {key} in {self.root}: {e}") from e
+            raise _failed(f"cannot read {key} in {self.root}", e) from e
 
     def _forget_fd(self, key: str) -> None:
         with self._fd_lock:
@@ -143,8 +143,13 @@ class LocalDirStore(ObjectStore):
             if self.fsync and sync:
                 os.fsync(fd)
         except BaseException:
-            os.close(fd)
-            _unlink(path)
+            # A partial file must not stay under its name; if even that fails (a failing
+            # disk), the write's own error is the one to report.
+            for undo in (lambda: os.close(fd), lambda: _unlink(path)):
+                try:
+                    undo()
+                except OSError:
+                    pass
             raise
         os.close(fd)
 
@@ -170,7 +175,7 @@ class LocalDirStore(ObjectStore):
             os.replace(tmp, path)
             self._sync_dir(os.path.dirname(path))
         except OSError as e:
-            raise StorageError(f"cannot write {path}: {e}") from e
+            raise _failed(f"cannot write {path}", e) from e
 
     def put_unreferenced(self, key, data):
         # In place: the fsync of a new file makes its data, its inode and (ext4, xfs,
@@ -183,7 +188,7 @@ class LocalDirStore(ObjectStore):
             self._write_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, data)
             self._sync_dir(os.path.dirname(path))
         except OSError as e:
-            raise StorageError(f"cannot write {path}: {e}") from e
+            raise _failed(f"cannot write {path}", e) from e
 
     def put_if_absent(self, key, data):
         return self._put_if_absent(key, data, sync=True)
@@ -209,7 +214,7 @@ class LocalDirStore(ObjectStore):
                 self._sync_dir(os.path.dirname(path))
             return True
         except OSError as e:
-            raise StorageError(f"cannot create {path}: {e}") from e
+            raise _failed(f"cannot create {path}", e) from e
 
     def sync(self, key):
         if not self.fsync:
@@ -225,7 +230,7 @@ class LocalDirStore(ObjectStore):
         except FileNotFoundError:
             raise ObjectMissingError(f"{path} does not exist") from None
         except OSError as e:
-            raise StorageError(f"cannot sync {path}: {e}") from e
+            raise _failed(f"cannot sync {path}", e) from e
 
     def list(self, prefix=""):
         # Walk only the deepest folder that the prefix names completely.
@@ -252,13 +257,21 @@ class LocalDirStore(ObjectStore):
         try:
             _unlink(self._path(key))
         except OSError as e:
-            raise StorageError(f"cannot delete {key} in {self.root}: {e}") from e
+            raise _failed(f"cannot delete {key} in {self.root}", e) from e
 
     def size(self, key):
         try:
             return os.stat(self._path(key)).st_size
         except FileNotFoundError:
             return None
+
+
+def _failed(what: str, e: OSError) -> StorageError:
+    """``what`` failed: the StorageError says which path and why, and keeps the OS error's
+    ``errno`` (``errno.ENOSPC`` on a full disk, ``errno.EIO`` on a failing one)."""
+    err = StorageError(f"{what}: {e}")
+    err.errno = e.errno
+    return err
 
 
 def _unlink(path: str) -> None:

@@ -323,7 +323,7 @@ def _fault_fuzz(seed: int) -> None:
             except dkv.DkvError:
                 pass
     except dkv.DkvError:
-        pass      # a failed background flush or compaction poisons the writer: reopen
+        pass      # a failed background flush or compaction, reported by a call: stop here
     db.close()
     got = _recover(inner, opts)
     assert not isinstance(got, Exception), f"seed {seed}: {fs.fired}: {got!r}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import uuid
 
 import pytest
@@ -198,3 +199,100 @@ def test_model_over_faulty_s3_long(proxy, s3_server, tmp_path, seed):
     counts = _model_run(proxy, s3_server, tmp_path, seed=seed, steps=800, rate=0.05)
     print(f"\nfault proxy, seed {seed}: {counts}")
     assert counts["faults"]
+
+
+# -- retries run out during a checkpoint, then the endpoint recovers -----------------------
+
+def _outage(proxy, how: str) -> None:
+    if how == "down":
+        proxy.down()                # every connection refused
+    else:
+        proxy.set_rates({"*": {how: 1.0}})
+
+
+def _recover(proxy, how: str) -> None:
+    proxy.up() if how == "down" else proxy.clear()
+
+
+def _fill(db, model: dict, rng: random.Random, n: int) -> None:
+    for _ in range(n):
+        key = b"k%03d" % rng.randrange(200)
+        if rng.random() < 0.85:
+            model[key] = rng.randbytes(rng.randrange(1, 80))
+            db.put(key, model[key])
+        else:
+            model.pop(key, None)
+            db.delete(key)
+
+
+def _checkpoint_through_an_outage(proxy, s3_server, tmp_path, how: str, opts: dict, expect: str) -> None:
+    import dkv
+    from dkv_helpers import contents
+    inner = make_store(proxy, s3_server, attempts=3)
+    store = CachedStore(inner, str(tmp_path / "cache"), 1 << 30, cacheable=lambda key: key.endswith(".sst"))
+    rng = random.Random(18)
+    model, snaps = {}, {}
+    db = dkv.open(store, retain=3, **opts)
+    for epoch in (1, 2):
+        _fill(db, model, rng, 150)
+        db.checkpoint(epoch).wait()
+        snaps[epoch] = dict(model)
+    _fill(db, model, rng, 150)
+    _outage(proxy, how)
+    try:
+        for epoch in (3, 4):        # retries run out: a StorageError naming op, key, last answer
+            try:
+                cp = db.checkpoint(epoch)
+            except StorageError as e:   # a background flush of the outage, reported by this call
+                msg = str(e)
+                assert "background work failed (this call did nothing)" in msg and "flush" in msg, msg
+            else:
+                with pytest.raises(StorageError) as info:
+                    cp.wait()
+                msg = str(info.value)
+                assert f"checkpoint {epoch}: " in msg, msg
+            assert re.search(rf"S3 {expect} {re.escape(inner.location)}/\S+ failed", msg), msg
+            assert "last answer: " in msg, msg
+            answer = {"500": "HTTP 500 InternalError", "503": "HTTP 503 SlowDown",
+                      "reset_before": "ConnectionClosedError", "down": "Could not connect"}[how]
+            assert answer in msg.split("last answer: ")[1], msg
+            assert [c.epoch for c in db.checkpoints()][-1] == 2
+    finally:
+        _recover(proxy, how)
+    # The endpoint is back: the same DB commits the next checkpoint, with every record.
+    try:
+        db.wait_idle()
+    except StorageError:
+        pass        # a background flush of the outage, reported once (its retry comes next)
+    _fill(db, model, rng, 100)
+    db.checkpoint(5).wait()
+    snaps[5] = dict(model)
+    _fill(db, model, rng, 100)
+    db.flush()
+    db.checkpoint(6).wait()
+    snaps[6] = dict(model)
+    assert contents(db) == model
+    db.close()
+    with dkv.open(store, read_only=True) as r:
+        retained = [c.epoch for c in r.checkpoints()]
+        assert retained == [2, 5, 6]
+        assert contents(r) == snaps[6]
+    for epoch in retained:
+        with dkv.open(store, checkpoint=epoch, read_only=True) as r:
+            assert contents(r) == snaps[epoch], f"checkpoint {epoch} differs"
+    with dkv.open(store, **opts) as w:       # a new writer continues from the last one
+        assert contents(w) == snaps[6]
+
+
+@pytest.mark.parametrize("how", ["500", "down"])
+def test_checkpoint_when_retries_run_out_then_the_endpoint_recovers(proxy, s3_server, tmp_path, how):
+    # Memtables big enough that only the checkpoints (and the explicit flush) write.
+    _checkpoint_through_an_outage(proxy, s3_server, tmp_path, how, dict(memtable_bytes=1 << 20, background=True),
+                                  expect="put")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["503", "reset_before", "down"])
+def test_checkpoint_through_an_outage_with_background_flushes(proxy, s3_server, tmp_path, how):
+    from dkv_helpers import SMALL
+    _checkpoint_through_an_outage(proxy, s3_server, tmp_path, how, dict(SMALL, background=True), expect="put")
