@@ -24,6 +24,7 @@ from ._keycodec import decode_key, encode_key
 from ._layout import SCHEMA_STATE
 from ._linked import LinkedListNode, PersistedLinkedList
 from ._list import PersistedList
+from ._ndarray import PersistedNDArray
 from ._queue import PersistedQueue, PersistedStack
 from ._set import PersistedSet, PersistedSortedSet
 from ._stream import PersistedStream
@@ -36,7 +37,7 @@ __all__ = [
     "ObjectSpace", "DEFAULT_PREFIX", "SCHEMA_STATE", "ObjectCache",
     "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
     "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
-    "PersistedDict", "PersistedSortedDict", "PersistedStream", "PendingEntry",
+    "PersistedDict", "PersistedSortedDict", "PersistedStream", "PersistedNDArray", "PendingEntry",
     "register_type", "unregister_type", "encode_key", "decode_key",
     "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
     "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",

@@ -10,6 +10,8 @@ from __future__ import annotations
 from ._dict import PersistedDict, PersistedSortedDict
 from ._linked import PersistedLinkedList
 from ._list import PersistedList
+from ._ndarray import PersistedNDArray
+from ._ndlayout import check_params
 from ._queue import PersistedQueue, PersistedStack, check_maxlen
 from ._set import PersistedSet, PersistedSortedSet
 from ._stream import PersistedStream
@@ -18,7 +20,7 @@ from ._value import PersistedArray, PersistedValue
 KIND_CLASSES = {cls.kind: cls for cls in (
     PersistedValue, PersistedArray, PersistedList, PersistedQueue, PersistedStack,
     PersistedLinkedList, PersistedSet, PersistedSortedSet, PersistedDict, PersistedSortedDict,
-    PersistedStream)}
+    PersistedStream, PersistedNDArray)}
 
 
 def _extend(items):
@@ -217,3 +219,26 @@ class KindMethods:
     def get_or_create_stream(self, name, *, codec: str = "msgpack") -> PersistedStream:
         """The stream called name, created with these arguments if absent."""
         return self._get_or_create(name, "stream", codec, lambda: self.create_stream(name, codec=codec))
+
+    # n-dimensional array
+    def create_ndarray(self, name, shape, dtype, chunks=None, fill_value=0) -> PersistedNDArray:
+        """A new chunked numpy-style array of ``shape`` and ``dtype`` (bool, int, uint,
+        float up to 64 bits, complex up to 128), every cell ``fill_value``. ``chunks`` is
+        the shape of a chunk, the unit saved and loaded (default: about 64 KiB, the
+        trailing axes whole when they fit). O(1): nothing is stored but the metadata until
+        cells other than the fill value are written. Raises AlreadyExistsError; TypeError /
+        ValueError for a bad shape, chunks or fill value; EncodingError (a TypeError) for a
+        dtype that cannot be stored (object, str, structured, datetime, float128)."""
+        return self._create(name, "ndarray", "msgpack", None, **check_params(name, shape, dtype, chunks, fill_value))
+
+    def get_ndarray(self, name) -> PersistedNDArray:
+        """The ndarray called name: two point reads (index, metadata) unless in memory; chunks
+        load as indices cover them. Raises ObjectNotFoundError (a KeyError) or KindMismatchError
+        (a TypeError)."""
+        return self._lookup(name, "ndarray", None)
+
+    def get_or_create_ndarray(self, name, shape, dtype, chunks=None, fill_value=0) -> PersistedNDArray:
+        """The ndarray called name, created with these arguments if absent (one that exists
+        keeps its own shape, dtype, chunks and fill value)."""
+        return self._get_or_create(name, "ndarray", "msgpack", lambda: self.create_ndarray(
+            name, shape, dtype, chunks=chunks, fill_value=fill_value))

@@ -9,6 +9,7 @@ Under a space prefix ``P``::
     P 0x00 <name>                      index entry: msgpack [kind, codec, format version]
     P 0x01 <name> 0x00                 metadata of the object (per kind, msgpack)
     P 0x01 <name> 0x01 <slot|key>      items: 8-byte big-endian slot, or an encoded key
+                                       (ndarray: one chunk per slot, see _ndlayout)
     P 0x01 <name> 0x02 <node>          linked list: next-node links (8-byte node ids)
     P 0x01 <name> 0x03 <group>         stream: consumer group records
     P 0x01 <name> 0x04 <group> <id>    stream: pending entries of a group
@@ -39,7 +40,7 @@ SLOT_BYTES = 8
 
 KIND_CODES = {
     "value": 1, "array": 2, "list": 3, "queue": 4, "stack": 5, "linked_list": 6,
-    "set": 7, "sorted_set": 8, "dict": 9, "sorted_dict": 10, "stream": 11,
+    "set": 7, "sorted_set": 8, "dict": 9, "sorted_dict": 10, "stream": 11, "ndarray": 12,
 }
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
 

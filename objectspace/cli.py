@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import json
+import math
 import sys
 from contextlib import ExitStack
 
@@ -27,6 +28,7 @@ import dkv
 from ._inspect import (diff_pair, family_rules, find_instances, iter_slots, list_objects, name_from_json,
                        object_info, pair_instances, space_stats, spaces_of, to_jsonable)
 from ._inspect.changes import ObjectChange, SpaceStats
+from ._inspect.records import ndarray_summary
 from .errors import ObjectNotFoundError, ObjectSpaceError
 
 
@@ -160,17 +162,28 @@ def _locate(args, stack: ExitStack, name):
 
 def cmd_show(args):
     name = name_from_json(args.name)
+    nd = None
     with ExitStack() as stack:
         where, space, info = _locate(args, stack, name)
         items = list(iter_slots(space, name, offset=args.offset, limit=args.limit + 1))
+        if info.kind == "ndarray":
+            nd = ndarray_summary(space, name, max_cells=args.cells)
     more = len(items) > args.limit
     items = items[:args.limit]
     out = {**where, **info.as_json(), "offset": args.offset, "limit": args.limit, "more": more,
            "items": [{"slot": to_jsonable(s), "value": to_jsonable(v)} for s, v in items]}
     head = f"{info.kind} {_show_name(name)} ({info.codec}, length {info.length}) in {_label(where)}"
+    if nd is not None:
+        out["ndarray"] = {k: to_jsonable(v) for k, v in nd.items()}
+        head = (f"ndarray {_show_name(name)} (shape {tuple(nd['shape'])}, dtype {nd['dtype']}, chunks "
+                f"{tuple(nd['chunks'])}, fill {nd['fill_value']!r}; {nd['stored_chunks']} of "
+                f"{math.prod(nd['chunk_grid'])} chunks stored) in {_label(where)}")
     body = _table([[_dumps(i["slot"]), _clip(_dumps(i["value"]), args.width)] for i in out["items"]],
-                  ["SLOT", "VALUE"]) if items else "(no slots here)"
+                  ["SLOT" if nd is None else "CHUNK", "VALUE"]) if items else "(no slots here)"
     tail = f"\n… more: --offset {args.offset + args.limit}" if more else ""
+    if nd is not None and nd["values"] is not None:
+        import numpy as np
+        tail += "\nvalues:\n" + str(np.array(nd["values"], dtype=nd["dtype"]).reshape(nd["shape"]))
     return out, f"{head}\n{body}{tail}"
 
 
@@ -285,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("name", help="object name: a string or a JSON array")
     show.add_argument("--offset", type=int, default=0)
     show.add_argument("--limit", type=int, default=20)
+    show.add_argument("--cells", type=int, default=1000, help="ndarray: print every cell up to this many")
     d = add("diff", cmd_diff, "objects and slots added, changed and removed between two checkpoints", epoch=False)
     d.add_argument("--from", dest="from_epoch", type=int, required=True, help="older epoch")
     d.add_argument("--to", dest="to_epoch", type=int, required=True, help="newer epoch")

@@ -47,6 +47,15 @@ class _Grave:
         self.nkey = nkey
 
 
+def _without(records: list, ranges: list) -> list:
+    """``records`` without the index ranges ``[start, end)`` (ascending, disjoint)."""
+    out, at = [], 0
+    for start, end in ranges:
+        out += records[at:start]
+        at = end
+    return out + records[at:]
+
+
 NOTEBOOK_REPLAY_BYTES = 256 << 10     # ObjectSpace.open's default max_replay_bytes (RFC 0006)
 
 
@@ -85,6 +94,7 @@ class ObjectSpace(KindMethods):
         self._touched: dict = {}        # nkey -> object with dirty or pending changes
         self._graves: dict = {}         # nkey -> _Grave
         self._last_saved: tuple = ((), ())
+        self._sized: list = []          # (start, end) in a save's records of objects sized by their own bytes
         self._known_absent = None
         self._owns_db = False
         self._closed = False
@@ -295,6 +305,7 @@ class ObjectSpace(KindMethods):
         """
         self._check_open()
         out: list = []
+        self._sized = []
         objs = list(self._touched.values())
         for obj in objs:
             obj._collect(out, full)
@@ -309,7 +320,9 @@ class ObjectSpace(KindMethods):
         if batch is None:
             batch = WriteBatch()
         batch.extend(out)
-        self._cache.learn(out)
+        # The per-item cost is learned from the kinds whose items are values: an ndarray's
+        # 64 KiB chunks would make every dict entry of the cache look 64 KiB large.
+        self._cache.learn(out if not self._sized else _without(out, self._sized))
         for obj in objs:
             obj._promote()
         self._last_saved = (objs, graves)

@@ -132,6 +132,11 @@ class Context:
     def array(self, name: str, length: int, fill=None):
         return self._get_or_create("array", name, length, fill=fill)
 
+    def ndarray(self, name: str, shape, dtype, chunks=None, fill_value=0):
+        """The key's persisted chunked n-dimensional array (objectspace's ``create_ndarray``),
+        created on first use; one that exists keeps its own shape, dtype and chunks."""
+        return self._get_or_create("ndarray", name, shape, dtype, chunks=chunks, fill_value=fill_value)
+
     def has_state(self, name: str) -> bool:
         return self._name(name) in self._space()
 

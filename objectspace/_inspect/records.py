@@ -21,6 +21,7 @@ import msgpack
 
 from .. import _codec
 from .. import _layout as L
+from .. import _ndlayout as N
 from .._keycodec import _dec, decode_key, encode_name, encode_name_scope
 from ..errors import CorruptionError, ObjectNotFoundError
 
@@ -133,6 +134,8 @@ def _length(kind: str, meta) -> int:
         return meta[1] - meta[0]
     if kind in ("linked_list", "stream"):
         return meta[2]
+    if kind == "ndarray":
+        return meta[0][0]
     return meta[0]
 
 
@@ -210,6 +213,9 @@ class _Decoder:
         self.codec = codec_code
         self.decode = _value_decoder(codec_code, name)
         self.head = meta[0] if kind == "queue" else 0
+        if kind == "ndarray":
+            self.nd = N.unpack(meta, name)          # shape, native dtype, little-endian dtype, chunks, fill
+            self.grid = N.grid(self.nd[0], self.nd[3])
 
     @cached_property
     def order(self) -> list:
@@ -233,6 +239,14 @@ class _Decoder:
         except Exception as e:  # noqa: BLE001 - undecodable bytes are corruption
             raise CorruptionError(f"{self.kind} {self.name!r} slot {slot!r}: unreadable value {raw[:40]!r}") from e
 
+    def chunk(self, s: int, raw: bytes):
+        """ndarray: (chunk coordinates, the chunk's cells as nested lists)."""
+        shape, native, le, chunks, fill = self.nd
+        coords = N.coords_of(s, self.grid)
+        cells = N.decode_chunk(self.value(raw, coords), N.extent(coords, shape, chunks), native, le, fill,
+                               self.name, s)
+        return coords, cells.tolist()
+
     def record(self, rest: bytes, raw: bytes):
         """(slot, value) of the record at ``ns + rest``; None for metadata and links."""
         t = rest[:1]
@@ -240,6 +254,8 @@ class _Decoder:
             ek, kind = rest[1:], self.kind
             if kind == "value":
                 return None, self.value(raw, None)
+            if kind == "ndarray":
+                return self.chunk(int.from_bytes(ek, "big"), raw)
             if kind in _POSITIONAL:
                 slot = int.from_bytes(ek, "big") - self.head
             elif kind == "linked_list":
@@ -341,3 +357,27 @@ def walk_slots(space, *, progress: Progress | None = None) -> Iterator[tuple]:
             ahead = next(records, None)
         if progress is not None and n % EVERY == 0:
             progress(n, None, repr(name))
+
+
+def ndarray_summary(space, name, *, max_cells: int = 1000) -> dict:
+    """An ndarray's shape, dtype, chunk shape, fill value and stored chunks, and its cells
+    as nested lists when it has at most ``max_cells`` (else None), read from the records:
+    O(stored chunks). Raises ObjectNotFoundError, or ValueError for another kind."""
+    import numpy as np
+    dec = _decoder(space.db, space.prefix, name)
+    if dec.kind != "ndarray":
+        raise ValueError(f"{name!r} is a {dec.kind}, not an ndarray")
+    shape, native, le, chunks, fill = dec.nd
+    fill_value = np.frombuffer(fill, dtype=le)[0].item()
+    out = {"shape": list(shape), "dtype": str(native), "chunks": list(chunks), "fill_value": fill_value,
+           "chunk_grid": list(dec.grid), "stored_chunks": 0, "values": None}
+    if math.prod(shape) > max_cells:        # count the chunks without decoding them
+        out["stored_chunks"] = sum(1 for _ in space.db.scan(dec.ns + L.ITEMS, L.prefix_end(dec.ns + L.ITEMS)))
+        return out
+    cells = np.full(shape, fill_value, dtype=native)
+    for coords, chunk in _all_slots(dec):
+        out["stored_chunks"] += 1
+        cells[tuple(slice(c * n, c * n + e) for c, n, e in zip(coords, chunks, N.extent(coords, shape, chunks)))] \
+            = chunk
+    out["values"] = cells.tolist()
+    return out

@@ -130,7 +130,7 @@ def render_key(key: bytes, prefix: bytes, kinds: dict) -> str:
     if tag == L.ITEMS:
         if kind == "value":
             return f"{name} value"
-        if kind in ("array", "list", "queue", "stack", "linked_list") and len(body) == L.SLOT_BYTES:
+        if kind in ("array", "list", "queue", "stack", "linked_list", "ndarray") and len(body) == L.SLOT_BYTES:
             return f"{name} item {int.from_bytes(body, 'big')}"
         if kind == "stream" and len(body) == 16:
             return f"{name} entry {int.from_bytes(body[:8], 'big')}-{int.from_bytes(body[8:], 'big')}"

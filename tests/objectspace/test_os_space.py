@@ -12,12 +12,14 @@ from objectspace import (AlreadyExistsError, KindMismatchError, ObjectDeletedErr
 from os_helpers import HAVE_DKV, NoIO, commit
 
 KINDS = ["value", "array", "list", "queue", "stack", "linked_list", "set", "sorted_set", "dict",
-         "sorted_dict", "stream"]
+         "sorted_dict", "stream", "ndarray"]
 
 
 def create(space, kind, name):
     if kind == "array":
         return space.create_array(name, 3)
+    if kind == "ndarray":
+        return space.create_ndarray(name, (3, 2), "int64")
     return getattr(space, f"create_{kind}")(name)
 
 
@@ -26,7 +28,7 @@ def test_public_names_are_pinned():
         "ObjectSpace", "DEFAULT_PREFIX", "SCHEMA_STATE", "ObjectCache",
         "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
         "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
-        "PersistedDict", "PersistedSortedDict", "PersistedStream", "PendingEntry",
+        "PersistedDict", "PersistedSortedDict", "PersistedStream", "PersistedNDArray", "PendingEntry",
         "register_type", "unregister_type", "encode_key", "decode_key",
         "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
         "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
