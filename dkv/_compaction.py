@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._paths import parse_file_name
+
 
 
 @dataclass
@@ -60,9 +62,36 @@ def pick(version, opts) -> Compaction | None:
     return None
 
 
-def oldest_first(version, tables: list) -> list:
-    """A compaction's inputs from oldest to newest, by their place in ``version`` (the order
-    reads consult them, newest first: L0 newest first, then each level), not by sequence
-    numbers, which after a rescale belong to several instances."""
-    rank = {id(t): i for i, t in enumerate(version.tables())}
-    return sorted(tables, key=lambda t: -rank[id(t)])
+def runs_oldest_first(version, tables: list) -> list:
+    """A compaction's inputs as sorted runs, oldest first, by their place in ``version``
+    (the order reads consult them, newest first: L0 newest first, then each level), not by
+    sequence numbers, which after a rescale belong to several instances. A level's tables
+    form one run in key order, and so do the tables one flush wrote to L0: a run is read
+    a table after another, so a compaction holds one table of it at a time, not all."""
+    chosen = {id(t) for t in tables}
+    runs = [[t for t in level if id(t) in chosen] for level in reversed(version.levels)]
+    l0: list = []           # newest run first
+    prev = None
+    for t in version.l0:
+        if id(t) in chosen:
+            if prev is not None and l0 and same_run(prev, t):
+                l0[-1].append(t)
+            else:
+                l0.append([t])
+        prev = t
+    return [run for run in runs if run] + l0[::-1]
+
+
+def same_run(prev, t) -> bool:
+    """Whether L0 table ``t``, just after ``prev`` in L0, was written by the same flush:
+    a flush publishes its tables together in ascending key order; after a reopen (when the
+    flush that wrote them is not known) consecutive tables of one writer in ascending,
+    disjoint key ranges are taken for one run."""
+    if t.run is not None or prev.run is not None:
+        return t.run == prev.run
+    return t.min_key > prev.max_key and _writer(t) == _writer(prev)
+
+
+def _writer(t):
+    parsed = parse_file_name(t.path)
+    return None if parsed is None else parsed[1]

@@ -13,6 +13,7 @@ delays a flush.
 from __future__ import annotations
 
 import logging
+from itertools import chain
 from . import _compaction, _delta, _paths
 from ._checkpoint import Segment
 from ._memtable import Memtable
@@ -298,8 +299,8 @@ class FlushMixin:
         try:
             with self._pacer.working():
                 seq = max(t.ref.max_seq for t in task.inputs)
-                ordered = _compaction.oldest_first(self._view[1], task.inputs)
-                ranges = merged_ranges([t.records() for t in ordered], task.bottom)
+                runs = _compaction.runs_oldest_first(self._view[1], task.inputs)
+                ranges = merged_ranges([chain.from_iterable(t.records() for t in run) for run in runs], task.bottom)
                 outputs = self._write_run(ranges, seq, None, lambda: self._gen != gen)
         except Exception as e:
             # The inputs stay as they are; a later flush (or compact()) tries again.

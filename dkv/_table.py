@@ -84,6 +84,7 @@ def raw_cost(raw: bytes) -> int:
     return RAW_ENTRY + len(raw) + len(raw) // 8
 
 READ_AHEAD = 256 << 10   # bytes of following blocks a scan fetches with a block it misses
+RECORDS_WINDOW = 1 << 20  # bytes of blocks a compaction reads of a table at once
 
 
 def _list_get(blk: list, key: bytes):
@@ -291,18 +292,34 @@ class Table:
             i += 1
 
     def records(self):
-        """(keys, values) per block, in key order, within the owned key groups, read with one
-        fetch of the whole file and decoded without the block cache (a compaction reads
-        each block once)."""
+        """(keys, values) per block, in key order, within the owned key groups, decoded
+        without the block cache (a compaction reads each block once). A table up to
+        2 x RECORDS_WINDOW is one fetch of the whole file; a bigger one is read a window of
+        blocks at a time, so a merge of many tables holds a window of each, not the files."""
         lo, hi = self.clip_lo, self.clip_hi
-        data = self._store.get(self.path)
-        if len(data) != self.ref.size:
-            raise CorruptionError(f"SST {self.path}: {len(data)} bytes, the manifest says {self.ref.size}")
-        meta = self._meta or self._parse_meta(data, 0)
-        for i, (off, ln, crc) in enumerate(zip(meta.offsets, meta.lengths, meta.crcs)):
+        if self.ref.size <= 2 * RECORDS_WINDOW:
+            data = self._store.get(self.path)
+            if len(data) != self.ref.size:
+                raise CorruptionError(f"SST {self.path}: {len(data)} bytes, the manifest says {self.ref.size}")
+            meta, base = self._meta or self._parse_meta(data, 0), 0
+        else:
+            meta, data, base = self.meta(), b"", 0
+        offsets, lengths, n = meta.offsets, meta.lengths, len(meta.offsets)
+        for i in range(n):
             if hi is not None and meta.first_keys[i] >= hi:
                 return
-            keys, values, _, _ = sst.decode_block(data[off:off + ln], crc, f"SST {self.path} block {i}", meta.version)
+            off, ln = offsets[i], lengths[i]
+            if off + ln > base + len(data):         # past the window: fetch the next one
+                j, size = i, 0
+                while j < n and (j == i or size + lengths[j] <= RECORDS_WINDOW):
+                    size += lengths[j]
+                    j += 1
+                base, data = off, self._store.get(self.path, off, off + size)
+                if len(data) != size:
+                    raise CorruptionError(f"SST {self.path}: read {len(data)} bytes of blocks {i}..{j - 1}, "
+                                          f"expected {size}")
+            keys, values, _, _ = sst.decode_block(data[off - base:off - base + ln], meta.crcs[i],
+                                                  f"SST {self.path} block {i}", meta.version)
             if lo is not None or hi is not None:
                 a = 0 if lo is None else bisect_left(keys, lo)
                 b = len(keys) if hi is None else bisect_left(keys, hi)

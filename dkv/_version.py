@@ -9,7 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import chain
 
-from ._paths import parse_file_name
+from ._compaction import same_run
 from ._table import _MISSING, Table
 
 
@@ -98,20 +98,9 @@ class Version:
         ranges are taken for one run."""
         runs, prev = 0, None
         for t in self.l0:
-            if prev is None:
-                same = False
-            elif t.run is not None or prev.run is not None:
-                same = t.run == prev.run
-            else:
-                same = t.min_key > prev.max_key and _writer(t) == _writer(prev)
-            runs += not same
+            runs += prev is None or not same_run(prev, t)
             prev = t
         return runs
-
-
-def _writer(t: Table):
-    parsed = parse_file_name(t.path)
-    return None if parsed is None else parsed[1]
 
 
 def _overlaps(t: Table, start, end) -> bool:

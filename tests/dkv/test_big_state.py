@@ -283,3 +283,59 @@ def test_a_scan_that_misses_the_cache_fetches_a_run_of_blocks_with_one_read(tmp_
     reads = [c for c in store.calls if c.kind == "get" and c.key == sst_name]
     assert len(reads) == 1 and reads[0].range[1] - reads[0].range[0] < 2048   # one block
     db.close()
+
+
+def test_a_compaction_reads_a_sorted_run_a_table_and_a_window_at_a_time(tmp_path, monkeypatch):
+    """A compaction of L0 into a level of many tables: the level's tables are read one after
+    another (a table's reads end before the next one's start, in key order), never a whole
+    table bigger than two windows at once, and the result equals the model (overwrites and
+    deletes in L0 win over the level's records)."""
+    import random
+    from dkv import _table
+    monkeypatch.setattr(_table, "RECORDS_WINDOW", 4096)
+    rnd = random.Random(3)
+    opts = dict(fsync=False, background=False, block_bytes=1024, table_bytes=16 << 10, l0_trigger=100)
+    db = dkv.open(str(tmp_path), **opts)
+    model = {}
+    for i in range(4000):
+        model[b"k/%06d" % i] = rnd.randbytes(60)
+        db.put(b"k/%06d" % i, model[b"k/%06d" % i])
+    db.flush()
+    db.compact(full=True)                      # one sorted run of ~16 KiB tables
+    level = db._view[1].levels[-1]
+    assert len(level) >= 10 and not db._view[1].l0
+    for r in range(3):                         # three L0 runs over the same keys
+        for i in rnd.sample(range(4000), 600):
+            k = b"k/%06d" % i
+            if rnd.random() < 0.3:
+                model.pop(k, None)
+                db.delete(k)
+            else:
+                model[k] = rnd.randbytes(60)
+                db.put(k, model[k])
+        db.flush()
+    assert len(db._view[1].l0) >= 3
+    db.checkpoint(1).wait()
+    db.close()
+    store = LoggingStore(LocalDirStore(str(tmp_path)))
+    db = dkv.open(store, **{**opts, "l0_trigger": 2})
+    big = {t.path: t.ref.size for t in db._view[1].levels[-1]}
+    store.calls.clear()
+    db.compact()
+    assert contents(db) == model
+    reads = [c for c in store.calls if c.kind == "get" and c.key in big]
+    order = list(dict.fromkeys(c.key for c in reads))
+    assert order == sorted(big, key=lambda p: next(t.min_key for t in level if t.path == p)), \
+        "the level's tables are read in key order"
+    last = {p: max(i for i, c in enumerate(reads) if c.key == p) for p in order}
+    first = {p: min(i for i, c in enumerate(reads) if c.key == p) for p in order}
+    assert all(last[a] < first[b] for a, b in zip(order, order[1:])), "one table of the run at a time"
+    for c in reads:
+        assert c.range is not None, f"{c.key}: the whole table in one read"
+        if c.range[1] == big[c.key] and c.range[1] - c.range[0] <= _table.TAIL_READ:
+            continue                            # the footer and metadata
+        assert c.range[1] - c.range[0] <= 4096 + 2 * 1024, c
+    db.close()
+    db = dkv.open(str(tmp_path), **opts)
+    assert contents(db) == model
+    db.close()
