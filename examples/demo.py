@@ -11,7 +11,8 @@ streaming queries over them, each with its state in ./demo-output/state:
 
 After every batch it prints the bytes that batch's checkpoint wrote (WAL segment,
 manifest, any SST) next to what a whole-state snapshot would have written, and at the end
-saves ./demo-output/checkpoint_bytes.png. Runs in about a minute.
+saves ./demo-output/checkpoint_bytes.png. After each query it prints the operator's figures
+from the query's progress (``query.lastProgress["observedMetrics"]``). Runs in about a minute.
 
     python examples/demo.py [--users 500] [--batches 30]
 """
@@ -128,7 +129,17 @@ def run_query(spark, name: str, df, state: str) -> list[dict]:
          .trigger(availableNow=True).start())
     query_id.append(str(q.id))
     q.awaitTermination()
-    print(f"{name}: {len(rows_out)} batches in {time.time() - t:.1f} s\n", flush=True)
+    print(f"{name}: {len(rows_out)} batches in {time.time() - t:.1f} s", flush=True)
+    # The operator's figures per batch, where Spark users look: the query's progress
+    # (observed metrics named spark_ops.<operator name>; see docs/spark_ops.md, "Metrics").
+    figures = [spark_ops.progress_metrics(p).get(name, {}) for p in q.recentProgress]
+    total = {k: sum(f.get(k) or 0 for f in figures) for k in ("rows_in", "rows_out", "late_rows_dropped",
+                                                              "timers_fired", "checkpoint_bytes")}
+    last = spark_ops.progress_metrics(q.lastProgress).get(name, {})
+    print(f"{name}: query progress, all batches: {total['rows_in']:,} rows in, {total['rows_out']:,} out, "
+          f"{total['timers_fired']:,} timers fired, {total['late_rows_dropped']:,} late rows dropped, "
+          f"checkpoints {total['checkpoint_bytes']:,} B", flush=True)
+    print(f"{name}: lastProgress['observedMetrics']['spark_ops.{name}'] = {last}\n", flush=True)
     return rows_out
 
 

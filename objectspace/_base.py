@@ -169,6 +169,15 @@ class PersistedObject:
         self._check()
         return list(map(plain, self))
 
+    def exists(self) -> bool:
+        """True while the object is in its space: created (saved yet or not) or loaded from
+        the store, and not deleted. False once ``space.delete`` deleted it (a new object
+        of the same name is another handle), and once the handle stopped working for
+        another reason (its space was refreshed or closed: get the object again). An
+        empty collection exists. O(1), no I/O. A value also needs a value that is not
+        None (see ``PersistedValue.exists``)."""
+        return not self._dead
+
     # -- dirtiness --------------------------------------------------------------------------
 
     def _touch(self) -> None:

@@ -63,6 +63,20 @@ class PersistedValue(PersistedObject):
         """Same as ``.value = v``. O(1); marks the slot dirty."""
         self.value = v
 
+    def exists(self) -> bool:
+        """True when the value is set: not deleted and holding something other than None,
+        as Spark's ``ValueState.exists`` (a value created without one, e.g. spark_ops'
+        ``ctx.value(name)``, or cleared, does not exist; one created with a default
+        does). O(1); no I/O unless the value was loaded from the store and not read yet
+        (then one point read, as ``.value``)."""
+        return not self._dead and self.value is not None
+
+    def clear(self) -> None:
+        """Unset the value (``.value = None``): ``exists()`` is False after it, as after
+        Spark's ``ValueState.clear``. The object stays in its space (``space.delete`` removes
+        it). O(1); marks the slot dirty."""
+        self.value = None
+
     def _repr_len(self):
         return 1
 

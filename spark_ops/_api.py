@@ -1,8 +1,9 @@
 """The DataFrame functions users call: each builds an operator and applies it.
 
 Besides their own arguments they take apply_operator's state=, name=, partitions=,
-key_groups=, dkv_options=, memory= (each shard's memory budget, e.g. "512m") and isolate=
-(pass isolate=True to union or coalesce the output in the same stage)."""
+key_groups=, dkv_options=, memory= (each shard's memory budget, e.g. "512m"), isolate=
+(pass isolate=True to union or coalesce the output in the same stage) and metrics= (where
+the per-batch figures go: a stream's progress by default, see apply_operator)."""
 from __future__ import annotations
 
 from ._plan import apply_operator, check_columns
@@ -18,7 +19,7 @@ def _key_fields(df, keys):
 def buffer(df, key, count: int | None = None, skip: int | None = None, duration=None, *, event_time=None,
            watermark=None, order_by=None, state: str = "./state", name: str | None = None,
            partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None):
+           isolate: bool | None = None, memory=None, metrics=None):
     """Group each key's rows into buffers: by ``count`` (with ``skip`` for overlapping or
     gapped buffers), by event-time ``duration`` windows, or both (a window's buffer is
     also emitted when it reaches ``count``). Output: the key column(s) and ``items``
@@ -35,13 +36,14 @@ def buffer(df, key, count: int | None = None, skip: int | None = None, duration=
     op = Buffer(count=count, skip=skip, duration_ms=dur, key_columns=tuple(keys))
     return apply_operator(df, op, keys, output_schema=StructType(fields), event_time=event_time,
                           watermark=watermark, order_by=order_by, state=state, name=name or "buffer",
-                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate, memory=memory)
+                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
+                          memory=memory, metrics=metrics)
 
 
 def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermark=None, state: str = "./state",
                    name: str | None = None, partitions: int | None = None, key_groups: int = 256,
                    dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None):
+           isolate: bool | None = None, memory=None, metrics=None):
     """For each key, every time any input has a new row (once all inputs have one), emit
     the key and one struct column per input holding that input's latest row.
 
@@ -85,21 +87,22 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
                           watermark=watermark, order_by=[et, SOURCE] if et else [SOURCE], state=state,
                           name=name or "combine_latest", partitions=partitions, key_groups=key_groups,
                           dkv_options=dkv_options, inputs=names, input_column=SOURCE,
-                          isolate=isolate, memory=memory)
+                          isolate=isolate, memory=memory, metrics=metrics)
 
 
 def delay(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
           partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None):
+           isolate: bool | None = None, memory=None, metrics=None):
     """Emit each row once the watermark passes its event time + ``duration``. Output: the input rows."""
     return apply_operator(df, Delay(duration_ms(duration)), check_columns(df, key, event_time), output_schema=df.schema,
                           event_time=event_time, watermark=watermark, state=state, name=name or "delay",
-                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate, memory=memory)
+                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
+                          memory=memory, metrics=metrics)
 
 
 def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
             partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None):
+           isolate: bool | None = None, memory=None, metrics=None):
     """Emit ``key, last_event, timeout_at`` when a key has no row for ``duration`` of event time."""
     from pyspark.sql.types import StructField, StructType, TimestampType
     keys = check_columns(df, key, event_time)
@@ -107,13 +110,14 @@ def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = 
                                                  StructField("timeout_at", TimestampType())])
     return apply_operator(df, Timeout(duration_ms(duration), tuple(keys)), keys, output_schema=schema,
                           event_time=event_time, watermark=watermark, state=state, name=name or "timeout",
-                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate, memory=memory)
+                          partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
+                          memory=memory, metrics=metrics)
 
 
 def session_window(df, key, gap, *, event_time: str, max_duration=None, items: bool = True, watermark=None,
                    state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None):
+           isolate: bool | None = None, memory=None, metrics=None):
     """Gap-based sessions per key (closed after ``gap`` without rows, or at ``max_duration``).
     Output: key, session_start, session_end, count and (with ``items=True``) the rows."""
     from pyspark.sql.types import ArrayType, LongType, StructField, StructType, TimestampType
@@ -126,4 +130,5 @@ def session_window(df, key, gap, *, event_time: str, max_duration=None, items: b
                        tuple(keys), items)
     return apply_operator(df, op, keys, output_schema=StructType(fields), event_time=event_time,
                           watermark=watermark, state=state, name=name or "session_window", partitions=partitions,
-                          key_groups=key_groups, dkv_options=dkv_options, isolate=isolate, memory=memory)
+                          key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
+                          memory=memory, metrics=metrics)

@@ -410,7 +410,55 @@ def main(argv=None) -> None:
     ap.add_argument("--idle", type=float, default=IDLE_SECONDS)
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    _metrics_log(a.socket)
     serve(a.socket, a.owner, a.idle)
+
+
+METRICS_LOG_BYTES = 1 << 20     # a host's metrics log rotates at this size (one older file kept)
+
+
+def _metrics_log(sock_path: str) -> None:
+    """The one-line INFO summary per shard and batch (logger ``spark_ops.metrics``, see
+    _progress.py) goes to ``<host>.metrics.log`` next to the host's log, rotated at 1 MiB
+    with one older file kept. It stays after the host exits, until a host started later
+    finds its owner (the executor's Python daemon) gone and removes it. The host's own
+    ``.log`` keeps warnings and errors only (and is removed when empty, as before).
+    SPARK_OPS_HOST_METRICS_LOG=0 turns it off."""
+    if os.environ.get("SPARK_OPS_HOST_METRICS_LOG", "1").strip().lower() in ("0", "false", "no", "off"):
+        return
+    from logging.handlers import RotatingFileHandler
+    folder = os.path.dirname(sock_path)
+    _remove_stale_metrics_logs(folder)
+    try:
+        handler = RotatingFileHandler(sock_path[:-5] + ".metrics.log", maxBytes=METRICS_LOG_BYTES, backupCount=1)
+    except OSError as e:
+        log.warning("no metrics log: %s", e)
+        return
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(message)s"))
+    metrics = logging.getLogger("spark_ops.metrics")
+    metrics.setLevel(logging.INFO)
+    metrics.addHandler(handler)
+    metrics.propagate = False       # the host's .log stays for warnings and errors
+
+
+def _remove_stale_metrics_logs(folder: str) -> None:
+    """Remove the metrics logs of hosts whose owner process is gone."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith("h") or ".metrics.log" not in name:
+            continue
+        try:
+            owner = int(name[1:].split("-", 1)[0])
+        except ValueError:
+            continue
+        if not _alive(owner):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":

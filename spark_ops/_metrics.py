@@ -12,7 +12,8 @@ def read_metrics(state: str, query_id: str | None = None, operator: str | None =
     """Every metrics record under ``state`` (a state root given to an operator, or one
     query's or operator's folder below it), oldest batch first. Fields: batch, shard,
     rows, emitted, dirty_slots, checkpoint_bytes, wal_bytes, manifest_bytes, sst_bytes,
-    timers_fired, late_rows, state_bytes, watermark, duration_ms (open_ms of it opening or catching
+    checkpoint_objects (files written), timers_fired, late_rows, state_bytes, state_records,
+    objects_in_memory, watermark, duration_ms (open_ms of it opening or catching
     up the state, commit_ms saving and checkpointing: save_ms + write_ms + checkpoint_ms), query_id, operator.
 
     ``pandas.DataFrame(read_metrics(path))`` makes it a table. store_options: for s3://

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from . import _host
+from . import _host, _progress
 from ._runtime import ShardSpec
 from ._shards import tokens
 from ._units import duration_ms, memory_bytes
@@ -56,7 +56,7 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
                    order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None, isolate: bool | None = None,
                    inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None,
-                   memory=None):
+                   memory=None, metrics=None):
     """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
 
     state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
@@ -80,6 +80,10 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     whichever Python worker Spark runs its task in; see docs/spark_ops.md. memory: what
     each shard keeps in memory at most (objects, memtables, block cache), e.g. "512m"
     (the default) or "64m"; state beyond it lives in the store and is read back on demand.
+    metrics: the operator's per-batch figures as observed metrics (see _progress.py). By
+    default a stream's progress carries them, ``query.lastProgress["observedMetrics"]
+    ["spark_ops.<name>"]``; a string names them otherwise; for a batch DataFrame pass a
+    ``pyspark.sql.Observation`` and read ``observation.get`` after the action; False: none.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
@@ -131,11 +135,17 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
         isolate = not hosts
     from pyspark.sql.pandas.types import to_arrow_schema
     out_arrow = to_arrow_schema(schema, timezone="UTC")
-    fn = partition_function(spec, name, keys, columns, order, out_arrow, instants, hosts, isolate)
+    target = _progress.observe_target(df, name, metrics)
+    full = _progress.output_schema(schema) if target is not None else None
+    fn = partition_function(spec, name, keys, columns, order, out_arrow, instants, hosts, isolate,
+                            None if full is None else to_arrow_schema(full, timezone="UTC"))
     # Nothing may sit between the exchange and the shards: over an empty shuffle (a batch
     # without rows) adaptive execution would replace a projection by an empty relation, and
     # then no task would run — and no timer fire (RFC 0001, §1.2).
-    out = routed.repartition(n, F.col(TOKEN)).mapInArrow(fn, schema)
+    out = routed.repartition(n, F.col(TOKEN)).mapInArrow(fn, schema if full is None else full)
+    if target is not None:
+        # One row per shard and batch carries its figures: observed, then dropped (_progress.py).
+        out = _progress.observe(out, name, target)
     if not isolate:
         return out
     # A shard is identified by its task's partition number, which holds only while the

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 
-from . import _host
+from . import _host, _progress
 from ._output import rows_to_arrow
 from ._runtime import ShardSpec, run_shard_batch
 
@@ -27,7 +27,9 @@ _EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_schema,
-                        instants: dict, shard_host: bool, isolated: bool):
+                        instants: dict, shard_host: bool, isolated: bool, metrics_schema=None):
+    """``metrics_schema``: the Arrow schema of the output with the hidden metrics column
+    (see _progress.py), or None to hand Spark the output rows only."""
     n = spec.shards
 
     def run(iterator):
@@ -63,7 +65,8 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
         else:
             local = ShardSpec(**{**spec.__dict__, "state": f"{spec.state}/{query}/{name}"})
             batch_id = int(batch)
-        args = (local, batch_id, shard, table, keys, columns, order, instants, final, out_schema, started)
+        args = (local, batch_id, shard, table, keys, columns, order, instants, final, out_schema, started,
+                metrics_schema, name)
         emitted = None
         if shard_host and not final:
             if not isolated and not _host.first_run_in_task(local.state, shard, ctx.taskAttemptId()):
@@ -91,21 +94,29 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
 
 
 def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, order, instants, final: bool,
-             out_schema=None, batch_time: int | None = None):
+             out_schema=None, batch_time: int | None = None, metrics_schema=None, operator: str | None = None):
     """One shard's task after Spark's part: the rows in order, the operator, the checkpoint.
     Runs in the task's Python worker or in the shard's host (see _host). ``table``: the
     task's rows (an Arrow table; None without rows). Returns the emitted rows: a list of
     dicts, or with ``out_schema`` (an Arrow schema) a list of record batches. The rows
     become Python events a slice at a time (EventChunks), and the output Arrow batches as
-    it grows, so a batch of millions of rows runs in bounded memory."""
+    it grows, so a batch of millions of rows runs in bounded memory. With ``metrics_schema``
+    (the output schema + the hidden metrics column) every output batch gets that column,
+    null, and one more row carries the shard's figures of the batch (see _progress.py);
+    either way a one-line summary is logged at INFO on ``spark_ops.metrics``."""
     t0 = time.perf_counter()
     table = _sort_rows(table, keys, columns, order)
     events = EventChunks(table, keys, columns, spec.event_time, instants)
     heartbeat = events.heartbeat()
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
-    emitted, _ = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
-                                 heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000,
-                                 convert=convert)
+    emitted, metrics = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
+                                       heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000,
+                                       convert=convert)
+    if _progress.log.isEnabledFor(logging.INFO):
+        _progress.log.info("%s", _progress.summary_line(operator or type(spec.operator).__name__.lower(), metrics))
+    if metrics_schema is not None and out_schema is not None:      # per output batch, not per row
+        emitted = [_progress.with_null_metrics(b, metrics_schema) for b in emitted]
+        emitted.append(_progress.metrics_batch(metrics, metrics_schema))
     if final:
         from ._runtime import drop_cached
         drop_cached(spec.state)

@@ -7,8 +7,9 @@
             ctx.emit({"user": key, "count": n.value})
 
 The runtime calls, for every shard of every batch: ``open(ctx)``, then ``on_event`` for
-each input row (grouped by key, in event order), then ``on_timer`` for each timer that is
-due, then ``close(ctx)``. ``ctx`` gives the current key's persisted objects (created on
+each input row (grouped by key, in event order) — or, if the operator overrides
+``on_rows``, ``on_rows`` once per key with all its rows of the batch as a pandas
+DataFrame —, then ``on_timer`` for each timer that is due, then ``close(ctx)``. ``ctx`` gives the current key's persisted objects (created on
 first use, scoped to the key), the timer service, the watermark, the batch id and
 ``emit``. State changes are checkpointed at the end of the batch with epoch = batch id;
 only the slots that changed are written.
@@ -40,7 +41,19 @@ class Operator:
     def on_event(self, key, row: dict, ctx: "Context") -> None:
         """Called for each input row; ``key`` is the key column's value (a tuple for
         several key columns), ``row`` the input row as a dict."""
-        raise NotImplementedError(f"{type(self).__name__} must implement on_event")
+        raise NotImplementedError(f"{type(self).__name__} must implement on_event (or on_rows)")
+
+    def on_rows(self, key, rows, ctx: "Context"):
+        """Optional, instead of ``on_event``: called once per key and batch with all the
+        key's rows of the batch, as one pandas DataFrame in event order (index 0..n-1, a
+        column per field, the values on_event would get; late rows left out), as Spark's
+        ``handleInputRows``. When a subclass overrides it, the runtime calls it and never
+        ``on_event`` (so an operator defining both gets on_rows). ``ctx`` is positioned at
+        the key (state, timers, ``emit``) and ``ctx.event_time`` is the largest event time
+        of the rows (None without one). Return None (emit with ``ctx.emit``), a DataFrame
+        of output rows, or an iterable (``yield``) of DataFrames and rows; anything else
+        fails the batch with a TypeError."""
+        raise NotImplementedError(f"{type(self).__name__} must implement on_rows")
 
     def on_timer(self, key, timer: Timer, ctx: "Context") -> None:
         """Called when a timer of ``key`` is due (event time: the watermark passed it;
@@ -66,7 +79,8 @@ class Context:
         self._objects: dict = getattr(shard, "objects", None)
         if self._objects is None:
             self._objects = {}
-        #: Event time (ms) of the row being processed; None in on_timer or without event_time.
+        #: Event time (ms) of the row being processed (in on_rows: the largest of the key's
+        #: rows); None in on_timer or without event_time.
         self.event_time: int | None = None
 
     @staticmethod
@@ -169,9 +183,11 @@ class Context:
         time order (ties: by name, then kind), like Spark's ``listTimers``. Includes what
         this batch registered and leaves out what it deleted or fired (in ``on_timer``, the
         timer being handled is already gone). Costs a scan of the timers of the key's key
-        group (not of its objects). Outside on_event / on_timer (no current key): RuntimeError."""
+        group (not of its objects). Outside on_event / on_rows / on_timer (no current key):
+        RuntimeError."""
         if self.key_group < 0:
-            raise RuntimeError("ctx.list_timers() lists the current key's timers: call it in on_event or on_timer")
+            raise RuntimeError("ctx.list_timers() lists the current key's timers: call it in on_event, on_rows "
+                               "or on_timer")
         return self._shard.timers.of_key(self.key_group, self._parts)
 
     # -- output ---------------------------------------------------------------------------

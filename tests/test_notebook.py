@@ -27,4 +27,5 @@ def test_quickstart_runs(tmp_path, monkeypatch):
     assert any("image/png" in o.get("data", {}) for o in outputs)            # the checkpoint-bytes plot
     text = "".join(o.get("text", "") for o in outputs)
     assert "checkpoint 1:" in text and "epoch 1 -> 3" in text                # time travel and the CLI diff
+    assert "rows_in=" in text and "timers_fired=" in text                     # the query's progress metrics
     assert time.monotonic() - t0 < 300

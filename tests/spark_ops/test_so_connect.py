@@ -227,3 +227,26 @@ def test_combine_latest_on_streams_through_connect(connect, tmp_path):
     # every new row, once both inputs have one, combines with the other input's latest (in a
     # batch, a key's rows of "left" come before those of "right": ordered by input name)
     assert pairs == [(2, 10), (2, 20)] and all(r["k"] == "a" for r in got)
+
+
+@pytest.mark.slow
+def test_operator_metrics_through_connect(connect, tmp_path):
+    """A stream's lastProgress carries the operator's figures through Connect too, and a batch
+    DataFrame's go to a (Connect) Observation."""
+    from pyspark.sql import Observation
+    _write_batches(tmp_path / "src", [[{"k": "a", "v": 1}, {"k": "a", "v": 2}, {"k": "b", "v": 1}],
+                                      [{"k": "a", "v": 3}]])
+    out = spark_ops.buffer(_stream(connect, tmp_path / "src"), "k", count=2, order_by="v",
+                           state=str(tmp_path / "state"), partitions=2)
+    q = (out.writeStream.format("memory").queryName("so_connect_metrics")
+         .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    progress = sorted(q.recentProgress, key=lambda p: p["batchId"])
+    figures = [spark_ops.progress_metrics(p)["buffer"] for p in progress]
+    assert [(m["rows_in"], m["rows_out"], m["shards"]) for m in figures] == [(3, 1, 2), (1, 0, 2)]
+    assert spark_ops.progress_metrics(q.lastProgress)["buffer"]["rows_in"] == 1
+
+    obs = Observation("connect_batch")
+    df = connect.createDataFrame([("a", 1), ("a", 2), ("b", 3)], "k string, v long")
+    assert len(spark_ops.buffer(df, "k", count=2, order_by="v", state=str(tmp_path / "s2"), metrics=obs).collect()) == 1
+    assert (obs.get["rows_in"], obs.get["rows_out"]) == (3, 1)
