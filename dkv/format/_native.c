@@ -619,6 +619,73 @@ static PyObject *bloom_build(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* bloom_hashes(keys: list[bytes]) -> bytes: per key its two CRC-32s (h1, then h2 | 1), each
+ * a little-endian u32; what bloom_build_hashed makes a filter of, 8 bytes a key. */
+static PyObject *bloom_hashes(PyObject *self, PyObject *keys) {
+    if (!PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "bloom_hashes(keys: list[bytes])");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (out == NULL) {
+        return NULL;
+    }
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (!PyBytes_CheckExact(key)) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_TypeError, "keys must be bytes");
+            return NULL;
+        }
+        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(key);
+        Py_ssize_t len = PyBytes_GET_SIZE(key);
+        uint32_t h[2] = {crc32_of(0, s, len), crc32_of(SEED2, s, len) | 1u};
+        for (int j = 0; j < 2; j++) {
+            o[8 * i + 4 * j] = (unsigned char)h[j];
+            o[8 * i + 4 * j + 1] = (unsigned char)(h[j] >> 8);
+            o[8 * i + 4 * j + 2] = (unsigned char)(h[j] >> 16);
+            o[8 * i + 4 * j + 3] = (unsigned char)(h[j] >> 24);
+        }
+    }
+    return out;
+}
+
+/* bloom_build_hashed(hashes: bytes-like of bloom_hashes, m: int, k: int) -> bytes of m / 8
+ * bytes: the bits bloom_build gives for the same keys. */
+static PyObject *bloom_build_hashed(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t m;
+    int k;
+    if (!PyArg_ParseTuple(args, "y*ni", &buf, &m, &k)) {
+        return NULL;
+    }
+    if (m <= 0 || m % 8 || k < 1 || buf.len % 8) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "m must be a positive multiple of 8, k >= 1, hashes 8 bytes a key");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, m / 8);
+    if (out == NULL) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    unsigned char *bits = (unsigned char *)PyBytes_AS_STRING(out);
+    memset(bits, 0, (size_t)(m / 8));
+    const unsigned char *h = (const unsigned char *)buf.buf;
+    for (Py_ssize_t i = 0; i < buf.len / 8; i++, h += 8) {
+        uint64_t h1 = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        uint64_t h2 = (uint32_t)h[4] | (uint32_t)h[5] << 8 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 24;
+        for (int j = 0; j < k; j++) {
+            uint64_t p = (h1 + (uint64_t)j * h2) % (uint64_t)m;
+            bits[p >> 3] |= (unsigned char)(1u << (p & 7));
+        }
+    }
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 /* bloom_check(bits: bytes, k: int, key: bytes) -> bool */
 static PyObject *bloom_check(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[2])) {
@@ -651,6 +718,8 @@ static PyMethodDef methods[] = {
     {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos in [lo, hi)."},
     {"find", front_find, METH_VARARGS, "(found, value) of one key in front-coded records (with index() hints)."},
     {"index", front_index, METH_VARARGS, "Restart hints of front-coded records, every n-th record (in memory only)."},
+    {"bloom_hashes", bloom_hashes, METH_O, "Two CRC-32s per key (8 bytes a key) for bloom_build_hashed."},
+    {"bloom_build_hashed", bloom_build_hashed, METH_VARARGS, "The bit array of a bloom filter from bloom_hashes."},
     {"bloom_build", bloom_build, METH_VARARGS, "The bit array of a bloom filter over keys (m bits, k probes)."},
     {"bloom_check", (PyCFunction)(void (*)(void))bloom_check, METH_FASTCALL, "Whether key may be in the filter."},
     {NULL, NULL, 0, NULL},

@@ -72,7 +72,8 @@ class SstBuilder:
         self.bloom = bloom
         self._parts: list[bytes] = []
         self._offset = 0
-        self._keys: list[bytes] = []
+        self._hashes = bytearray()    # the bloom filter's hashes of the keys so far (8 bytes a key)
+        self._last = None
         self._bk: list = []
         self._bv: list = []
         self._bs: list = []
@@ -84,7 +85,6 @@ class SstBuilder:
         self.on_block = None        # called with each finished block's size (pacing)
 
     def add(self, key: bytes, value: bytes | None, seq: int) -> None:
-        self._keys.append(key)
         self._bk.append(key)
         self._bv.append(value)
         self._bs.append(seq)
@@ -129,7 +129,6 @@ class SstBuilder:
             base += added
             ks, vs = keys[i:j], values[i:j]
             ss = [seqs] * (j - i) if type(seqs) is int else seqs[i:j]
-            self._keys += ks
             self._bk += ks
             self._bv += vs
             self._bs += ss
@@ -151,11 +150,12 @@ class SstBuilder:
 
     @property
     def first_key(self) -> bytes:
-        return self._keys[0]
+        fk = self._index[0]
+        return fk[0] if fk else self._bk[0]
 
     @property
     def last_key(self) -> bytes:
-        return self._keys[-1]
+        return self._bk[-1] if self._bk else self._last
 
     @property
     def estimated_size(self) -> int:
@@ -171,6 +171,9 @@ class SstBuilder:
             frame = raw         # incompressible (e.g. random values): skip decompression on reads
         fk, off, ln, cr = self._index
         fk.append(self._bk[0])
+        self._last = self._bk[-1]
+        if self.bloom:      # a hash pair per key, not the keys: a big table's keys stay out of memory
+            self._hashes += bloom.hashes(self._bk)
         off.append(self._offset)
         ln.append(len(frame))
         cr.append(crc32(frame))
@@ -181,17 +184,17 @@ class SstBuilder:
         self._bk, self._bv, self._bs, self._bbytes = [], [], [], 0
 
     def finish(self) -> bytes:
-        if not self._keys:
+        if not self.count:
             raise ValueError("an SST needs at least one record")
         self._flush_block()
         fk, off, ln, cr = self._index
         meta = {
-            "n": self.count, "t": self.tombstones, "lo": self._keys[0], "hi": self._keys[-1],
+            "n": self.count, "t": self.tombstones, "lo": self.first_key, "hi": self.last_key,
             "s0": self.min_seq, "s1": self.max_seq, "rb": self.raw_bytes,
             "ik": fk, "io": off, "il": ln, "ic": cr,
         }
         if self.bloom:
-            meta["bf"] = bloom.build(self._keys)
+            meta["bf"] = bloom.build_hashed(self._hashes)
         meta_bytes = compress(pack_obj(meta), 1)
         footer_head = _FOOTER.pack(self._offset, len(meta_bytes), crc32(meta_bytes), VERSION, 0, 0, MAGIC)
         footer = footer_head[:20] + struct.pack("<I", crc32(footer_head[:20])) + MAGIC

@@ -311,3 +311,28 @@ def test_bloom_built_and_probed_in_c_has_the_pure_python_bits():
     check = f.checker()
     for key in keys + [rng.randbytes(rng.randrange(0, 60)) for _ in range(4000)]:
         assert check(key) == f.may_contain(key)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bloom_built_from_hashes_has_the_bits_of_one_built_from_the_keys(monkeypatch, native):
+    """A builder keeps 8 bytes of hashes per key instead of the keys: the filter it builds
+    from them (block by block, in C or in Python) is byte for byte the one over the keys."""
+    rng = random.Random(12)
+    keys = sorted({rng.randbytes(rng.randrange(0, 60)) for _ in range(5000)})
+    want = bloom.build(keys)
+    if not native:
+        monkeypatch.setattr(bloom, "_c_hashes", None)
+        monkeypatch.setattr(bloom, "_c_build_hashed", None)
+    hashed = bytearray()
+    for i in range(0, len(keys), 700):
+        hashed += bloom.hashes(keys[i:i + 700])
+    assert len(hashed) == 8 * len(keys)
+    assert bloom.build_hashed(hashed) == want
+    assert bloom.build_hashed(b"") == bloom.build([])
+    b = sst.SstBuilder(block_size=512)
+    for k in keys:
+        b.add(k, b"v", 1)
+    data = b.finish()
+    off, length, crc = sst.parse_footer(data, "t")
+    meta = sst.parse_meta(data[off:off + length], crc, "t", sst.footer_version(data))
+    assert meta.bloom.bits == bloom.Bloom(want).bits and (meta.min_key, meta.max_key) == (keys[0], keys[-1])
