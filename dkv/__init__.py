@@ -53,5 +53,13 @@ def open(location, checkpoint: int | None = None, *, read_only: bool = False, in
     """
     opts = Options.from_kwargs(options)
     store = open_store(location, create=not read_only and create is not False, **opts.store_options())
-    return DB(store, ns=instance, checkpoint=checkpoint, read_only=read_only, sources=sources,
-              key_groups=key_groups, options=opts, create=create)
+    owned = store is not location       # made here from a path or URL: closed with the DB
+    try:
+        db = DB(store, ns=instance, checkpoint=checkpoint, read_only=read_only, sources=sources,
+                key_groups=key_groups, options=opts, create=create)
+    except BaseException:
+        if owned:
+            store.close()
+        raise
+    db._owns_store = owned
+    return db

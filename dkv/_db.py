@@ -42,6 +42,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                  sources: list | None = None, key_groups: tuple | None = None, options: Options,
                  create=True) -> None:
         self.store = store
+        self._owns_store = False    # dkv.open sets it when it made the store
         self.ns = ns.strip("/")
         self.opts = options
         self.read_only = read_only
@@ -518,6 +519,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             self._uploader.shutdown(wait=True)
         self._closed = True
         self._cache = BlockCache(1)
+        if self._owns_store:        # dkv.open made it from a path: its open files go too
+            self.store.close()
 
     @property
     def key_groups(self) -> tuple[int, int]:

@@ -20,7 +20,9 @@ Options: ``epoch``, ``changes_from``, ``timers``, ``instance`` (an instance or a
 e.g. ``<query id>/<operator>``), ``operator`` (keep this operator only), ``key_group``,
 and dkv store options for S3 (``endpoint_url``, ``region_name``, credentials). The read
 is split into one partition per shard (per pair of shards for a change feed), so it runs
-in parallel; each task opens its shard read-only. See docs/inspection.md.
+in parallel; each task opens its shard read-only. With the session's Python filter pushdown
+on (``spark.sql.python.filterPushdown.enabled``), ``operator`` and ``key_group`` filters
+(``=``, ``IN``) prune the shards and key groups read. See docs/inspection.md.
 """
 from __future__ import annotations
 
@@ -48,10 +50,20 @@ _STORE_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secre
                   "aws_session_token", "cache_dir")
 
 
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
 def register_datasource(spark) -> None:
     """Make ``spark.read.format("objectspace")`` available in ``spark``. Explicit, and safe
-    to call again."""
-    spark.dataSource.register(ObjectSpaceDataSource)
+    to call again. When the session has Python data source filter pushdown on
+    (``spark.sql.python.filterPushdown.enabled``, off by Spark's default) a filter on
+    ``operator`` or ``key_group`` (``=``, ``IN``) is pushed down: only those operators'
+    shards and those key groups are read."""
+    try:
+        pushdown = str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
+    except Exception:  # noqa: BLE001 - a session that cannot say: no pushdown
+        pushdown = False
+    spark.dataSource.register(ObjectSpacePushdownSource if pushdown else ObjectSpaceDataSource)
 
 
 def _json(v) -> str:
@@ -112,6 +124,14 @@ class ObjectSpaceDataSource(DataSource):
         return _Reader(dict(self.options))
 
 
+class ObjectSpacePushdownSource(ObjectSpaceDataSource):
+    """The same source with filter pushdown, registered when the session allows it (Spark
+    refuses a reader that implements pushFilters while the conf is off)."""
+
+    def reader(self, schema):
+        return _PushdownReader(dict(self.options))
+
+
 class _Reader(DataSourceReader):
     def __init__(self, options: dict) -> None:
         self.location = options.get("path")
@@ -127,6 +147,7 @@ class _Reader(DataSourceReader):
             raise ValueError("objectspace data source: option timers reads the timers registered at an epoch; "
                              "it has no change feed (drop changes_from)")
         self.dkv_options = {k: options[k] for k in _STORE_OPTIONS if options.get(k)}
+        self.operators = self.key_groups = None     # narrowed by pushed filters (_PushdownReader)
 
     def partitions(self):
         kw = dict(instance=self.instance, **self.dkv_options)
@@ -138,7 +159,16 @@ class _Reader(DataSourceReader):
                      for o, n, g in objectspace.pair_instances(self.location, self.changes_from, self.epoch, **kw)]
         if self.operator is not None:
             parts = [p for p in parts if _operator(p.new or p.old)[0] == self.operator]
+        if self.operators is not None:
+            parts = [p for p in parts if _operator(p.new or p.old)[0] in self.operators]
         return parts or [_Partition(None, None, _ALL)]
+
+    def _key_groups(self) -> list:
+        """The key groups to read: the option's, narrowed by pushed filters (None: all)."""
+        if self.key_groups is None:
+            return [self.key_group]
+        wanted = self.key_groups if self.key_group is None else self.key_groups & {self.key_group}
+        return sorted(wanted)
 
     def read(self, partition):
         if partition.new is None and partition.old is None:
@@ -152,28 +182,57 @@ class _Reader(DataSourceReader):
     def _timers(self, ref, groups):
         if ref.member is None:          # a plain object space has no timers
             return
-        for kg, kind, time, key, name in instance_timers(ref, key_group=self.key_group, groups=groups,
-                                                         **self.dkv_options):
-            yield (*_operator(ref), ref.instance, ref.epoch, kg, _json(key), kind, time, name)
+        for want in self._key_groups():
+            for kg, kind, time, key, name in instance_timers(ref, key_group=want, groups=groups, **self.dkv_options):
+                yield (*_operator(ref), ref.instance, ref.epoch, kg, _json(key), kind, time, name)
 
     def _slots(self, ref, groups):
         with ref.open(**self.dkv_options) as db:
-            for kg, space in objectspace.spaces_of(db, key_group=self.key_group, groups=groups):
-                for info, slot, value in objectspace.walk_slots(space):
-                    key, obj = _key_and_object(ref, info.name)
-                    yield (*_operator(ref), ref.instance, ref.epoch, kg, key, obj, info.kind,
-                           _json(slot), _json(value))
+            for want in self._key_groups():
+                for kg, space in objectspace.spaces_of(db, key_group=want, groups=groups):
+                    for info, slot, value in objectspace.walk_slots(space):
+                        key, obj = _key_and_object(ref, info.name)
+                        yield (*_operator(ref), ref.instance, ref.epoch, kg, key, obj, info.kind,
+                               _json(slot), _json(value))
 
     def _changes(self, p):
         ref = p.new or p.old
         to_epoch = p.new.epoch if p.new is not None else self.epoch
-        for kg, ch in objectspace.diff_pair(p.old, p.new, p.groups, key_group=self.key_group, **self.dkv_options):
-            if isinstance(ch, objectspace.ObjectChange):
+        for want in self._key_groups():
+            for kg, ch in objectspace.diff_pair(p.old, p.new, p.groups, key_group=want, **self.dkv_options):
+                if isinstance(ch, objectspace.ObjectChange):
+                    continue
+                key, obj = _key_and_object(ref, ch.name)
+                yield (*_operator(ref), ref.instance, to_epoch, kg, key, obj, ch.kind, _json(ch.slot),
+                       None if ch.change == "removed" else _json(ch.new), ch.change,
+                       None if ch.change == "added" else _json(ch.old), self.changes_from)
+
+
+def _values(f) -> set | None:
+    """The values an ``=`` or ``IN`` filter allows (None: another kind of filter)."""
+    from pyspark.sql.datasource import EqualTo, In
+    if isinstance(f, EqualTo):
+        return {f.value}
+    if isinstance(f, In):
+        return set(f.value)
+    return None
+
+
+class _PushdownReader(_Reader):
+    def pushFilters(self, filters):
+        """Prune by ``operator`` and ``key_group`` filters (``=``, ``IN``): only those
+        operators' shards and those key groups are read. Every filter is still returned for
+        Spark to apply: what is read is a superset of what they keep, never less."""
+        for f in filters:
+            values = _values(f) if len(f.attribute) == 1 else None
+            if values is None:
                 continue
-            key, obj = _key_and_object(ref, ch.name)
-            yield (*_operator(ref), ref.instance, to_epoch, kg, key, obj, ch.kind, _json(ch.slot),
-                   None if ch.change == "removed" else _json(ch.new), ch.change,
-                   None if ch.change == "added" else _json(ch.old), self.changes_from)
+            column = f.attribute[0]
+            if column == "operator":
+                self.operators = values if self.operators is None else self.operators & values
+            elif column == "key_group" and all(type(v) is int for v in values):
+                self.key_groups = values if self.key_groups is None else self.key_groups & values
+        return filters
 
 
-__all__ = ["ObjectSpaceDataSource", "register_datasource", "READ_SCHEMA", "CHANGES_SCHEMA", "TIMERS_SCHEMA"]
+__all__ = ["ObjectSpaceDataSource", "ObjectSpacePushdownSource", "register_datasource", "READ_SCHEMA", "CHANGES_SCHEMA", "TIMERS_SCHEMA"]

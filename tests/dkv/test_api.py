@@ -1,6 +1,7 @@
 """The public surface: exported names, errors, bad input, locations, closed and read-only stores."""
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
@@ -288,3 +289,33 @@ def test_write_batch_extend_checks_everything_before_adding_anything():
     db = dkv.open("memory://extend")
     db.write(b)
     assert list(db.scan()) == [(b"a", b"1"), (b"b", b"2"), (b"d", b"4")]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc/self/fd (Linux)")
+def test_a_store_opened_from_a_path_is_closed_with_its_db_and_one_passed_in_is_not(tmp_path):
+    """Each open of a path made a store whose cached file handles outlived the DB: a notebook
+    that opened and closed a space 1,000 times ran out of file descriptors (a long test
+    suite passed 1,024). A store the caller passes in stays theirs, open."""
+    from dkv.storage import LocalDirStore
+
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    path = str(tmp_path / "db")
+    db = dkv.open(path, fsync=False, background=False, block_bytes=256)
+    for i in range(300):
+        db.put(b"k%04d" % i, b"v" * 40)
+    db.flush()
+    db.checkpoint(1).wait()
+    db.close()
+    before = open_files()
+    for _ in range(30):
+        with dkv.open(path, read_only=True) as ro:
+            assert ro.get(b"k0007") == b"v" * 40 and len(list(ro.scan(b"k01", b"k02"))) == 100
+    assert open_files() == before
+    store = LocalDirStore(path)
+    with dkv.open(store, read_only=True) as ro:
+        assert ro.get(b"k0007") == b"v" * 40
+    assert store._fds, "the caller's store keeps its handles"
+    assert dkv.open(store, read_only=True).get(b"k0299") == b"v" * 40
+    store.close()

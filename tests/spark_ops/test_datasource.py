@@ -125,6 +125,26 @@ def test_rows_equal_a_streaming_operators_state(ds, utc_spark, tmp_path):
     # queue positions: the old head removed, the new items added at their new positions
     assert {("a", "amounts", 0, "removed"), ("a", "amounts", 0, "added"), ("c", "total", None, "added")} <= ch
     assert ("b", "total", None, "changed") in ch
+    # With the session's Python filter pushdown on, filters on operator and key_group prune
+    # what is read (fewer partitions for another operator); the rows are those Spark's own
+    # filtering keeps.
+    from spark_ops.datasource import PUSHDOWN_CONF
+    utc_spark.conf.set(PUSHDOWN_CONF, "true")
+    try:
+        spark_ops.register_datasource(utc_spark)
+        kgs = sorted({r.key_group for r in rows})[:2]
+        cols = ["instance", "key_group", "key", "object", "slot", "value"]
+        pushed = utc_spark.read.format("objectspace").load(state).filter(
+            f"key_group in ({', '.join(map(str, kgs))}) and operator = 'totals'")
+        assert rows_of(pushed, cols) == {tuple(r[c] for c in cols) for r in rows if r.key_group in kgs}
+        assert len(rows_of(pushed, cols)) < len(rows)
+        other = utc_spark.read.format("objectspace").load(state).filter("operator = 'other'")
+        assert other.rdd.getNumPartitions() == 1 and other.count() == 0      # no shard of it read
+        timers = utc_spark.read.format("objectspace").option("timers", True).load(state).filter(f"key_group = {kgs[0]}")
+        assert all(r.key_group == kgs[0] for r in timers.collect())
+    finally:
+        utc_spark.conf.unset(PUSHDOWN_CONF)
+        spark_ops.register_datasource(utc_spark)
 
 
 def test_bad_options(ds, tmp_path):

@@ -72,8 +72,11 @@ def connect(tmp_path_factory):
     try:
         line = ""
         deadline = time.monotonic() + 180
+        # poll(), not select(): after a long suite this process's descriptors may be past 1024
+        poller = select.poll()
+        poller.register(proc.stdout, select.POLLIN)
         while time.monotonic() < deadline and proc.poll() is None:
-            if select.select([proc.stdout], [], [], 1.0)[0]:
+            if poller.poll(1000):
                 line = proc.stdout.readline()
             if line.startswith("READY"):
                 break
