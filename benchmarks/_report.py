@@ -43,3 +43,21 @@ def write_json(path: str, data) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump(data, f, indent=2, default=str)
+
+
+def folder_sizes(root) -> dict:
+    """{path: size} of every file under ``root`` (a file removed while walking is skipped)."""
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            try:
+                out[p] = os.path.getsize(p)
+            except FileNotFoundError:      # collected while we walked
+                pass
+    return out
+
+
+def grown(before: dict, after: dict) -> dict:
+    """{path: bytes added} between two ``folder_sizes``: new files and growth of old ones."""
+    return {p: size - before.get(p, 0) for p, size in after.items() if size > before.get(p, 0)}

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import dkv  # noqa: E402
-from _report import table, write_json  # noqa: E402
+from _report import folder_sizes, grown, table, write_json  # noqa: E402
 from objectspace import ObjectSpace  # noqa: E402
 from objectspace._codec import encode  # noqa: E402
 from sortedcontainers import SortedDict  # noqa: E402
@@ -45,18 +45,6 @@ HAVE_DKV = hasattr(dkv, "open")
 
 
 # -- measuring what a checkpoint writes ------------------------------------------------------
-
-def folder_sizes(root: str) -> dict:
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(dirpath, f)
-            try:
-                out[p] = os.path.getsize(p)
-            except FileNotFoundError:      # collected while we walked
-                pass
-    return out
-
 
 class Store:
     """A fresh dkv folder store with a space on it; ``checkpoint`` returns bytes written."""
@@ -73,7 +61,7 @@ class Store:
         if hasattr(self.space.db, "wait_idle"):     # flushes and compactions count too
             self.space.db.wait_idle()
         after = folder_sizes(self.path)
-        written = sum(size - self.before.get(p, 0) for p, size in after.items() if size > self.before.get(p, 0))
+        written = sum(grown(self.before, after).values())
         self.before = after
         return written
 

@@ -46,20 +46,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 
-from _report import table, write_json  # noqa: E402
+from _report import folder_sizes, grown, table, write_json  # noqa: E402
 from objectspace import ObjectSpace  # noqa: E402
-
-
-def folder_sizes(root: str) -> dict:
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(dirpath, f)
-            try:
-                out[p] = os.path.getsize(p)
-            except FileNotFoundError:      # removed while we walked
-                pass
-    return out
 
 
 class Side:
@@ -80,7 +68,7 @@ class Side:
         if hasattr(self.space.db, "wait_idle"):     # flushes and compactions count too
             self.space.db.wait_idle()
         after = folder_sizes(self.path)
-        return sum(max(0, size - before.get(p, 0)) for p, size in after.items())
+        return sum(grown(before, after).values())
 
     def cold(self) -> ObjectSpace:
         return ObjectSpace(self.space.db, prefix=self.space.prefix)

@@ -30,8 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _report import folder_sizes, grown  # noqa: E402
 from spark_ops import _host, _runtime  # noqa: E402
 from spark_ops._runtime import ShardSpec, run_shard_batch  # noqa: E402
 from spark_ops._shards import shard_of  # noqa: E402
@@ -85,18 +87,6 @@ class BatchEvents:
                 events = []
         if events:
             yield events
-
-
-def listing(root: Path) -> dict:
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(dirpath, f)
-            try:
-                out[p] = os.path.getsize(p)
-            except FileNotFoundError:
-                pass
-    return out
 
 
 def rss_mb() -> float:
@@ -163,13 +153,13 @@ def run(args) -> dict:
         emitted_total += sum(pc.sum(pc.list_value_length(rb.column("items"))).as_py() or 0 for rb in emitted)
         full_rows &= all(pc.all(pc.equal(pc.list_value_length(rb.column("items")), args.count)).as_py() in (True, None)
                          for rb in emitted)
-        now = listing(state)
-        grown = {p: s - seen.get(p, 0) for p, s in now.items() if s > seen.get(p, 0)}
+        now = folder_sizes(state)
+        added = grown(seen, now)
         seen = now
-        manifest = sum(s for p, s in grown.items() if "/manifest/" in p)
+        manifest = sum(s for p, s in added.items() if "/manifest/" in p)
         sst_files = [s for p, s in now.items() if p.endswith(".sst")]
-        rec = {"batch": b, "events": len(events), "ms": ms, "bytes": sum(grown.values()),
-               "objects": len(grown), "manifest_bytes": manifest, "emitted": sum(rb.num_rows for rb in emitted),
+        rec = {"batch": b, "events": len(events), "ms": ms, "bytes": sum(added.values()),
+               "objects": len(added), "manifest_bytes": manifest, "emitted": sum(rb.num_rows for rb in emitted),
                "rss_mb": rss_mb(), "live_ssts": len(sst_files),
                "live_sst_mb": sum(sst_files) / 2**20,
                "wal_segments": sum(1 for p in now if p.endswith(".wal")),
