@@ -582,6 +582,14 @@ static uint32_t crc32_of(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
     return ~crc;
 }
 
+/* Set the k probe bits (h1 + j * h2) mod m of one key. */
+static inline void set_probes(unsigned char *bits, uint64_t h1, uint64_t h2, Py_ssize_t m, int k) {
+    for (int j = 0; j < k; j++) {
+        uint64_t p = (h1 + (uint64_t)j * h2) % (uint64_t)m;
+        bits[p >> 3] |= (unsigned char)(1u << (p & 7));
+    }
+}
+
 /* bloom_build(keys: list[bytes], m: int, k: int) -> bytes of m / 8 bytes */
 static PyObject *bloom_build(PyObject *self, PyObject *args) {
     PyObject *keys;
@@ -610,11 +618,7 @@ static PyObject *bloom_build(PyObject *self, PyObject *args) {
         }
         const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(key);
         Py_ssize_t len = PyBytes_GET_SIZE(key);
-        uint64_t h1 = crc32_of(0, s, len), h2 = crc32_of(SEED2, s, len) | 1u;
-        for (int j = 0; j < k; j++) {
-            uint64_t p = (h1 + (uint64_t)j * h2) % (uint64_t)m;
-            bits[p >> 3] |= (unsigned char)(1u << (p & 7));
-        }
+        set_probes(bits, crc32_of(0, s, len), crc32_of(SEED2, s, len) | 1u, m, k);
     }
     return out;
 }
@@ -675,12 +679,8 @@ static PyObject *bloom_build_hashed(PyObject *self, PyObject *args) {
     memset(bits, 0, (size_t)(m / 8));
     const unsigned char *h = (const unsigned char *)buf.buf;
     for (Py_ssize_t i = 0; i < buf.len / 8; i++, h += 8) {
-        uint64_t h1 = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-        uint64_t h2 = (uint32_t)h[4] | (uint32_t)h[5] << 8 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 24;
-        for (int j = 0; j < k; j++) {
-            uint64_t p = (h1 + (uint64_t)j * h2) % (uint64_t)m;
-            bits[p >> 3] |= (unsigned char)(1u << (p & 7));
-        }
+        set_probes(bits, (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24,
+                   (uint32_t)h[4] | (uint32_t)h[5] << 8 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 24, m, k);
     }
     PyBuffer_Release(&buf);
     return out;
