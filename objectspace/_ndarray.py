@@ -24,30 +24,10 @@ from . import _layout as L
 from . import _ndlayout as N
 from ._base import F_META, F_REPLACE, MISSING, PersistedObject
 from ._cache import OBJECT_BYTES
+from ._ndindex import axis_runs, int_index, select
 
 _slot_key = L.slot_key
 CHUNK_OVERHEAD = 200        # bytes per cached chunk besides its cells (the array object)
-
-
-def _np():
-    import numpy
-    return numpy
-
-
-def _axis_runs(first: int, n: int, step: int, size: int) -> list:
-    """The selection ``first, first + step, ... (n of them)`` (step > 0) of one axis cut
-    at chunk boundaries: (chunk index, slice within the chunk, slice of the selection).
-    O(chunks touched)."""
-    runs = []
-    k = 0
-    while k < n:
-        i = first + k * step
-        c = i // size
-        base = c * size
-        k2 = min(n - 1, (base + size - 1 - first) // step)
-        runs.append((c, slice(i - base, first + k2 * step - base + 1, step), slice(k, k2 + 1)))
-        k = k2 + 1
-    return runs
 
 
 class PersistedNDArray(PersistedObject):
@@ -91,7 +71,7 @@ class PersistedNDArray(PersistedObject):
         return self
 
     def _setup(self, shape, native, le, chunks, fill, stored: bool) -> None:
-        np = _np()
+        np = N._np()
         self._shape, self._dtype, self._le, self._chunks, self._fillb = tuple(shape), native, le, chunks, fill
         self._fill = np.frombuffer(fill, dtype=le).astype(native)[0]
         self._regrid()
@@ -251,64 +231,9 @@ class PersistedNDArray(PersistedObject):
         return out
 
     def _blank(self, ext: tuple):
-        return _np().full(ext, self._fill, dtype=self._dtype)
+        return N._np().full(ext, self._fill, dtype=self._dtype)
 
     # -- indexing ---------------------------------------------------------------------------------
-
-    def _select(self, key):
-        """numpy basic indexing: per axis (first, count, step > 0) and, to map the
-        selection (taken in increasing order) to what numpy returns, an index into it
-        (0 for an int, a reversed slice for a negative step, None for a new axis).
-        Raises IndexError for an index out of bounds or of an unsupported type."""
-        if not isinstance(key, tuple):
-            key = (key,)
-        shape, ndim = self._shape, len(self._shape)
-        ells = sum(1 for k in key if k is Ellipsis)
-        if ells > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
-        real = sum(1 for k in key if k is not None and k is not Ellipsis)
-        if real > ndim:
-            raise IndexError(f"too many indices for ndarray {self._name!r}: it is {ndim}-dimensional, "
-                             f"but {real} were indexed")
-        if not ells:
-            key = key + (Ellipsis,)
-        sel, post = [], []
-        for k in key:
-            if k is Ellipsis:
-                for _ in range(ndim - real):
-                    sel.append((0, shape[len(sel)], 1))
-                    post.append(slice(None))
-                if ells:
-                    post.append(Ellipsis)   # as numpy: with an ellipsis, the result is an array
-            elif k is None:
-                post.append(None)
-            elif isinstance(k, slice):
-                start, stop, step = k.indices(shape[len(sel)])
-                n = len(range(start, stop, step))
-                if step > 0:
-                    sel.append((start, n, step))
-                    post.append(slice(None))
-                else:
-                    sel.append((start + (n - 1) * step if n else 0, n, -step))
-                    post.append(slice(None, None, -1))
-            else:
-                sel.append((self._int_index(k, len(sel)), 1, 1))
-                post.append(0)
-        return sel, tuple(post)
-
-    def _int_index(self, k, axis: int) -> int:
-        if isinstance(k, (bool, _np().bool_)):
-            raise IndexError(f"ndarray {self._name!r} takes basic indices only (ints, slices, ..., None), not bool")
-        try:
-            i = operator.index(k)
-        except TypeError:
-            raise IndexError(f"ndarray {self._name!r} takes basic indices only (ints, slices, ..., None), "
-                             f"not {type(k).__name__}") from None
-        n = self._shape[axis]
-        if not -n <= i < n:
-            raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n} "
-                             f"(ndarray {self._name!r} of shape {self._shape})")
-        return i + n if i < 0 else i
 
     def _cell(self, key):
         """(slot, position in the chunk) of an index that names one cell by ints; None
@@ -322,14 +247,14 @@ class PersistedNDArray(PersistedObject):
         s, local = 0, []
         for axis, (i, n, c, st) in enumerate(zip(key, self._shape, self._chunks, self._strides)):
             if not 0 <= i < n:
-                i = self._int_index(i, axis)
+                i = int_index(i, axis, self._shape, self._name)
             q, r = divmod(i, c)
             s += q * st
             local.append(r)
         return s, tuple(local)
 
     def _runs(self, sel) -> list:
-        return [_axis_runs(first, n, step, c) for (first, n, step), c in zip(sel, self._chunks)]
+        return [axis_runs(first, n, step, c) for (first, n, step), c in zip(sel, self._chunks)]
 
     def _slot(self, coords) -> int:
         return sum(c * st for c, st in zip(coords, self._strides))
@@ -343,8 +268,8 @@ class PersistedNDArray(PersistedObject):
         if cell is not None:
             c = self._fetch((cell[0],))[cell[0]]
             return self._fill if c is None else c[cell[1]]
-        np = _np()
-        sel, post = self._select(key)
+        np = N._np()
+        sel, post = select(key, self._shape, self._name)
         runs = self._runs(sel)
         out = np.full(tuple(n for _, n, _ in sel), self._fill, dtype=self._dtype)
         combos = [(self._slot([r[0] for r in combo]), combo) for combo in product(*runs)]
@@ -362,7 +287,7 @@ class PersistedNDArray(PersistedObject):
         does not cast changes nothing."""
         if self._dead:
             self._raise_dead()
-        np = _np()
+        np = N._np()
         cell = self._cell(key) if isinstance(value, (int, float, complex, np.generic)) else None
         if cell is not None:            # one cell, one chunk
             s, local = cell
@@ -383,7 +308,7 @@ class PersistedNDArray(PersistedObject):
             if not self._listed:
                 self._touch()
             return
-        sel, post = self._select(key)
+        sel, post = select(key, self._shape, self._name)
         block = np.empty(tuple(n for _, n, _ in sel), dtype=self._dtype)
         try:
             block[post] = value
@@ -498,7 +423,7 @@ class PersistedNDArray(PersistedObject):
         """Add ``rows`` at the end of the first axis: an array of shape ``(k, *shape[1:])``,
         or one row of shape ``shape[1:]`` (broadcast and cast as in assignment; a value
         that does not fit changes nothing). O(cells added)."""
-        np = _np()
+        np = N._np()
         rows = np.asarray(rows)
         if rows.ndim < len(self._shape):
             rows = rows[None]
@@ -526,7 +451,7 @@ class PersistedNDArray(PersistedObject):
     def fill(self, value) -> None:
         """Set every cell to ``value``: the fill value clears (O(1)), another writes every
         chunk of the grid (O(size))."""
-        np = _np()
+        np = N._np()
         cell = np.empty((), dtype=self._dtype)
         cell[()] = value
         if cell.astype(self._le).tobytes() == self._fillb:
