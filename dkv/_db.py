@@ -489,10 +489,13 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             "memtable_bytes": self._active.nbytes, "memtable_records": len(self._active),
             "sealed_memtables": len(immutable),
             "immutable_bytes": sum(m.nbytes for m in immutable),
+            # records, from counts kept in memory (no I/O); until a compaction merges them,
+            # overwritten versions and tombstones count too
+            "immutable_records": sum(len(m) if type(m) is Memtable else m.ref.count for m in immutable),
             "flush_pending": self._flush_queued or self._flushing,
-            "levels": [{"level": 0, "tables": len(version.l0), "bytes": version.level_bytes(0)}] + [
-                {"level": i + 1, "tables": len(lv), "bytes": sum(t.ref.size for t in lv)}
-                for i, lv in enumerate(version.levels)],
+            "levels": [{"level": i, "tables": len(run), "bytes": sum(t.ref.size for t in run),
+                        "records": sum(t.ref.count for t in run)}
+                       for i, run in enumerate((version.l0, *version.levels))],
             "wal_segments": len(self._segments), "checkpoints": [c.epoch for c in self._committed],
             "block_cache": {"bytes": self._cache.used, "hits": self._cache.hits, "misses": self._cache.misses},
             "pacing": {"pace": self._pacer.pace, "tokens": int(self._pacer.tokens), "waits": self._pacer.waits},
