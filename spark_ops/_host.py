@@ -305,12 +305,8 @@ def serve(sock_path: str, owner: int, idle: float) -> None:
         drop_cached()
         _remove_files(sock_path, inode)
         if not _alive(owner):
-            for name in os.listdir(os.path.dirname(sock_path)):
-                if name.startswith(f"t{owner}-"):
-                    try:
-                        os.unlink(os.path.join(os.path.dirname(sock_path), name))
-                    except OSError:
-                        pass
+            folder = os.path.dirname(sock_path)
+            _unlink_all(folder, [n for n in os.listdir(folder) if n.startswith(f"t{owner}-")])
 
 
 def _remove_files(sock_path: str, inode: int) -> None:
@@ -447,6 +443,7 @@ def _remove_stale_metrics_logs(folder: str) -> None:
         names = os.listdir(folder)
     except OSError:
         return
+    stale = []
     for name in names:
         if not name.startswith("h") or ".metrics.log" not in name:
             continue
@@ -455,10 +452,17 @@ def _remove_stale_metrics_logs(folder: str) -> None:
         except ValueError:
             continue
         if not _alive(owner):
-            try:
-                os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
+            stale.append(name)
+    _unlink_all(folder, stale)
+
+
+def _unlink_all(folder: str, names: list) -> None:
+    """Remove these files of ``folder``, each as far as it goes (another host may race us)."""
+    for name in names:
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":
