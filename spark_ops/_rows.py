@@ -140,7 +140,10 @@ def _column(pd, values: list):
                 return pd.Series(values, index=pd.RangeIndex(len(values)))
         except (TypeError, ValueError, OverflowError):  # ints past int64, out of datetime64's range, mixed zones
             pass
-    return np.fromiter(values, dtype=object, count=len(values))
+    # an explicit object Series: pandas 3 would turn an object array of strings into its str
+    # dtype, and a None there into NaN
+    return pd.Series(np.fromiter(values, dtype=object, count=len(values)), dtype=object,
+                     index=pd.RangeIndex(len(values)), copy=False)
 
 
 _DTYPES = {int: "int64", float: "float64", bool: "bool"}
