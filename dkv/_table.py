@@ -273,8 +273,13 @@ class Table:
                 self._read_ahead(i, end)
             blk = self.block(i)
             if type(blk[0]) is bytes:
-                keys, values, stop = front_decode(blk[0], blk[1], start if i == 0 or start is None or
-                                                  start > first[i] else None, end)
+                lo = start if start is not None and (i == 0 or start > first[i]) else None
+                if lo is None:
+                    keys, values, stop = front_decode(blk[0], blk[1], None, end)
+                else:                   # the range starts inside the block: resume at a restart hint
+                    if len(blk) == 3:
+                        blk.append(front_index(blk[0], blk[1], HINT_EVERY) if front_index is not None else None)
+                    keys, values, stop = front_decode(blk[0], blk[1], lo, end, blk[3])
                 if keys:
                     yield keys, values, blk[2]
                 if stop < 0:            # end fell inside this block

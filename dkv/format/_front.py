@@ -154,9 +154,11 @@ def _walk(data, pos, lo, hi, exact):
     return keys, values, (vp if i1 == n else -1)
 
 
-def py_decode(data, pos: int = 0, lo: bytes | None = None, hi: bytes | None = None) -> tuple[list, list, int]:
+def py_decode(data, pos: int = 0, lo: bytes | None = None, hi: bytes | None = None,
+              hints=None) -> tuple[list, list, int]:
     """(keys, values, end) of the records at ``pos`` whose keys are in [lo, hi); ``end`` is
-    where the records end, -1 when ``hi`` stopped the walk before it."""
+    where the records end, -1 when ``hi`` stopped the walk before it. ``hints`` (the C
+    module's restart index of the same records) only speeds the C walk."""
     return _walk(data, pos, lo, hi, False)
 
 
@@ -171,6 +173,7 @@ decode = _c_decode or py_decode
 find = _c_find or py_find
 # index(data, pos, every) -> restart hints for find: after every `every`-th record, where the
 # walk can resume (in memory only; None without the C module). A cached block builds them
-# on its first lookup, so a get walks at most `every` records instead of half the block.
+# on its first lookup, so a get, or a scan starting inside the block, walks at most `every`
+# records before its first key instead of half the block.
 index = _c_index
 HINT_EVERY = 16

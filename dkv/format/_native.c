@@ -232,11 +232,20 @@ static int next_value(const unsigned char *buf, Py_ssize_t len, Py_ssize_t *vp, 
     return 0;
 }
 
-/* Walk the records at pos with keys in [lo, hi) (NULL: unbounded). Returns (keys, values,
-   end) — end is where the records end, or -1 when the walk stopped before the end. NULL
-   with an exception on malformed input. */
+/* A restart point of front-coded records (see index() below): after record `rec`, where the
+   next key (kp) and the next value (vp) start, and that record's whole key and the whole
+   previous value at off and voff of the hints' blob. */
+typedef struct {
+    uint32_t rec, kp, vp, klen, vlen, off, voff;
+} hint;
+
+/* Walk the records at pos with keys in [lo, hi) (NULL: unbounded), resuming after hint e
+   (NULL: from the first record; e's key must be < lo). Returns (keys, values, end) — end is
+   where the records end, or -1 when the walk stopped before the end. NULL with an exception
+   on malformed input. */
 static PyObject *walk(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, const unsigned char *lo,
-                      Py_ssize_t llo, const unsigned char *hi, Py_ssize_t lhi) {
+                      Py_ssize_t llo, const unsigned char *hi, Py_ssize_t lhi, const hint *e,
+                      const unsigned char *hblob) {
     size_t n, klen;
     scratch sc = {NULL, 0};
     PyObject *keys = NULL, *values = NULL, *result = NULL;
@@ -248,9 +257,23 @@ static PyObject *walk(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, 
     if (keys == NULL || values == NULL) {
         goto done;
     }
-    Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos;
-    size_t i0 = n, i1 = n, plen = 0, i;
-    for (i = 0; i < n; i++) {
+    Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos, vp = kend;
+    size_t i0 = n, i1 = n, plen = 0, i, first = 0;
+    if (e != NULL) {
+        if (e->rec >= n || e->kp < pos || e->kp > kend || e->vp < kend || e->vp > len
+            || reserve(&sc, e->klen + 1) < 0) {
+            if (!PyErr_Occurred()) {
+                malformed();
+            }
+            goto done;
+        }
+        memcpy(sc.p, hblob + e->off, e->klen);
+        plen = e->klen;
+        kp = e->kp;
+        vp = e->vp;
+        first = (size_t)e->rec + 1;
+    }
+    for (i = first; i < n; i++) {
         if (next_key(buf, kend, &kp, &sc, &plen) < 0) {
             goto done;
         }
@@ -276,9 +299,15 @@ static PyObject *walk(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, 
         goto done;
     }
     /* The values up to i1 (each may share a prefix with the previous one). */
-    Py_ssize_t vp = kend;
     plen = 0;
-    for (i = 0; i < i1; i++) {
+    if (e != NULL) {
+        if (reserve(&sc, e->vlen + 1) < 0) {
+            goto done;
+        }
+        memcpy(sc.p, hblob + e->voff, e->vlen);
+        plen = e->vlen;
+    }
+    for (i = first; i < i1; i++) {
         int tomb = next_value(buf, len, &vp, &sc, &plen);
         if (tomb < 0) {
             goto done;
@@ -303,26 +332,6 @@ done:
 
 /* decode(data, pos=0, lo=None, hi=None) -> (keys, values, end): the records at pos with
    lo <= key < hi; end is where the records end (-1 when hi stopped the walk early). */
-static PyObject *front_decode(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t pos = 0;
-    PyObject *lo = Py_None, *hi = Py_None;
-    if (!PyArg_ParseTuple(args, "y*|nOO", &view, &pos, &lo, &hi)) {
-        return NULL;
-    }
-    PyObject *r = NULL;
-    if ((lo != Py_None && !PyBytes_Check(lo)) || (hi != Py_None && !PyBytes_Check(hi))) {
-        PyErr_SetString(PyExc_TypeError, "lo and hi must be bytes or None");
-    } else {
-        r = walk((const unsigned char *)view.buf, view.len, pos,
-                 lo == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(lo),
-                 lo == Py_None ? 0 : PyBytes_GET_SIZE(lo),
-                 hi == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(hi),
-                 hi == Py_None ? 0 : PyBytes_GET_SIZE(hi));
-    }
-    PyBuffer_Release(&view);
-    return r;
-}
 
 /* -- restart hints: an in-memory index of a cached block ----------------------------------
  *
@@ -336,9 +345,6 @@ static PyObject *front_decode(PyObject *self, PyObject *args) {
  * Layout (native byte order): u32 m, then m entries of 7 u32 {rec, kp, vp, klen, vlen, off,
  * voff}, then the bytes the entries' off (key) and voff (value) point at.
  */
-typedef struct {
-    uint32_t rec, kp, vp, klen, vlen, off, voff;
-} hint;
 
 /* Append n bytes to blob at *used; the offset they start at goes to *off. */
 static int keep(scratch *blob, size_t *used, const unsigned char *p, size_t n, uint32_t *off) {
@@ -435,6 +441,78 @@ done:
     return result;
 }
 
+/* *e: the last of `hints` (bytes that index() returned, or None) whose key < k, NULL when
+   none is; *hblob: the blob its key and value are in. -1 with an exception when hints is not
+   such bytes. */
+static int pick_hint(PyObject *hints, const unsigned char *k, Py_ssize_t lk, const hint **e,
+                     const unsigned char **hblob) {
+    *e = NULL;
+    *hblob = NULL;
+    if (hints == Py_None) {
+        return 0;
+    }
+    if (!PyBytes_Check(hints) || PyBytes_GET_SIZE(hints) < 4) {
+        PyErr_SetString(PyExc_TypeError, "hints must be the bytes index() returned");
+        return -1;
+    }
+    const char *hb = PyBytes_AS_STRING(hints);
+    uint32_t m;
+    memcpy(&m, hb, 4);
+    size_t head = 4 + (size_t)m * sizeof(hint);
+    if (head > (size_t)PyBytes_GET_SIZE(hints)) {
+        PyErr_SetString(PyExc_ValueError, "hints are malformed");
+        return -1;
+    }
+    const hint *hs = (const hint *)(hb + 4);
+    *hblob = (const unsigned char *)hb + head;
+    size_t lo = 0, hi = m;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cmp(*hblob + hs[mid].off, hs[mid].klen, k, (size_t)lk) < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if (lo > 0) {
+        *e = &hs[lo - 1];
+        size_t blob = (size_t)PyBytes_GET_SIZE(hints) - head;
+        if ((size_t)(*e)->off + (*e)->klen > blob || (size_t)(*e)->voff + (*e)->vlen > blob) {
+            PyErr_SetString(PyExc_ValueError, "hints are malformed");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* decode(data, pos=0, lo=None, hi=None, hints=None) -> (keys, values, end): the records at
+   pos with lo <= key < hi; end is where the records end (-1 when hi stopped the walk early).
+   With hints (index() of the same records) and lo, the walk starts at the last restart
+   point below lo instead of the first record. */
+static PyObject *front_decode(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos = 0;
+    PyObject *lo = Py_None, *hi = Py_None, *hints = Py_None;
+    if (!PyArg_ParseTuple(args, "y*|nOOO", &view, &pos, &lo, &hi, &hints)) {
+        return NULL;
+    }
+    PyObject *r = NULL;
+    const hint *e = NULL;
+    const unsigned char *hblob = NULL;
+    if ((lo != Py_None && !PyBytes_Check(lo)) || (hi != Py_None && !PyBytes_Check(hi))) {
+        PyErr_SetString(PyExc_TypeError, "lo and hi must be bytes or None");
+    } else if (lo == Py_None || pick_hint(hints, (const unsigned char *)PyBytes_AS_STRING(lo),
+                                          PyBytes_GET_SIZE(lo), &e, &hblob) == 0) {
+        r = walk((const unsigned char *)view.buf, view.len, pos,
+                 lo == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(lo),
+                 lo == Py_None ? 0 : PyBytes_GET_SIZE(lo),
+                 hi == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(hi),
+                 hi == Py_None ? 0 : PyBytes_GET_SIZE(hi), e, hblob);
+    }
+    PyBuffer_Release(&view);
+    return r;
+}
+
 /* The exact lookup of key, resuming after hint e (NULL: from the first record). */
 static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, const hint *e,
                            const unsigned char *hblob, const unsigned char *key, Py_ssize_t lkey) {
@@ -520,41 +598,9 @@ static PyObject *front_find(PyObject *self, PyObject *args) {
     const hint *e = NULL;
     const unsigned char *hblob = NULL;
     PyObject *r = NULL;
-    if (hints != Py_None) {
-        if (!PyBytes_Check(hints) || PyBytes_GET_SIZE(hints) < 4) {
-            PyErr_SetString(PyExc_TypeError, "hints must be the bytes index() returned");
-            goto out;
-        }
-        const char *hb = PyBytes_AS_STRING(hints);
-        uint32_t m;
-        memcpy(&m, hb, 4);
-        size_t head = 4 + (size_t)m * sizeof(hint);
-        if (head > (size_t)PyBytes_GET_SIZE(hints)) {
-            PyErr_SetString(PyExc_ValueError, "hints are malformed");
-            goto out;
-        }
-        const hint *hs = (const hint *)(hb + 4);
-        hblob = (const unsigned char *)hb + head;
-        size_t lo = 0, hi = m;      /* the last hint whose key < k */
-        while (lo < hi) {
-            size_t mid = (lo + hi) / 2;
-            if (cmp(hblob + hs[mid].off, hs[mid].klen, k, (size_t)lk) < 0) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        if (lo > 0) {
-            e = &hs[lo - 1];
-            size_t blob = (size_t)PyBytes_GET_SIZE(hints) - head;
-            if ((size_t)e->off + e->klen > blob || (size_t)e->voff + e->vlen > blob) {
-                PyErr_SetString(PyExc_ValueError, "hints are malformed");
-                goto out;
-            }
-        }
+    if (pick_hint(hints, k, lk, &e, &hblob) == 0) {
+        r = find_from((const unsigned char *)view.buf, view.len, pos, e, hblob, k, lk);
     }
-    r = find_from((const unsigned char *)view.buf, view.len, pos, e, hblob, k, lk);
-out:
     PyBuffer_Release(&view);
     return r;
 }
@@ -715,7 +761,7 @@ static PyObject *bloom_check(PyObject *self, PyObject *const *args, Py_ssize_t n
 
 static PyMethodDef methods[] = {
     {"encode", front_encode, METH_VARARGS, "Front-code sorted keys and their values (None: tombstone)."},
-    {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos in [lo, hi)."},
+    {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos in [lo, hi) (with index() hints)."},
     {"find", front_find, METH_VARARGS, "(found, value) of one key in front-coded records (with index() hints)."},
     {"index", front_index, METH_VARARGS, "Restart hints of front-coded records, every n-th record (in memory only)."},
     {"bloom_hashes", bloom_hashes, METH_O, "Two CRC-32s per key (8 bytes a key) for bloom_build_hashed."},

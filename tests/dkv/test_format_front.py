@@ -129,3 +129,32 @@ def test_restart_hints_find_exactly_what_a_whole_walk_finds(seed):
         _front.find(data, b"k", 2, "not hints")
     with pytest.raises(ValueError):
         _front.find(data, b"k", 2, b"\xff\xff\xff\x00")        # claims more entries than it holds
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(30))
+def test_restart_hints_make_a_range_decode_start_late_with_the_same_records(seed):
+    """decode() given hints starts at the last restart point below ``lo`` (a scan that starts
+    inside a cached block): the keys, values and end equal a walk from the first record's,
+    for ranges starting on, between, before and after keys, with tombstones and shared value
+    prefixes across restart points."""
+    rng = random.Random(seed)
+    keys, values = _records(rng, rng.choice([0, 1, 2, 15, 16, 17, 33, 200, 1000]))
+    if seed % 3 == 0:
+        keys = [b"ns/items/" + i.to_bytes(8, "big") for i in range(len(keys))]
+    data = b"hd" + _front.encode(keys, values)
+    step = max(1, len(keys) // 60)
+    los = keys[::step] + [k + b"\x00" for k in keys[::2 * step]] + [b"", b"\xff" * 5] + [k[:-1] for k in keys[::3 * step] if k]
+    his = [None] + keys[::len(keys) // 4 or 1] + [b"\xff" * 6]
+    for every in (1, 3, 16):
+        hints = _front.index(data, 2, every)
+        for lo in los:
+            for hi in his:
+                want = _front.decode(data, 2, lo, hi)
+                assert _front.decode(data, 2, lo, hi, hints) == want, (every, lo, hi)
+    for lo in los[::10]:            # and the C walk from the first record is the reference's
+        assert _front.decode(data, 2, lo, None) == _front.py_decode(data, 2, lo, None)
+    with pytest.raises(TypeError):
+        _front.decode(data, 2, b"k", None, "not hints")
+    with pytest.raises(ValueError):
+        _front.decode(data, 2, b"k", None, b"\xff\xff\xff\x00")
