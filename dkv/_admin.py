@@ -124,15 +124,25 @@ def verify(location, instance: str = "", checkpoint: int | None = None, progress
                                       f"in {store.location!r} instance {instance!r}")
     m = mf.decode(store.get(info.name), info.name)
     store = _locate.root_of(store, instance, m).store    # where the manifest's names are relative to
-    files = [("sst", t.path, t.size) for t in m.tables()]
-    files += [("wal", _paths.wal_name(r.ns, r.writer, i), None) for r in m.wal for i in range(r.first, r.last + 1)]
-    report = {"epoch": m.epoch, "manifest": info.name, "sst_files": 0, "wal_segments": 0,
+    files = [("sst", t.path, t.size, None) for t in m.tables()]
+    for r in m.wal:
+        if r.inline:
+            files.append(("wal", _paths.wal_name(r.ns, r.writer, r.first), None, r.data))
+        else:
+            files += [("wal", _paths.wal_name(r.ns, r.writer, i), None, None) for i in range(r.first, r.last + 1)]
+    report = {"epoch": m.epoch, "manifest": info.name, "sst_files": 0, "wal_segments": 0, "inline_segments": 0,
               "blocks": 0, "records": 0, "bytes": 0}
-    for n, (kind, path, size) in enumerate(files):
-        data = store.get(path)
+    for n, (kind, path, size, inline) in enumerate(files):
+        if inline is not None:      # carried by the manifest (RFC 0007): no file to read
+            data = inline
+            what = f"manifest {info.name}: its inline WAL segment {path}"
+            report["inline_segments"] += 1
+        else:
+            data = store.get(path)
+            what = f"WAL segment {path}"
         report["bytes"] += len(data)
         if kind == "wal":
-            report["records"] += len(wal.decode(data, f"WAL segment {path}").keys)
+            report["records"] += len(wal.decode(data, what).keys)
             report["wal_segments"] += 1
         else:
             if len(data) != size:

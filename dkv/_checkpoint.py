@@ -6,7 +6,10 @@ Asynchronous (upload thread, in order): write the WAL segment, create the manife
 conditional create, list the writer claims (a newer claim means this writer is fenced: the
 manifest is withdrawn and the checkpoint fails), then collect garbage.
 SSTs are referenced by name, never copied: a checkpoint costs its WAL segment plus a
-manifest of ~100 bytes.
+manifest of ~100 bytes. A small segment is not a file at all: the manifest carries it
+(an inline segment, RFC 0007), and so does every later manifest that still needs it
+while the inline bytes stay within ``INLINE_MANIFEST_BYTES``; past that, the oldest go
+out as files.
 """
 from __future__ import annotations
 
@@ -30,7 +33,9 @@ class Segment:
     ``source``: its records as a read source — the sealed Memtable until it is encoded,
     then a Delta over ``data`` (the segment's bytes); None for a segment whose records
     are not replayed (a flush covers them). ``state``: pending (not uploaded yet),
-    uploaded, or failed (a checkpoint's upload failed: the next one retries it)."""
+    uploaded (a file), failed (a checkpoint's upload failed: the next one retries it), or
+    inline (no file: manifests carry its bytes, ``data``, which it keeps; every
+    checkpoint that still needs it carries it again or writes it out as a file)."""
 
     __slots__ = ("ns", "writer", "id", "max_seq", "skip", "groups", "state", "source", "data", "error")
 
@@ -48,8 +53,11 @@ class Segment:
 class Checkpoint:
     """Handle on a checkpoint in progress. ``wait()`` blocks until it is durable.
 
-    Attributes after completion: ``name`` (manifest object name), ``wal_bytes``,
-    ``manifest_bytes``, ``records`` (WAL records uploaded), ``bytes_written``.
+    Attributes after completion: ``name`` (manifest object name), ``wal_bytes`` (bytes of
+    the WAL segments it made durable: files, and segments new in its manifest inline),
+    ``manifest_bytes`` (the rest of the manifest), ``records`` (WAL records uploaded),
+    ``bytes_written`` (their sum: every byte it wrote), ``inline_segments`` (segments its
+    manifest carries).
     """
 
     def __init__(self, epoch: int) -> None:
@@ -58,6 +66,8 @@ class Checkpoint:
         self.wal_bytes = 0
         self.manifest_bytes = 0
         self.records = 0
+        self.inline_segments = 0
+        self.inline_new = 0     # bytes of segments new in its manifest inline (in wal_bytes)
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._runner = None     # set when wait() may run the upload itself (DB.checkpoint)
@@ -104,20 +114,25 @@ class Pinned:
 
     def files(self) -> set:
         out = {t.path for t in self.version.tables()}
-        out.update(s.name for s in self.segments)
+        out.update(s.name for s in self.segments)   # an inline one's name: no such file (harmless)
         return out
 
 
-def wal_ranges(segments, flushed_seq: int, ns: str) -> list:
+def wal_ranges(segments, flushed_seq: int, ns: str, inline=frozenset()) -> list:
     """Compress the live segment list into manifest WalRanges (consecutive ids share one).
     Own segments skip what this instance flushed; other instances' keep their own skip
-    (their sequence numbers are another instance's)."""
+    (their sequence numbers are another instance's). Segments in ``inline`` (by id()) are
+    carried inline, one entry each, with their bytes."""
     out: list[mf.WalRange] = []
     for s in segments:
         skip = max(s.skip, flushed_seq) if s.ns == ns else s.skip
+        if id(s) in inline:
+            out.append(mf.WalRange(s.ns, s.writer, s.id, s.id, skip, s.groups, s.data))
+            continue
         if out:
             r = out[-1]
-            if (r.ns, r.writer, r.groups, r.skip_through) == (s.ns, s.writer, s.groups, skip) and r.last + 1 == s.id:
+            if (not r.inline and (r.ns, r.writer, r.groups, r.skip_through) == (s.ns, s.writer, s.groups, skip)
+                    and r.last + 1 == s.id):
                 out[-1] = mf.WalRange(r.ns, r.writer, r.first, s.id, skip, r.groups)
                 continue
         out.append(mf.WalRange(s.ns, s.writer, s.id, s.id, skip, s.groups))
@@ -128,6 +143,14 @@ class CheckpointMixin:
     """The checkpoint half of DB (see _db.py for the state it uses)."""
 
     INLINE_BYTES = 64 * 1024
+    # A WAL segment of at most INLINE_SEGMENT_BYTES (encoded) goes inside the manifest, not
+    # in a file of its own, as long as all the segments a manifest carries stay within
+    # INLINE_MANIFEST_BYTES (RFC 0007); past that, the oldest are written out as files. Set
+    # per store from the options inline_segment_bytes (default 0: off) and
+    # inline_manifest_bytes at open.
+    INLINE_SEGMENT_BYTES = 0
+    INLINE_MANIFEST_BYTES = 12 * 1024
+    INLINE_CARRY = True         # False: a segment goes inline once, the next manifest writes it out
 
     def _submit_stealable_upload(self, cp: Checkpoint, pin: Pinned) -> None:
         """Queue the upload, and let ``cp.wait()`` run it on the caller's thread if it gets
@@ -213,14 +236,17 @@ class CheckpointMixin:
                 self._claim_durable()
             except StorageError as e:
                 raise with_context(f"checkpoint {cp.epoch}: making the writer claim durable failed", e) from e
+            inline = self._choose_inline(cp, pin)
             for seg in pin.segments:
-                if seg.state in ("pending", "failed"):      # failed: an earlier checkpoint's, retried
+                # failed: an earlier checkpoint's, retried; inline but not carried any more:
+                # written out now (atomically: another writer may have written it out too)
+                if seg.state in ("pending", "failed", "inline") and id(seg) not in inline:
                     self._upload_segment(cp, seg)
             self._grant_background_bytes(cp.wal_bytes)
             m = mf.Manifest(
                 epoch=cp.epoch, writer=self._writer, last_seq=pin.last_seq,
                 levels=[[t.ref for t in pin.version.l0]] + [[t.ref for t in lv] for lv in pin.version.levels],
-                wal=wal_ranges(pin.segments, pin.flushed_seq, self.ns),
+                wal=wal_ranges(pin.segments, pin.flushed_seq, self.ns, inline),
                 retained=[c.epoch for c in self._committed[-(self.opts.retain - 1):]] + [cp.epoch] if self.opts.retain > 1 else [cp.epoch],
                 parent=self._committed[-1].epoch if self._committed else None,
                 groups=self.groups, created_ms=int(time.time() * 1000), reserved=self._reserved())
@@ -255,7 +281,7 @@ class CheckpointMixin:
                 if self.store.get(name) != data:
                     raise FencedError(f"checkpoint {cp.epoch} of {self.ns!r} was already committed by writer "
                                       f"epoch {self._writer} with different contents")
-            cp.manifest_bytes = len(data)
+            cp.manifest_bytes = len(data) - cp.inline_new
             self._count_bytes("manifest", len(data))
             info = CheckpointInfo(cp.epoch, self._writer, name)
             with self._lock:
@@ -320,23 +346,68 @@ class CheckpointMixin:
             with self._lock:
                 self._abandoned.append(info)
 
+    def _choose_inline(self, cp: Checkpoint, pin: Pinned) -> set:
+        """The segments (by id()) this checkpoint's manifest carries inline: the newest of
+        those not in a file yet that are at most INLINE_SEGMENT_BYTES, as long as they add
+        up to at most INLINE_MANIFEST_BYTES; once one does not fit, every older one goes
+        out as a file, so a manifest stays small however long the writer runs. Other
+        instances' inline segments (after a rescale) are always carried: this writer must
+        not write files in their names. Counts the new ones' bytes and records into ``cp``."""
+        out: set = set()
+        total, full = 0, False
+        cp.inline_new = 0
+        for seg in reversed(pin.segments):
+            if seg.state not in ("pending", "failed", "inline"):
+                continue
+            if seg.data is None:
+                if seg.state == "inline":   # cannot happen: an inline segment keeps its bytes
+                    raise DkvError(f"inline WAL segment {seg.name} lost its bytes")
+                self._encode(seg)
+            size = len(seg.data)
+            foreign = seg.ns != self.ns.strip("/")
+            if seg.state == "inline" and not self.INLINE_CARRY and not foreign:
+                continue
+            if foreign or (not full and size <= self.INLINE_SEGMENT_BYTES
+                           and total + size <= self.INLINE_MANIFEST_BYTES):
+                out.add(id(seg))
+                total += size
+                if seg.state != "inline":
+                    cp.records += wal_count(seg.data)
+                    cp.wal_bytes += size
+                    cp.inline_new += size
+                    self._count_bytes("wal_inline", size)
+                    seg.state, seg.error = "inline", None
+            elif size <= self.INLINE_SEGMENT_BYTES:
+                full = True
+        cp.inline_segments = len(out)
+        return out
+
     def _upload_segment(self, cp: Checkpoint, seg: Segment) -> None:
         """Upload one segment. A segment whose upload failed goes again under the same
-        name: no manifest ever referred to it, so whatever a failed put left is garbage."""
+        name: no manifest ever referred to it, so whatever a failed put left is garbage.
+        An inline segment that no longer fits in the manifest is written out with an
+        atomic put: manifests (and another writer that opened from one) carry it too, and
+        that writer may write out the same bytes under the same name."""
         try:
             if seg.data is None:
                 self._encode(seg)
             data = seg.data
-            self.store.put_unreferenced(seg.name, data)   # the manifest comes after
-            cp.records += wal_count(data)
+            if seg.state == "inline":
+                self.store.put(seg.name, data)
+                self._count_bytes("wal", len(data))
+            else:
+                self.store.put_unreferenced(seg.name, data)   # the manifest comes after
+                cp.records += wal_count(data)
+                self._count_bytes("wal", len(data))
             cp.wal_bytes += len(data)
-            self._count_bytes("wal", len(data))
             with self._lock:
                 self._known_files.add(seg.name)
             seg.state, seg.error = "uploaded", None
             seg.data = None       # the Delta (while it is a source) holds the same bytes
         except BaseException as e:
-            seg.state, seg.error = "failed", e
+            if seg.state != "inline":       # an inline one keeps its bytes and state
+                seg.state = "failed"
+            seg.error = e
             raise with_context(f"checkpoint {cp.epoch}: uploading WAL segment {seg.name} failed "
                                "(the next checkpoint uploads it again)", e) from e
 
@@ -389,7 +460,8 @@ class CheckpointMixin:
                     return
                 keep.update(t.path for t in m.tables())
                 for r in m.wal:
-                    keep.update(_paths.wal_name(r.ns, r.writer, i) for i in range(r.first, r.last + 1))
+                    if not r.inline:
+                        keep.update(_paths.wal_name(r.ns, r.writer, i) for i in range(r.first, r.last + 1))
             for info in doomed_manifests:
                 if info not in still_there:
                     self._manifests.pop(info.name, None)

@@ -45,6 +45,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._owns_store = False    # dkv.open sets it when it made the store
         self.ns = ns.strip("/")
         self.opts = options
+        self.INLINE_SEGMENT_BYTES = options.inline_segment_bytes       # RFC 0007 (see _checkpoint)
+        self.INLINE_MANIFEST_BYTES = options.inline_manifest_bytes
         self.read_only = read_only
         self.groups = tuple(key_groups) if key_groups is not None else ALL_KEY_GROUPS
         if not (0 <= self.groups[0] < self.groups[1] <= 1 << 16):
@@ -148,7 +150,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._abandoned = [m for m in timeline.manifests if m not in self._committed and m.name.startswith(own)]
         self._last_epoch = start
         self._known_files = {t.path for t in restored.version.tables() if t.path.startswith(own)}
-        self._known_files.update(s.name for s in self._segments if s.name.startswith(own))
+        self._known_files.update(s.name for s in self._segments if s.name.startswith(own) and s.state != "inline")
         if self.opts.background:
             self._flusher = ThreadPoolExecutor(1, thread_name_prefix="dkv-flush")
             self._compactor = ThreadPoolExecutor(1, thread_name_prefix="dkv-compact")

@@ -50,9 +50,10 @@ class Root:
 
 
 def manifest_names(m) -> list[str]:
-    """Every object a manifest references (SSTs, then WAL segments), relative to its root."""
+    """Every object a manifest references (SSTs, then WAL segment files), relative to its
+    root. Segments the manifest carries inline are no objects."""
     return [t.path for t in m.tables()] + [_paths.wal_name(r.ns, r.writer, i)
-                                           for r in m.wal for i in range(r.first, r.last + 1)]
+                                           for r in m.wal if not r.inline for i in range(r.first, r.last + 1)]
 
 
 def _owners(m) -> set:
@@ -83,9 +84,11 @@ def root_of(store, ns: str, m) -> Root:
     hits = [c for c in cands if c.ns in owners]
     if len(hits) == 1:
         return hits[0]
-    sample = manifest_names(m)[0]
+    names = manifest_names(m)
+    if not names:           # only inline segments: nothing to look for
+        return hits[0] if hits else here
     for c in hits or cands:
-        if c.store.size(sample) is not None:
+        if c.store.size(names[0]) is not None:
             return c
     return hits[0] if hits else here
 

@@ -28,6 +28,9 @@ class Options:
     pace: float = 0.0                     # >0: background writes per checkpoint about pace x its WAL
                                           # bytes, in tables of table_bytes (see _pacer.py)
     retain: int = 5                       # checkpoints kept; older ones and their files are deleted
+    inline_segment_bytes: int = 0         # >0: a WAL segment this small goes inside the manifest,
+                                          # carried by later ones while live (RFC 0007); 0: files
+    inline_manifest_bytes: int = 12 * KiB  # ... while one manifest's inline segments stay within this
     wal_zstd_level: int = 3
     sst_zstd_level: int = 1
     background: bool = True               # flush and compact on background threads
@@ -54,6 +57,10 @@ class Options:
             value = getattr(opts, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"dkv option {name} must be a positive int, got {value!r}")
+        for name in ("inline_segment_bytes", "inline_manifest_bytes"):
+            value = getattr(opts, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"dkv option {name} must be an int >= 0, got {value!r}")
         if not isinstance(opts.pace, (int, float)) or isinstance(opts.pace, bool) or not 0 <= opts.pace < float("inf"):
             raise ValueError(f"dkv option pace must be a number >= 0, got {opts.pace!r}")
         if opts.l0_trigger < 2:

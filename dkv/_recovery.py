@@ -2,7 +2,7 @@
 
 Opening costs O(manifest + WAL segment bytes): SSTs are referenced, not read, until a
 read needs them, and WAL segments become immutable memtables (Deltas) over their bytes
-without being decoded. With ``sources`` an instance starts from other instances'
+without being decoded; a segment the manifest carries inline (RFC 0007) costs no read. With ``sources`` an instance starts from other instances'
 checkpoints restricted to its key-group range (a rescale), sharing their files without
 copying.
 """
@@ -13,7 +13,7 @@ from ._checkpoint import Segment
 from ._table import Table, group_bounds
 from ._timeline import Timeline
 from ._version import Version
-from .errors import CheckpointNotFoundError
+from .errors import CheckpointNotFoundError, CorruptionError
 from .format import manifest as mf
 
 
@@ -52,7 +52,7 @@ def load_checkpoint(store, ns: str, epoch: int | None, cache, tables: dict, time
     else:
         m = mf.decode(store.get(info.name), info.name)
     r.manifest, r.info = m, info
-    _apply(r, m, m.groups, store, cache, tables)
+    _apply(r, m, m.groups, store, cache, tables, info.name)
     # Segments of other instances (after a rescale) count sequence numbers of their own.
     r.flushed_seq = max((s.skip for s in r.segments if s.ns == ns.strip("/")), default=0)
     return r
@@ -81,11 +81,11 @@ def load_sources(store, sources: list, groups: tuple, cache, tables: dict) -> Re
         if any(intersect(part, t) for t in taken):
             raise ValueError(f"sources overlap in key groups {part}: {sources!r}")
         taken.append(part)
-        _apply(r, m, part, store, cache, tables)
+        _apply(r, m, part, store, cache, tables, info.name)
     return r
 
 
-def _apply(r: Restored, m: mf.Manifest, groups: tuple, store, cache, tables: dict) -> None:
+def _apply(r: Restored, m: mf.Manifest, groups: tuple, store, cache, tables: dict, where: str) -> None:
     l0 = list(r.version.l0)
     levels = [list(lv) for lv in r.version.levels]
     for i, level in enumerate(m.levels):
@@ -107,7 +107,7 @@ def _apply(r: Restored, m: mf.Manifest, groups: tuple, store, cache, tables: dic
                 levels[i - 1].append(t)
     r.version = Version(l0, levels)
     r.last_seq = max(r.last_seq, m.last_seq)
-    _replay(r, m.wal, groups, store, cache)
+    _replay(r, m.wal, groups, store, cache, where)
 
 
 def _range_overlaps(ref: mf.TableRef, groups: tuple) -> bool:
@@ -115,31 +115,52 @@ def _range_overlaps(ref: mf.TableRef, groups: tuple) -> bool:
     return (hi is None or ref.min_key < hi) and (lo is None or ref.max_key >= lo)
 
 
-def _replay(r: Restored, ranges: list, groups: tuple, store, cache) -> None:
+def segments_of(ranges: list, groups: tuple = mf.ALL_KEY_GROUPS) -> list:
+    """The Segments that manifest WAL ranges name, restricted to key groups ``groups``
+    (max_seq 0 until loaded). An inline one holds its bytes (state "inline")."""
     todo = []
     for rng in ranges:
         part = intersect(rng.groups, groups)
         if part is None:
             continue
+        if rng.inline:
+            seg = Segment(rng.ns, rng.writer, rng.first, 0, rng.skip_through, part, state="inline")
+            seg.data = rng.data
+            todo.append(seg)
+            continue
         for i in range(rng.first, rng.last + 1):
             todo.append(Segment(rng.ns, rng.writer, i, 0, rng.skip_through, part))
+    return todo
+
+
+def _replay(r: Restored, ranges: list, groups: tuple, store, cache, where: str) -> None:
+    todo = segments_of(ranges, groups)
     if not todo:
         return
     for seg, blob in zip(todo, fetch(store, todo)):
-        seg.source = load_segment(seg, blob, cache)
+        seg.source = load_segment(seg, blob, cache, where)
         r.segments.append(seg)
         if seg.source is not None:
             r.sources = (seg.source,) + r.sources
 
 
 def fetch(store, segments: list) -> list:
-    """The bytes of WAL segments: one ``get_many`` (concurrent on S3; in turn on a local
-    folder, where a thread pool would cost more than the reads)."""
-    return store.get_many([s.name for s in segments])
+    """The bytes of WAL segments: those a manifest carries inline from memory, the others
+    with one ``get_many`` (concurrent on S3; in turn on a local folder, where a thread
+    pool would cost more than the reads)."""
+    files = [s for s in segments if s.state != "inline"]
+    got = iter(store.get_many([s.name for s in files]) if files else ())
+    return [s.data if s.state == "inline" else next(got) for s in segments]
 
 
-def load_segment(seg: Segment, blob: bytes, cache):
+def load_segment(seg: Segment, blob: bytes, cache, where: str = ""):
     """A read source over a segment's bytes (sets ``seg.max_seq`` from its header), or None
-    when a flush already covers it (max_seq <= skip) or it holds no records."""
-    seg.max_seq, delta = _delta.load(seg.name, blob, cache, seg.groups, seg.skip)
+    when a flush already covers it (max_seq <= skip) or it holds no records. ``where``:
+    the manifest that carries an inline segment, named when its bytes are damaged."""
+    try:
+        seg.max_seq, delta = _delta.load(seg.name, blob, cache, seg.groups, seg.skip)
+    except CorruptionError as e:
+        if seg.state != "inline":
+            raise
+        raise CorruptionError(f"manifest {where or '?'}: its inline {e}") from None
     return delta

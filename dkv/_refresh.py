@@ -16,8 +16,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _paths
-from ._checkpoint import Segment
-from ._recovery import fetch, load_segment
+from ._recovery import fetch, load_segment, segments_of
 from ._timeline import Timeline, claim_writer
 from .errors import CheckpointNotFoundError, ClosedError, ReadOnlyError
 from .format import manifest as mf
@@ -47,7 +46,7 @@ class RefreshMixin:
             raise ReadOnlyError("refresh() is for writers; reopen a read_only store instead")
         with self._wlock, self._lock:
             if (self._pending or self._active.data or self._deferred_pins or self._bg_error
-                    or any(s.state != "uploaded" for s in self._segments)):
+                    or any(s.state not in ("uploaded", "inline") for s in self._segments)):
                 return None
             if not self._committed or checkpoint <= self._committed[-1].epoch:
                 return None
@@ -66,15 +65,17 @@ class RefreshMixin:
             ours = {t.path for t in self._view[1].tables()} - in_base
             if any(not self.store.exists(name) for name in ours):
                 return None
-            theirs = [(r, i) for r in m.wal for i in range(r.first, r.last + 1)]
+            # Segments by name, whether in a file or inline (the other writer may have
+            # written out one that we carried inline, or the reverse: same bytes).
+            theirs = segments_of(m.wal)
             have = [(r.ns, r.writer, i) for r in base.wal for i in range(r.first, r.last + 1)]
-            if [(r.ns, r.writer, i) for r, i in theirs[:len(have)]] != have:
+            if [(s.ns, s.writer, s.id) for s in theirs[:len(have)]] != have:
                 return None
             if not {(s.ns, s.writer, s.id) for s in self._segments} <= set(have):
                 return None     # we wrote a segment no committed checkpoint of ours holds
             # max_seq 0 until loaded (load_segment sets it from the segment's header)
-            new = [Segment(r.ns, r.writer, i, 0, r.skip_through, r.groups) for r, i in theirs[len(have):]]
-            changed = self._apply_segments(new)
+            new = theirs[len(have):]
+            changed = self._apply_segments(new, info.name)
             # A flush or compaction still running began as the old writer. If any of its
             # files were collected after all (it was not reserved, or a third writer came
             # between), that work starts again from its inputs.
@@ -91,7 +92,7 @@ class RefreshMixin:
                                 if c not in self._committed and c.name.startswith(own) and c not in self._doomed]
             self._last_epoch = checkpoint
             self._next_segment = self._next_table = 0
-            self._known_files.update(s.name for s in new if s.name.startswith(own))
+            self._known_files.update(s.name for s in new if s.name.startswith(own) and s.state != "inline")
             self._orphans_listed = False
             self._fenced = False
             self.opened_from = info
@@ -106,15 +107,15 @@ class RefreshMixin:
             stored = {path for path, _ in self._tables}
             return [name for name in self._writing if name in stored]
 
-    def _apply_segments(self, segments: list) -> list[bytes]:
+    def _apply_segments(self, segments: list, where: str = "") -> list[bytes]:
         """Load ``segments`` (oldest first) as the newest immutable memtables; returns their
-        keys. Caller holds both locks."""
+        keys. Caller holds both locks. ``where``: the manifest that names them."""
         if not segments:
             return []
         changed: list = []
         added: tuple = ()
         for seg, blob in zip(segments, fetch(self.store, segments)):
-            seg.source = load_segment(seg, blob, self._cache)
+            seg.source = load_segment(seg, blob, self._cache, where)
             if seg.source is not None:
                 added = (seg.source,) + added
                 for keys, _ in seg.source.records():

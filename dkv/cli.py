@@ -79,11 +79,15 @@ def cmd_info(args):
     levels = [{"level": i, "tables": len(lv), "bytes": sum(t.size for t in lv), "records": sum(t.count for t in lv)}
               for i, lv in enumerate(m.levels)]
     segs = sum(r.last - r.first + 1 for r in m.wal)
+    inline = sum(1 for r in m.wal if r.inline)
     out = {"epoch": m.epoch, "writer": m.writer, "last_seq": m.last_seq, "manifest": info.name,
-           "levels": levels, "wal_segments": segs, "retained": m.retained, "key_groups": list(m.groups),
+           "levels": levels, "wal_segments": segs, "inline_segments": inline,
+           "inline_bytes": mf.inline_bytes(m), "retained": m.retained, "key_groups": list(m.groups),
            "created_ms": m.created_ms}
+    shown = f"{segs} ({inline} inline in the manifest)" if inline else f"{segs}"
     lines = [f"checkpoint {m.epoch} (writer {m.writer}, last seq {m.last_seq}) {info.name}",
-             f"key groups [{m.groups[0]}, {m.groups[1]})  live WAL segments (read at open): {segs}  retained: {m.retained}"]
+             f"key groups [{m.groups[0]}, {m.groups[1]})  live WAL segments (read at open): {shown}  "
+             f"retained: {m.retained}"]
     lines += [f"  L{lv['level']}: {lv['tables']} tables, {lv['bytes']} bytes, {lv['records']} records" for lv in levels]
     return out, "\n".join(lines)
 

@@ -14,6 +14,10 @@ number, ``l`` levels (L0 first; each a list of tables), ``r`` WAL ranges to repl
 reserved table numbers (``[writer, first]`` pairs: SSTs of that writer numbered ``first``
 or more may still be published by this checkpoint's writer, so a writer that opens this
 checkpoint must not collect them as orphans).
+
+Version 2 (RFC 0007): an entry of ``r`` may be an inline segment, a small WAL segment's
+encoded bytes carried by the manifest instead of a file. Version 1 manifests (no inline
+segments) still read.
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ from ..errors import CorruptionError
 from ._codec import check_crc, compress, crc32, decompress, pack_obj, unpack_obj
 
 MAGIC = b"DKVM"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)          # version 1: the same body without inline segments
 FLAG_ZSTD = 1
 COMPRESS_OVER = 512
 _HEADER = struct.Struct("<4sBBHII")
@@ -60,16 +65,26 @@ class TableRef:
 @dataclass(frozen=True)
 class WalRange:
     """WAL segments ``first..last`` of writer ``writer`` in instance ``ns``; replay keeps
-    records with ``seq > skip_through`` inside ``groups``."""
+    records with ``seq > skip_through`` inside ``groups``. ``data``: the encoded segment
+    itself when the manifest carries it inline (then ``first == last`` and there is no
+    file; version 2)."""
     ns: str
     writer: int
     first: int
     last: int
     skip_through: int = 0
     groups: tuple = ALL_KEY_GROUPS
+    data: bytes | None = field(default=None, repr=False)
+
+    @property
+    def inline(self) -> bool:
+        return self.data is not None
 
     def to_list(self) -> list:
-        out = [self.ns, self.writer, self.first, self.last, self.skip_through]
+        if self.data is not None:       # [instance, writer, segment, skip_through, bytes]
+            out = [self.ns, self.writer, self.first, self.skip_through, self.data]
+        else:
+            out = [self.ns, self.writer, self.first, self.last, self.skip_through]
         if self.groups != ALL_KEY_GROUPS:
             out += list(self.groups)
         return out
@@ -77,6 +92,10 @@ class WalRange:
     @classmethod
     def from_list(cls, v: list) -> "WalRange":
         groups = (v[5], v[6]) if len(v) > 5 else ALL_KEY_GROUPS
+        if isinstance(v[4], (bytes, bytearray)):        # an inline segment
+            if not isinstance(v[2], int) or isinstance(v[2], bool):
+                raise TypeError(f"inline segment number {v[2]!r}")
+            return cls(v[0], v[1], v[2], v[2], v[3], groups, bytes(v[4]))
         return cls(v[0], v[1], v[2], v[3], v[4], groups)
 
 
@@ -125,7 +144,7 @@ def decode(data: bytes, what: str = "manifest") -> Manifest:
     magic, ver, flags, _, blen, bcrc = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise CorruptionError(f"{what}: bad magic {magic!r}")
-    if ver != VERSION:
+    if ver not in READS:
         raise CorruptionError(f"{what}: unsupported manifest version {ver}")
     raw = data[HEADER_SIZE:]
     if len(raw) != blen:
@@ -140,8 +159,19 @@ def decode(data: bytes, what: str = "manifest") -> Manifest:
         levels = [[TableRef.from_list(t) for t in level] for level in b.get("l", [])]
         return Manifest(
             epoch=b["e"], writer=b["w"], last_seq=b["s"], levels=levels,
-            wal=[WalRange.from_list(r) for r in b.get("r", [])], retained=b.get("k", []),
+            wal=[WalRange.from_list(r) for r in b.get("r", []) if ver >= 2 or _not_inline(r)], retained=b.get("k", []),
             parent=b.get("p"), groups=tuple(b.get("g", ALL_KEY_GROUPS)), created_ms=b.get("t", 0),
             reserved={int(w): int(n) for w, n in b.get("v", [])})
     except (KeyError, TypeError, IndexError, ValueError) as e:
         raise CorruptionError(f"{what}: malformed body ({e!r})") from None
+
+
+def _not_inline(r: list) -> bool:
+    if len(r) > 4 and isinstance(r[4], (bytes, bytearray)):
+        raise ValueError("an inline segment in a version 1 manifest")
+    return True
+
+
+def inline_bytes(m: Manifest) -> int:
+    """Bytes of the WAL segments ``m`` carries inline."""
+    return sum(len(r.data) for r in m.wal if r.data is not None)

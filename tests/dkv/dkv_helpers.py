@@ -41,11 +41,13 @@ def clone(store: ObjectStore) -> MemoryStore:
 
 
 def manifest_files(m: mf.Manifest) -> set:
-    """Every object a manifest references (SSTs and WAL segments)."""
+    """Every object a manifest references (SSTs and WAL segment files; a segment the
+    manifest carries inline is no object)."""
     from dkv import _paths
     out = {t.path for t in m.tables()}
     for r in m.wal:
-        out.update(_paths.wal_name(r.ns, r.writer, i) for i in range(r.first, r.last + 1))
+        if not r.inline:
+            out.update(_paths.wal_name(r.ns, r.writer, i) for i in range(r.first, r.last + 1))
     return out
 
 

@@ -12,6 +12,7 @@ checkpoints. What they prove:
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_records_deleted_before_a_flush_never_reach_an_sst():
     # and no compaction, so every SST written is exactly one flush window's merge.
     opts = dict(background=False, compaction=False, memtable_bytes=1 << 20, flush_segments=FLUSH_SEGMENTS,
                 flush_bytes=1 << 30, block_bytes=512, retain=2)
-    db = dkv.open(log, **opts)
+    db = dkv.open(log, **opts)          # every segment a file (the default): the order of the puts is the point
     model: dict = {}
     windows: list[dict] = [{}]          # per flush window: key -> final value in it (None: deleted)
     cps = WINDOWS * FLUSH_SEGMENTS + TAIL
@@ -174,10 +175,13 @@ def test_records_deleted_before_a_flush_never_reach_an_sst():
 #   * live segments (the newest manifest's WAL ranges, what a reopen reads): a flush is queued
 #     once FLUSH live segments exist, and a seal waits (_flush.py _wait_for_background) while
 #     more than 2 * FLUSH are live, so a checkpoint pins at most 2 * FLUSH = 32;
-#   * WAL files in the folder (after wait_idle, i.e. garbage collection done): the union of
-#     what the RETAIN retained manifests name. Manifest e names segments [a_e, e] with a_e
-#     non-decreasing, so the union is [a_(e-RETAIN+1), e]: live(e-RETAIN+1) + RETAIN - 1
-#     <= 2 * FLUSH + RETAIN - 1 = 36.
+#   * WAL segments the retained manifests name (after wait_idle, i.e. garbage collection
+#     done): the union of what the RETAIN retained manifests name. Manifest e names
+#     segments [a_e, e] with a_e non-decreasing, so the union is [a_(e-RETAIN+1), e]:
+#     live(e-RETAIN+1) + RETAIN - 1 <= 2 * FLUSH + RETAIN - 1 = 36. The WAL files in the
+#     folder are exactly those of them that are not inline (RFC 0007).
+#   * a manifest: at most INLINE_MANIFEST_BYTES of inline segments plus its table list and
+#     ranges, however many checkpoints run.
 FLUSH = dkv.Options().flush_segments
 RETAIN = dkv.Options().retain
 LIVE_BOUND = 2 * FLUSH
@@ -185,17 +189,31 @@ FILE_BOUND = 2 * FLUSH + RETAIN - 1
 
 
 def wal_names(m: mf.Manifest) -> set:
+    """The WAL segment files a manifest names."""
     return {n for n in manifest_files(m) if n.startswith("wal/")}
 
 
-def run_overwrites(path: str, checkpoints: int, keys: int = 50) -> None:
-    db = dkv.open(path, fsync=False)
+def segment_names(m: mf.Manifest) -> set:
+    """Every WAL segment a manifest names, in a file or inline."""
+    return {_paths.wal_name(r.ns, r.writer, i) for r in m.wal for i in range(r.first, r.last + 1)}
+
+
+INLINE = 4096          # inline_segment_bytes of these runs (RFC 0007; off by default)
+
+
+def run_overwrites(path: str, checkpoints: int, keys: int = 50, value_bytes: int = 0) -> dict:
+    """``value_bytes``: incompressible values of that size instead of short counters (segments
+    too big for all of them to travel inline: the oldest are written out)."""
+    rnd = random.Random(5)
+    db = dkv.open(path, fsync=False, inline_segment_bytes=INLINE)
     model: dict = {}
-    peak_live = peak_files = 0
+    peak_live = peak_files = peak_manifest = 0
     beyond_live = False         # a sample where retained manifests still named flushed segments
+    wal_dir = os.path.join(path, "wal")
     for c in range(1, checkpoints + 1):
         for i in range(keys):
-            k, v = b"k%03d" % i, b"v%06d-%03d" % (c, i)
+            k = b"k%03d" % i
+            v = rnd.randbytes(value_bytes) if value_bytes else b"v%06d-%03d" % (c, i)
             db.put(k, v)
             model[k] = v
         db.checkpoint(c).wait()
@@ -203,20 +221,26 @@ def run_overwrites(path: str, checkpoints: int, keys: int = 50) -> None:
             db.wait_idle()          # the garbage collection queued after the checkpoint is done
             cps = db.checkpoints()
             assert [i.epoch for i in cps] == list(range(c - RETAIN + 1, c + 1))
-            retained = [mf.decode(open(os.path.join(path, i.name), "rb").read(), i.name) for i in cps]
-            live = wal_names(retained[-1])
-            files = {"wal/" + f for f in os.listdir(os.path.join(path, "wal"))}
+            raw = [open(os.path.join(path, i.name), "rb").read() for i in cps]
+            retained = [mf.decode(data, i.name) for data, i in zip(raw, cps)]
+            live = segment_names(retained[-1])
+            files = {"wal/" + f for f in os.listdir(wal_dir)} if os.path.isdir(wal_dir) else set()
             assert len(live) <= LIVE_BOUND, (c, len(live))
             # The engine's own live list is that, or less once a flush queued by this
             # checkpoint's seal has finished.
             assert db.stats()["wal_segments"] <= len(live)
-            # Garbage collection is exact: the folder holds what retained manifests name.
+            # Garbage collection is exact: the folder holds the files retained manifests name.
             assert files == set().union(*(wal_names(m) for m in retained)), c
-            assert len(files) <= FILE_BOUND, (c, len(files))
+            named = set().union(*(segment_names(m) for m in retained))
+            assert len(named) <= FILE_BOUND, (c, len(named))
             assert sorted(os.listdir(os.path.join(path, "manifest"))) == \
                 [i.name.split("/", 1)[1] for i in cps]
+            # A manifest stays small however long the writer runs (RFC 0007).
+            assert all(mf.inline_bytes(m) <= db.INLINE_MANIFEST_BYTES for m in retained)
+            assert max(map(len, raw)) <= db.INLINE_MANIFEST_BYTES + 1024, (c, list(map(len, raw)))
             peak_live, peak_files = max(peak_live, len(live)), max(peak_files, len(files))
-            beyond_live = beyond_live or len(files) > len(live)
+            peak_manifest = max(peak_manifest, *map(len, raw))
+            beyond_live = beyond_live or len(named) > len(live)
     assert contents(db) == model
     db.close()
     # The bounds were approached, not just never reached: samples every 100 checkpoints fall
@@ -231,11 +255,22 @@ def run_overwrites(path: str, checkpoints: int, keys: int = 50) -> None:
     with dkv.open(log, fsync=False) as db2:
         assert contents(db2) == model
         read = [c.key for c in log.calls if c.kind == "get" and c.key.startswith("wal/")]
-        assert set(read) == want and len(read) == len(want) <= LIVE_BOUND, "a reopen reads just the live segments"
+        assert set(read) == want and len(read) == len(want) <= LIVE_BOUND, \
+            "a reopen reads just the live segment files (inline ones come with the manifest)"
+    return {"peak_live": peak_live, "peak_files": peak_files, "peak_manifest": peak_manifest}
 
 
 def test_live_wal_segments_stay_bounded_through_thousands_of_overwrite_checkpoints(tmp_path):
-    run_overwrites(str(tmp_path / "db"), 3000)
+    peaks = run_overwrites(str(tmp_path / "db"), 3000)
+    assert peaks["peak_files"] == 0, "segments this small all travel inline"
+
+
+def test_manifests_stay_bounded_when_inline_segments_outgrow_them(tmp_path):
+    """Segments of ~2.7 KiB: four fit in a manifest's inline budget, so most checkpoints
+    write the oldest inline segment out as a file; manifests stay within the budget, the
+    files are collected exactly, and a reopen reads the model."""
+    peaks = run_overwrites(str(tmp_path / "db"), 600, keys=20, value_bytes=120)
+    assert peaks["peak_files"] > 0 and peaks["peak_manifest"] > dkv.DB.INLINE_MANIFEST_BYTES // 2, peaks
 
 
 @pytest.mark.slow

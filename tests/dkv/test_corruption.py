@@ -8,6 +8,8 @@ contents. dkv.verify names the damaged file.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import dkv
@@ -17,11 +19,12 @@ from dkv.storage import FaultInjectingStore, MemoryStore
 from dkv_helpers import SMALL, clone, contents, data_files, manifests
 
 
-def _small_store():
-    """A store whose only checkpoint holds a few records in one WAL segment, no SST."""
+def _small_store(inline: bool = False):
+    """A store whose only checkpoint holds a few records in one WAL segment (a file, or
+    ``inline`` in the manifest), no SST."""
     store = MemoryStore()
     model = {b"a": b"1", b"bb": b"", b"ccc": b"three", b"dead": None}
-    with dkv.open(store) as db:
+    with dkv.open(store, inline_segment_bytes=4096 if inline else 0) as db:
         for k, v in model.items():
             db.put(k, b"x") if v is None else db.put(k, v)
         db.delete(b"dead")
@@ -51,6 +54,24 @@ def test_every_byte_of_a_wal_segment():
     for offset in range(size):
         with pytest.raises(dkv.CorruptionError):
             _read_all(_flip(store, wal, offset), model)
+
+
+def test_every_byte_of_an_inline_wal_segment():
+    """The same segment carried inline: each damaged byte (under a valid manifest checksum,
+    so only the segment's own checks can tell) is a CorruptionError naming the manifest."""
+    from dataclasses import replace
+    store, model = _small_store(inline=True)
+    [name] = manifests(store)
+    m = mf.decode(store.get(name), name)
+    [seg] = m.wal
+    assert seg.inline and 18 < len(seg.data) < 200
+    for offset in range(len(seg.data)):
+        data = bytearray(seg.data)
+        data[offset] ^= 0x5A
+        damaged = clone(store)
+        damaged.put(name, mf.encode(replace(m, wal=[replace(seg, data=bytes(data))])))
+        with pytest.raises(dkv.CorruptionError, match=name):
+            _read_all(damaged, model)
 
 
 def _manifest_store():
@@ -177,3 +198,55 @@ def test_corrupt_newest_manifest_older_checkpoint_still_opens():
         dkv.open(store, read_only=True)
     with dkv.open(store, checkpoint=1, read_only=True) as db:
         assert contents(db) == {b"a": b"1"}
+
+
+# -- inline segments (RFC 0007): a small segment's bytes inside its manifest ---------------------
+
+def _damaged_inline(tmp_path, where: str):
+    """A store whose newest manifest carries an inline segment, then that segment damaged
+    (``where``: "body", a byte of its records; "header", its count) under a valid manifest
+    checksum, so only the segment's own checks can tell."""
+    from dataclasses import replace
+    path = str(tmp_path / "db")
+    with dkv.open(path, inline_segment_bytes=4096) as db:
+        for i in range(10):
+            db.put(b"k%02d" % i, b"value %d" % i)
+        name = db.checkpoint().wait()
+    file = os.path.join(path, name)
+    m = mf.decode(open(file, "rb").read(), name)
+    assert [r.inline for r in m.wal] == [True]
+    seg = bytearray(m.wal[0].data)
+    if where == "body":
+        seg[-2] ^= 0x40
+    else:
+        seg[6] ^= 1
+    m.wal[0] = replace(m.wal[0], data=bytes(seg))
+    os.chmod(file, 0o644)
+    with open(file, "wb") as f:
+        f.write(mf.encode(m))
+    return path, name
+
+
+@pytest.mark.parametrize("where", ["body", "header"])
+def test_a_damaged_inline_segment_is_reported_naming_its_manifest(tmp_path, where):
+    path, name = _damaged_inline(tmp_path, where)
+    for read_only in (True, False):
+        with pytest.raises(dkv.CorruptionError, match=name) as e:
+            dkv.open(path, read_only=read_only)
+        assert "inline WAL segment wal/" in str(e.value)
+    with pytest.raises(dkv.CorruptionError, match=name):
+        dkv.verify(path)
+
+
+def test_a_damaged_manifest_with_an_inline_segment_is_reported(tmp_path):
+    path = str(tmp_path / "db")
+    with dkv.open(path, inline_segment_bytes=4096) as db:
+        db.put(b"k", b"v" * 100)
+        name = db.checkpoint().wait()
+    file = os.path.join(path, name)
+    data = bytearray(open(file, "rb").read())
+    data[-5] ^= 0x10                    # inside the segment, covered by the manifest's CRC
+    os.chmod(file, 0o644)
+    open(file, "wb").write(bytes(data))
+    with pytest.raises(dkv.CorruptionError, match=name):
+        dkv.open(path, read_only=True)

@@ -188,15 +188,20 @@ def test_fault_in_each_call(name, nth, kind, key, mode):
             assert d == run.snaps[e], f"retained checkpoint {e} differs"
 
 
-def test_failed_checkpoint_records_go_with_the_next_one():
-    """The WAL segment upload of checkpoint 2 fails: checkpoint 3 must hold its records."""
+@pytest.mark.parametrize("inline", [False, True], ids=["segment-file", "inline"])
+def test_failed_checkpoint_records_go_with_the_next_one(inline):
+    """The WAL segment upload of checkpoint 2 fails (or, for a segment carried inline, its
+    manifest's create): checkpoint 3 must hold its records."""
     inner = MemoryStore()
     fs = FaultInjectingStore(inner)
-    run = Run(fs, dict(memtable_bytes=1 << 20))
+    run = Run(fs, dict(memtable_bytes=1 << 20, inline_segment_bytes=4096 if inline else 0))
     run.fill(1, 30)
     assert run.checkpoint()
     run.fill(2, 30)
-    fs.fail("put", mode="error", key_prefix="wal/")
+    if inline:
+        fs.fail("put_if_absent", mode="error", key_prefix="manifest/")
+    else:
+        fs.fail("put", mode="error", key_prefix="wal/")
     assert not run.checkpoint()
     assert [c.epoch for c in run.db.checkpoints()] == [1]
     run.db.put(b"late", b"x")

@@ -11,17 +11,23 @@ import zstandard
 
 import dkv
 from dkv.format import manifest as mf
+from dkv.format import wal
 
 
 def _table(i: int, groups=mf.ALL_KEY_GROUPS) -> mf.TableRef:
     return mf.TableRef(f"sst/0000000001-{i:012d}.sst", 1000 + i, b"a%d" % i, b"z%d" % i, i, i + 10, 50 + i, groups)
 
 
+def _segment() -> bytes:
+    return wal.encode([b"k1", b"k2"], [b"v1", None], 9, 3, 32 * 1024)
+
+
 def _full(n_tables: int = 3) -> mf.Manifest:
     return mf.Manifest(
         epoch=42, writer=7, last_seq=123456,
         levels=[[_table(1), _table(2)], [], [_table(i) for i in range(3, 3 + n_tables)]],
-        wal=[mf.WalRange("", 7, 3, 5, 100), mf.WalRange("other", 2, 1, 1, 0, (10, 20))],
+        wal=[mf.WalRange("", 7, 3, 5, 100), mf.WalRange("other", 2, 1, 1, 0, (10, 20)),
+             mf.WalRange("", 7, 6, 6, 100, data=_segment()), mf.WalRange("other", 2, 2, 2, 0, (10, 20), b"\x00seg")],
         retained=[40, 41, 42], parent=41, groups=(0, 128), created_ms=1_700_000_000_000)
 
 
@@ -45,9 +51,9 @@ def test_minimal_manifest_is_small_and_round_trips():
 def test_header_and_body_keys_are_pinned():
     m = _full(1)
     data = mf.encode(m)
-    assert mf.MAGIC == b"DKVM" and mf.VERSION == 1 and mf.HEADER_SIZE == 16 and mf.COMPRESS_OVER == 512
+    assert mf.MAGIC == b"DKVM" and mf.VERSION == 2 and mf.HEADER_SIZE == 16 and mf.COMPRESS_OVER == 512
     magic, ver, flags, reserved, body_len, crc = struct.unpack_from("<4sBBHII", data)
-    assert (magic, ver, reserved, body_len) == (b"DKVM", 1, 0, len(data) - 16)
+    assert (magic, ver, reserved, body_len) == (b"DKVM", 2, 0, len(data) - 16)
     body = data[16:]
     assert crc == zlib.crc32(body)
     raw = zstandard.ZstdDecompressor().decompress(body) if flags & mf.FLAG_ZSTD else body
@@ -57,8 +63,10 @@ def test_header_and_body_keys_are_pinned():
     # Tables: [path, size, min_key, max_key, min_seq, max_seq, count] (+ groups when partial).
     assert b["l"][0][0] == ["sst/0000000001-000000000001.sst", 1001, b"a1", b"z1", 1, 11, 51]
     assert b["l"][1] == []
-    # WAL ranges: [instance, writer, first, last, skip_through] (+ groups when partial).
-    assert b["r"] == [["", 7, 3, 5, 100], ["other", 2, 1, 1, 0, 10, 20]]
+    # WAL ranges: [instance, writer, first, last, skip_through] (+ groups when partial);
+    # inline segments: [instance, writer, segment, skip_through, bytes] (+ groups).
+    assert b["r"] == [["", 7, 3, 5, 100], ["other", 2, 1, 1, 0, 10, 20],
+                      ["", 7, 6, 100, _segment()], ["other", 2, 2, 0, b"\x00seg", 10, 20]]
 
 
 def test_partial_groups_of_a_table_are_recorded():
@@ -80,7 +88,7 @@ def test_damage_is_corruption(mutate):
     if mutate == "magic":
         data[0:4] = b"XKVM"
     elif mutate == "version":
-        data[4] = 2
+        data[4] = 3
     elif mutate == "length":
         data = data[:-1]
     elif mutate == "crc":
@@ -93,8 +101,29 @@ def test_damage_is_corruption(mutate):
         mf.decode(bytes(data), "manifest/x")
 
 
-def _with_body(body: bytes) -> bytes:
-    return struct.pack("<4sBBHII", b"DKVM", 1, 0, 0, len(body), zlib.crc32(body)) + body
+def _with_body(body: bytes, version: int = 2) -> bytes:
+    return struct.pack("<4sBBHII", b"DKVM", version, 0, 0, len(body), zlib.crc32(body)) + body
+
+
+def test_inline_segments_round_trip_and_are_told_apart_from_ranges():
+    m = _full(0)
+    got = mf.decode(mf.encode(m))
+    assert [r.inline for r in got.wal] == [False, False, True, True]
+    assert got.wal[2].data == _segment() and got.wal[2].first == got.wal[2].last == 6
+    assert wal.decode(got.wal[2].data).keys == [b"k1", b"k2"]
+    assert mf.inline_bytes(got) == len(_segment()) + 4
+    assert "data" not in repr(got.wal[2]) or len(repr(got.wal[2])) < 200
+
+
+def test_version_1_manifests_still_read():
+    """A version 1 body is a version 2 body without inline segments (the fixture
+    golden/store-v1 in test_old_formats.py opens whole)."""
+    body = msgpack.packb({"e": 3, "w": 1, "s": 9, "t": 5, "r": [["", 1, 1, 2, 0]], "k": [3]})
+    got = mf.decode(_with_body(body, version=1))
+    assert got.wal == [mf.WalRange("", 1, 1, 2, 0)] and got.retained == [3]
+    bad = msgpack.packb({"e": 3, "w": 1, "s": 9, "r": [["", 1, 1, 0, b"seg"]]})
+    with pytest.raises(dkv.CorruptionError, match="malformed"):
+        mf.decode(_with_body(bad, version=1))
 
 
 @pytest.mark.parametrize("body", [msgpack.packb({"w": 1, "s": 2}), msgpack.packb({"e": 1, "w": "x", "s": 2, "l": [[1]]}),

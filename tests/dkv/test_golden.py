@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import random
 import threading
 from pathlib import Path
 
@@ -100,21 +101,30 @@ def test_golden_compaction():
     db.close()
 
 
-def _checkpoint_scenario():
-    log = LoggingStore(MemoryStore())
-    db = dkv.open(log, background=False, memtable_bytes=1 << 20, block_bytes=256, retain=2)
-    _fill(db, 10)
+def _scenario_writes(db):
+    """Checkpoint 1 holds a segment too big to go inline (a WAL file), checkpoint 2 a
+    flush; then 5 small changes, for checkpoint 3 (inline in its manifest, RFC 0007)."""
+    rng = random.Random(7)
+    for i in range(200):        # incompressible values: a segment of ~9 KB
+        db.put(b"big%04d" % i, rng.randbytes(40))
     db.checkpoint(1).wait()
     _fill(db, 10, start=10)
     db.flush()
     db.checkpoint(2).wait()
     _fill(db, 5, start=20)
+
+
+def _checkpoint_scenario():
+    log = LoggingStore(MemoryStore())
+    db = dkv.open(log, background=False, memtable_bytes=1 << 20, block_bytes=256, retain=2, inline_segment_bytes=4096)
+    _scenario_writes(db)
     return log, db
 
 
 def test_golden_checkpoint():
     log, db = _checkpoint_scenario()
     m1 = read_manifest(log.inner, db.checkpoints()[0].name)
+    assert [r.inline for r in m1.wal] == [False], "checkpoint 1's segment is a file"
     log.clear()
     db.checkpoint(3).wait()
     lines = render(log.calls)
@@ -124,11 +134,13 @@ def test_golden_checkpoint():
     fence = _index(lines, lambda l: l == "list writer/")
     create = _index(lines, lambda l: l.startswith("put_if_absent manifest/"))
     deletes = _index(lines, lambda l: l.startswith("delete "))
-    assert len(wal) == 1 and len(create) == 1
+    # A small checkpoint is one object: its segment travels inside the manifest.
+    assert not wal and len(create) == 1
+    m3 = read_manifest(log.inner, db.checkpoints()[-1].name)
+    assert [r.inline for r in m3.wal] == [True] and m3.wal[0].first == 3
     assert not _index(lines, lambda l: l.startswith("put sst/")), "a checkpoint never copies an SST"
-    # WAL segment, then the manifest, then the claims are listed (a newer claim made before
-    # the create fences this writer), and only then garbage collection.
-    assert wal[0] < create[0]
+    # The manifest, then the claims are listed (a newer claim made before the create
+    # fences this writer), and only then garbage collection.
     assert any(create[0] < f < min(deletes) for f in fence), "claims listed after the create, before GC"
     # Manifests go before the files they reference.
     gone_manifests = [i for i in deletes if "manifest/" in lines[i]]
@@ -144,13 +156,8 @@ def test_checkpoint_uploaded_by_its_waiter_makes_the_same_calls_in_the_same_orde
     uploaded on the caller's thread, garbage collection after it on the upload thread; the
     storage calls are those of golden/checkpoint.txt, in the same order."""
     log = LoggingStore(MemoryStore())
-    db = dkv.open(log, memtable_bytes=1 << 20, block_bytes=256, retain=2)
-    _fill(db, 10)
-    db.checkpoint(1).wait()
-    _fill(db, 10, start=10)
-    db.flush()
-    db.checkpoint(2).wait()
-    _fill(db, 5, start=20)
+    db = dkv.open(log, memtable_bytes=1 << 20, block_bytes=256, retain=2, inline_segment_bytes=4096)
+    _scenario_writes(db)
     db.wait_idle()
     log.clear()
     busy = threading.Event()
@@ -178,6 +185,7 @@ def test_golden_open():
     # claim is the timeline, not listed again (RFC 0006).
     assert claim[0] == len(lines) - 1
     assert all(l.split()[0] in ("get", "list", "size", "put_if_absent") for l in lines)
+    assert not _index(lines, lambda l: "wal/" in l), "the live segment is inline: no read of it"
     db.close()
 
     log.clear()
