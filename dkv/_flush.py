@@ -120,8 +120,11 @@ class FlushMixin:
             fn()
         except BaseException as e:  # noqa: BLE001 - reported to the next caller, once
             log.error("dkv background task failed: %s", e)
-            self._bg_error = self._bg_failed = e
             with self._cond:
+                earlier = self._bg_error
+                if earlier is not None and earlier is not e:
+                    e = _both(e, earlier)       # a flush and a compaction failed: report both
+                self._bg_error = self._bg_failed = e
                 self._cond.notify_all()
 
     def _new_table_name(self) -> str:
@@ -323,6 +326,18 @@ class FlushMixin:
         for key in [k for k in self._tables if k[0] == path]:
             self._tables.pop(key).release()
 
+
+
+def _both(later: BaseException, earlier: BaseException) -> BaseException:
+    """One error for two background failures that came before the next call (a flush and
+    a compaction): its message names both, its class (and errno) is the later one's, or
+    the earlier one's if only that one is a DkvError (a StorageError stays one)."""
+    from .errors import DkvError, like
+    src = later if isinstance(later, DkvError) or not isinstance(earlier, DkvError) else earlier
+    out = like(src, f"two background tasks failed: {later}; and before it: {earlier}")
+    out.__cause__ = later
+    out.__context__ = earlier
+    return out
 
 
 def _chunks(src):

@@ -53,7 +53,14 @@ def with_context(context: str, error: BaseException) -> DkvError:
     """``error`` with ``context`` (the operation of dkv that failed) in front of its message,
     to raise ``from`` it. A DkvError keeps its class (a StorageError stays a StorageError,
     with its ``errno``: ``errno.ENOSPC`` on a full disk); anything else becomes a DkvError."""
-    msg = f"{context}: {error}"
+    out = like(error, f"{context}: {error}")
+    out.__cause__ = error
+    return out
+
+
+def like(error: BaseException, msg: str) -> DkvError:
+    """A DkvError saying ``msg``, of ``error``'s class (and ``errno``) when ``error`` is a
+    DkvError whose class takes a message alone."""
     out: DkvError = DkvError(msg)
     if isinstance(error, DkvError):
         try:
@@ -62,5 +69,4 @@ def with_context(context: str, error: BaseException) -> DkvError:
             pass
     if isinstance(error, OSError) and isinstance(out, OSError):
         out.errno = error.errno
-    out.__cause__ = error
     return out

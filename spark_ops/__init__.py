@@ -18,6 +18,7 @@ from ._inspect import read_timers
 from ._metrics import read_metrics, snapshot_bytes
 from ._plan import apply_operator
 from ._progress import metrics_listener, progress_metrics
+from ._runs import StaleRunError
 from ._timers import Timer
 from .datasource import register_datasource
 from .operator import Context, Operator
@@ -26,4 +27,4 @@ _objectspace.register_family_rule(_layout.FAMILY_RULE)     # inspection knows op
 
 __all__ = ["buffer", "combine_latest", "delay", "timeout", "session_window", "apply_operator",
            "Operator", "Context", "Timer", "read_metrics", "read_timers", "snapshot_bytes",
-           "register_datasource", "metrics_listener", "progress_metrics"]
+           "register_datasource", "metrics_listener", "progress_metrics", "StaleRunError"]

@@ -11,18 +11,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 
 import pytest
 
 S3_BUCKET = "objectspace-test"
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import s3_support  # noqa: E402
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = s3_support.free_port
 
 
 class S3Server:
@@ -45,29 +43,8 @@ class S3Server:
 @pytest.fixture(scope="session")
 def s3_server():
     """moto's standalone S3 server as a subprocess on 127.0.0.1, spoken to over real HTTP."""
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(endpoint + "/", timeout=1).read()
-            break
-        except Exception:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"moto server did not start; see {log.name}")
-            time.sleep(0.1)
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL_S3": endpoint,
-    }
+    proc, endpoint = s3_support.start_moto()
+    env = dict(s3_support.AWS_ENV, AWS_ENDPOINT_URL_S3=endpoint)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     server = S3Server(endpoint, S3_BUCKET)
@@ -80,28 +57,19 @@ def s3_server():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
+        s3_support.stop(proc)
 
 
 @pytest.fixture
 def s3_fault_proxy(s3_server):
     """A fault-injecting HTTP proxy in front of the moto server (tests/dkv/s3_fault_proxy.py):
     seeded, no faults until a test sets rates or forces some; point boto3 at ``.endpoint``."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "dkv"))
-    try:
-        from s3_fault_proxy import FaultProxy
-    finally:
-        sys.path.pop(0)
-    proxy = FaultProxy(s3_server.endpoint, seed=18)
+    proxy = s3_support.fault_proxy_class()(s3_server.endpoint, seed=18)
     try:
         yield proxy
     finally:
         proxy.close()
+
 
 def _java_version() -> int | None:
     java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin") + os.pathsep + os.environ.get("PATH", ""))
@@ -236,11 +204,6 @@ def redis_server():
     try:
         yield RedisServer("127.0.0.1", port, version, path)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        s3_support.stop(proc)
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)

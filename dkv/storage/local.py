@@ -233,22 +233,38 @@ class LocalDirStore(ObjectStore):
             raise _failed(f"cannot sync {path}", e) from e
 
     def list(self, prefix=""):
-        # Walk only the deepest folder that the prefix names completely.
+        """Every ``(key, size)`` under ``prefix``. Walks only the deepest folder that the
+        prefix names completely. A folder that does not exist (or went away while listed)
+        holds nothing; a folder that cannot be read (EIO, EACCES, ...) is a StorageError
+        naming it, never a shorter listing: a caller would take the missing files for
+        deleted ones."""
         head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         base = os.path.join(self.root, *head.split("/")) if head else self.root
         out = []
-        for folder, dirs, files in os.walk(base):
-            rel = os.path.relpath(folder, self.root)
-            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-            dirs[:] = [d for d in dirs if (rel + d + "/").startswith(prefix) or prefix.startswith(rel + d + "/")]
-            for name in files:
+        stack = [(base, head + "/" if head else "")]
+        while stack:
+            folder, rel = stack.pop()
+            try:
+                with os.scandir(folder) as it:
+                    entries = [(e.name, e.is_dir() and not e.is_symlink()) for e in it]
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as e:
+                raise _failed(f"cannot list {prefix!r} in {self.root}: reading the folder {folder} failed", e) from e
+            for name, is_dir in entries:
                 key = rel + name
+                if is_dir:
+                    if (key + "/").startswith(prefix) or prefix.startswith(key + "/"):
+                        stack.append((os.path.join(folder, name), key + "/"))
+                    continue
                 if name.startswith(_TMP_PREFIX) or not key.startswith(prefix):
                     continue
                 try:
                     out.append((key, os.stat(os.path.join(folder, name)).st_size))
                 except FileNotFoundError:
                     continue
+                except OSError as e:
+                    raise _failed(f"cannot list {prefix!r} in {self.root}: reading the size of {key} failed", e) from e
         out.sort()
         return out
 

@@ -25,13 +25,23 @@ Retries, and who does them:
 When retries run out, the error is a ``StorageError`` naming the operation, the key and the
 last answer (status and code, or the transport error). A store stays usable afterwards: it
 keeps no state between calls other than the boto3 client.
+
+Retries are counted: ``store.retries()`` gives ``{"botocore": n, "ours": m}`` for the store's
+client (every request botocore sent again, seen on its ``before-send`` event as an attempt
+after the first; and every round of our own loop), ``retry_totals()`` the same for the
+whole process. With ``DKV_S3_RETRY_DIR`` set in its environment, a process also writes its
+totals to ``<dir>/retries-<pid>.json`` after each retry (retries are rare: one small file
+write each), so that a run of many processes, some of them killed, can add them up.
 """
 from __future__ import annotations
 
 import http.client
+import json
 import logging
+import os
 import random
 import re
+import threading
 import time
 
 from ..errors import ObjectMissingError, StorageError
@@ -43,6 +53,70 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 _PRECONDITION = {"PreconditionFailed", "412"}
 _INVALID_RANGE = {"InvalidRange", "416"}
 _CONFLICT = {"ConditionalRequestConflict", "409"}
+
+
+class _RetryCounter:
+    """Retries of one boto3 client: botocore's (attempts after the first of a request) and
+    our own loop's rounds."""
+
+    def __init__(self) -> None:
+        self.botocore = 0
+        self.ours = 0
+
+    def on_send(self, request=None, **_kwargs) -> None:
+        context = getattr(request, "context", None) or {}
+        if (context.get("retries") or {}).get("attempt", 1) > 1:
+            with _COUNT_LOCK:
+                self.botocore += 1
+                _TOTALS["botocore"] += 1
+            _saved()
+
+    def ours_once(self) -> None:
+        with _COUNT_LOCK:
+            self.ours += 1
+            _TOTALS["ours"] += 1
+        _saved()
+
+    def as_dict(self) -> dict:
+        with _COUNT_LOCK:
+            return {"botocore": self.botocore, "ours": self.ours}
+
+
+_COUNT_LOCK = threading.Lock()
+_TOTALS = {"botocore": 0, "ours": 0}
+
+
+def retry_totals() -> dict:
+    """``{"botocore": n, "ours": m}``: the retries of every S3Store of this process so far."""
+    with _COUNT_LOCK:
+        return dict(_TOTALS)
+
+
+def _saved() -> None:
+    folder = os.environ.get("DKV_S3_RETRY_DIR")
+    if not folder:
+        return
+    try:
+        path = os.path.join(folder, f"retries-{os.getpid()}.json")
+        tmp = f"{path}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(retry_totals(), fh)
+        os.replace(tmp, path)
+    except OSError as e:
+        log.debug("could not write the retry counts: %s", e)
+
+
+def _counter(client) -> _RetryCounter:
+    """The retry counter of ``client``, made and hooked to its events the first time."""
+    counter = getattr(client, "_dkv_retry_counter", None)
+    if counter is None:
+        counter = _RetryCounter()
+        try:
+            client.meta.events.register("before-send.s3", counter.on_send)
+            client._dkv_retry_counter = counter
+        except AttributeError:          # not a boto3 client (a test double): ours only
+            pass
+    return counter
 
 
 def _answer(e: BaseException) -> str:
@@ -106,7 +180,13 @@ class S3Store(ObjectStore):
             session = boto3.session.Session(**{k: v for k, v in credentials.items() if v is not None})
             client = session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=cfg)
         self.client = client
+        self._retries = _counter(client)
         self._transport = _transport_errors()
+
+    def retries(self) -> dict:
+        """``{"botocore": n, "ours": m}``: requests botocore sent again, and rounds of our own
+        loop, on this store's client so far (stores sharing a client share the counts)."""
+        return self._retries.as_dict()
 
     def parent(self):
         path = self.prefix.rstrip("/")
@@ -126,6 +206,7 @@ class S3Store(ObjectStore):
 
     def _backoff(self, what: str, key: str, attempt: int, last) -> None:
         answer = last if isinstance(last, str) else _answer(last)
+        self._retries.ours_once()
         log.warning("S3 %s %s: retrying (attempt %d): %s", what, key, attempt, answer)
         delay = min(self.retry_delay * (2 ** (attempt - 1)), 5.0)
         time.sleep(delay * (0.5 + random.random()))

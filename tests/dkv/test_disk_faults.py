@@ -49,8 +49,9 @@ class DiskFaults:
     ``limit(n, code)``: writes may store ``n`` more bytes; the write that crosses the limit
     stores what fits and returns a short count, every write after it raises
     ``OSError(code)`` (ENOSPC: a full disk; EIO: a failing one). ``fail(kind, code, nth)``:
-    the nth ``write``, ``fsync`` (of a file), ``fsync-dir``, ``link`` or ``replace`` under
-    root raises (``repeat``: and every one after it). ``free()`` ends every fault.
+    the nth ``write``, ``fsync`` (of a file), ``fsync-dir``, ``link``, ``replace`` or
+    ``scandir`` (reading a folder) under root raises (``repeat``: and every one after it;
+    ``where``: counting only paths that contain it). ``free()`` ends every fault.
     ``written`` counts the bytes written under root."""
 
     def __init__(self, root: str) -> None:
@@ -71,8 +72,8 @@ class DiskFaults:
         self._left, self._code = n, code
         return self
 
-    def fail(self, kind: str, code: int, nth: int = 1, repeat: bool = False) -> "DiskFaults":
-        self._rules.append([kind, code, nth, repeat, 0])
+    def fail(self, kind: str, code: int, nth: int = 1, repeat: bool = False, where: str = "") -> "DiskFaults":
+        self._rules.append([kind, code, nth, repeat, 0, where])
         return self
 
     def free(self) -> None:
@@ -93,7 +94,7 @@ class DiskFaults:
             return
         with self._lock:
             for rule in self._rules:
-                if rule[0] != kind:
+                if rule[0] != kind or rule[5] not in os.fspath(path):
                     continue
                 rule[4] += 1
                 if rule[4] == rule[2] or (rule[3] and rule[4] > rule[2]):
@@ -136,6 +137,10 @@ class DiskFaults:
     def replace(self, src, dst, **kw):
         self._check("replace", dst)
         _os.replace(src, dst, **kw)
+
+    def scandir(self, path="."):
+        self._check("scandir", path)
+        return _os.scandir(path)
 
 
 @pytest.fixture
@@ -534,3 +539,73 @@ def test_real_full_tmpfs(tiny_fs):
     run.checkpoint(flush=True)
     run.verify(reopen=True)
     run.db.close()
+
+
+# -- listing a folder that cannot be read ---------------------------------------------------
+
+def test_list_of_an_unreadable_folder_is_a_storage_error(disk, tmp_path):
+    store = LocalDirStore(str(tmp_path / "db"), fsync=False)
+    keys = ["a/1", "a/b/2", "a/b/c/3", "a/d/4", "e/5"]
+    for k in keys:
+        store.put(k, b"x")
+    assert [k for k, _ in store.list()] == keys
+    assert store.list("missing/") == [] and store.list("a/b/c/3/") == []
+    db = str(tmp_path / "db")
+    for folder, prefix in [("/a/b", "a/"), ("/a/b", ""), ("/a/b/c", "a/b/c/"), ("", ""), ("/e", "e/")]:
+        folder = db + folder
+        disk.fail("scandir", errno.EIO, where=folder)
+        with pytest.raises(StorageError) as info:
+            store.list(prefix)
+        disk.free()
+        assert info.value.errno == errno.EIO
+        assert f"cannot list {prefix!r} in {store.root}: reading the folder {folder} failed" in str(info.value)
+        assert "Input/output error" in str(info.value)
+    disk.fail("scandir", errno.EACCES, where="/db/a/d")
+    with pytest.raises(StorageError, match=r"reading the folder .*/db/a/d failed: \[Errno 13\]"):
+        store.list("a/")
+    disk.free()
+    assert [k for k, _ in store.list("a/")] == keys[:4]
+
+
+def test_open_with_an_unreadable_manifest_folder_fails_instead_of_starting_empty(disk, tmp_path):
+    """A listing cut short would show no checkpoint: a writer would start a new, empty
+    store over the old one. It must fail, and open fine once the folder reads again."""
+    root = str(tmp_path / "db")
+    with dkv.open(LocalDirStore(root, fsync=False)) as db:
+        db.put(b"k", b"v")
+        db.checkpoint(1).wait()
+    manifest_folders = sorted({os.path.dirname(n) for n in _walk(root) if n.endswith(".manifest")})
+    assert manifest_folders
+    disk.fail("scandir", errno.EIO, repeat=True, where=manifest_folders[0])
+    with pytest.raises(StorageError, match=r"\[Errno 5\] Input/output error"):
+        dkv.open(LocalDirStore(root, fsync=False))
+    disk.free()
+    with dkv.open(LocalDirStore(root, fsync=False)) as db:
+        assert db.get(b"k") == b"v" and db.last_checkpoint == 1
+
+
+def test_two_background_failures_before_the_next_call_are_both_reported(disk, tmp_path):
+    """A background flush and a compaction that both fail before the next call: that call
+    raises one StorageError naming both (the later one's errno); the next call goes on."""
+    store = LocalDirStore(str(tmp_path / "db"), fsync=False)
+    db = dkv.open(store, background=True, **SMALL)
+    db.put(b"k", b"v")
+    db.checkpoint(1).wait()
+    disk.limit(0, errno.ENOSPC)
+    disk.fail("scandir", errno.EIO, where=str(tmp_path / "db"))
+    # the two background tasks' own failures, through the store as dkv's tasks meet them
+    db._run_bg(lambda: store.put("sst/x.sst", b"table bytes"))
+    db._run_bg(lambda: store.list("sst/"))
+    disk.free()
+    with pytest.raises(StorageError) as info:
+        db.put(b"k2", b"v2")
+    msg = str(info.value)
+    assert info.value.errno == errno.EIO
+    assert msg.startswith("background work failed (this call did nothing); completed checkpoints are intact "
+                          "and it is tried again: two background tasks failed: cannot list 'sst/'"), msg
+    assert "[Errno 5] Input/output error; and before it: cannot write" in msg and "[Errno 28]" in msg, msg
+    db.put(b"k2", b"v2")            # reported once
+    db.checkpoint(2).wait()
+    db.close()
+    with dkv.open(str(tmp_path / "db"), read_only=True) as r:
+        assert contents(r) == {b"k": b"v", b"k2": b"v2"}

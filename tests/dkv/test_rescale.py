@@ -345,10 +345,13 @@ class Fleet:
                 assert contents(ro) == model, f"{ns}: latest checkpoint"
 
 
-def run_rescales(seed: int, steps: int, background: bool = False) -> None:
+def run_rescales(seed: int, steps: int, background: bool = False, root=None) -> None:
+    """Random writes, checkpoints, compactions, reopens, splits and merges of the instances
+    of ``root`` (a fresh MemoryStore by default; test_s3_faults.py runs it over S3 through
+    the fault proxy), each checked against its model."""
     rng = random.Random(seed)
     opts = dict(SMALL, background=background, retain=2)
-    fleet = Fleet(MemoryStore(), opts, groups=32)
+    fleet = Fleet(MemoryStore() if root is None else root, opts, groups=32)
     for step in range(steps):
         ns = rng.choice(sorted(fleet.live))
         db, (lo, hi), model, _ = fleet.live[ns]

@@ -171,32 +171,84 @@ def test_the_endpoint_down_then_up(proxy, s3_server):
     assert store.get("a") == b"1"
 
 
+def test_retries_are_counted(proxy, s3_server, tmp_path, monkeypatch):
+    """botocore's retries (a request sent again) and our loop's rounds are counted per client
+    and per process; with DKV_S3_RETRY_DIR the process's totals are written to a file."""
+    import json
+    import os
+
+    from dkv.storage.s3 import retry_totals
+    monkeypatch.setenv("DKV_S3_RETRY_DIR", str(tmp_path))
+    store = make_store(proxy, s3_server)
+    store.put("a", b"x" * 5000)
+    for i in range(3):
+        store.put(f"d/{i}", b"1")
+    assert store.retries() == {"botocore": 0, "ours": 0}
+    totals = retry_totals()
+    proxy.force("GET", "503", "reset_before")         # botocore retries both
+    assert store.get("a") == b"x" * 5000
+    assert store.retries() == {"botocore": 2, "ours": 0}
+    proxy.force("GET", "short_body")                  # the body read: our loop
+    assert store.get("a") == b"x" * 5000
+    assert store.retries() == {"botocore": 2, "ours": 1}
+    proxy.force("POST", "delete_errors")              # a per-key error of DeleteObjects: our loop
+    store.delete_many([f"d/{i}" for i in range(3)])
+    proxy.force("PUT", "429")
+    store.put("b", b"2")
+    assert store.retries() == {"botocore": 3, "ours": 2}
+    # every injected fault was retried once, and counted once
+    assert len(proxy.faults()) == 5
+    assert store.parent()[0].retries() == store.retries()          # the same client, the same counts
+    now = retry_totals()
+    assert {k: now[k] - totals[k] for k in now} == {"botocore": 3, "ours": 2}
+    saved = json.loads((tmp_path / f"retries-{os.getpid()}.json").read_text())
+    assert saved == now
+
+
 # -- dkv's model over the faulty endpoint --------------------------------------------------
 
-def _model_run(proxy, s3_server, tmp_path, seed, steps, rate):
-    inner = S3Store(s3_server.bucket, "model-" + uuid.uuid4().hex, endpoint_url=proxy.endpoint,
+def _faulty_store(proxy, s3_server, tmp_path, name: str):
+    inner = S3Store(s3_server.bucket, name + "-" + uuid.uuid4().hex, endpoint_url=proxy.endpoint,
                     region_name="us-east-1", max_attempts=10, connect_timeout=1, read_timeout=0.5,
                     retry_delay=0.01)
-    store = CachedStore(inner, str(tmp_path / "cache"), 1 << 30, cacheable=lambda key: key.endswith(".sst"))
+    return inner, CachedStore(inner, str(tmp_path / name), 1 << 30, cacheable=lambda key: key.endswith(".sst"))
+
+
+def _model_run(proxy, s3_server, tmp_path, seed, steps, rate, rescale_steps=0):
+    """dkv's random model (puts, deletes, batches, checkpoints, reopens, crashes, compactions),
+    then random rescales (splits and merges of instances, test_rescale.run_rescales), over
+    the proxy at ``rate`` faults per request. Returns the proxy's counts and the retries
+    that the stores counted."""
+    from test_rescale import run_rescales
+    inner, store = _faulty_store(proxy, s3_server, tmp_path, "model")
     proxy.rng.seed(seed)
     proxy.uniform(rate)
     h = Harness(store, retain=2, background=True)
     run_random(h, random.Random(seed), steps)
     h.close()
+    retries = dict(inner.retries())
+    if rescale_steps:
+        inner2, root = _faulty_store(proxy, s3_server, tmp_path, "rescale")
+        run_rescales(seed, rescale_steps, background=True, root=root)
+        for k, v in inner2.retries().items():
+            retries[k] = retries.get(k, 0) + v
     counts = proxy.counts()
     proxy.clear()
+    counts["retries"] = retries
     return counts
 
 
 def test_model_over_faulty_s3(proxy, s3_server, tmp_path):
-    counts = _model_run(proxy, s3_server, tmp_path, seed=18, steps=120, rate=0.05)
+    counts = _model_run(proxy, s3_server, tmp_path, seed=18, steps=120, rate=0.05, rescale_steps=20)
+    print(f"\nfault proxy, seed 18: {counts}")
     assert counts["requests"] > 50 and counts["faults"]
+    assert counts["retries"]["botocore"] + counts["retries"]["ours"] > 0
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_model_over_faulty_s3_long(proxy, s3_server, tmp_path, seed):
-    counts = _model_run(proxy, s3_server, tmp_path, seed=seed, steps=800, rate=0.05)
+    counts = _model_run(proxy, s3_server, tmp_path, seed=seed, steps=800, rate=0.05, rescale_steps=120)
     print(f"\nfault proxy, seed {seed}: {counts}")
     assert counts["faults"]
 

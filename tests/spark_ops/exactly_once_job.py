@@ -19,6 +19,8 @@ rescale, and the batch it re-runs then runs under the new layout.
                other shards' may not be; Spark has not committed the batch)
   sink-before  in foreachBatch before the output is written (all state checkpointed)
   sink-after   in foreachBatch after the output is written, before Spark's commit
+  stall        not a kill: in a task of the map stage, the job stops there (a paused, stale
+               driver) until <workdir>/release exists, then goes on
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -49,6 +52,10 @@ def build(spark, work: Path, plan: list, pgid: int):
         except FileExistsError:
             return
         os.close(fd)
+        if point == "stall":
+            while not os.path.exists(os.path.join(str(work), "release")):
+                time.sleep(0.05)
+            return
         os.killpg(pgid, signal.SIGKILL)
 
     def tap(point: str):
@@ -57,6 +64,8 @@ def build(spark, work: Path, plan: list, pgid: int):
 
             bid = int(TaskContext.get().getLocalProperty("streaming.sql.batchId"))
             kill_once(point, bid)
+            if point == "pre":
+                kill_once("stall", bid)
             yield from frames
         return fn
 

@@ -98,3 +98,63 @@ def test_killed_and_restarted_query_outputs_every_batch_exactly_once(tmp_path):
         for bid, rows in read_sink(d).items():
             assert bid == b
             assert bag_by_key(rows, "k") == bag_by_key(expected[b], "k"), f"attempt {d.name}"
+
+
+def _start_job(work: Path, log) -> subprocess.Popen:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    return subprocess.Popen([sys.executable, str(HERE / "exactly_once_job.py"), str(work)], cwd=str(HERE.parent.parent),
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def test_a_stale_driver_is_fenced_and_the_new_one_outputs_exactly_once(tmp_path):
+    """Two real driver processes on one checkpoint and state: driver A stops in the middle of
+    batch 4 (a paused, stale driver); driver B starts on the same checkpoint and state,
+    re-runs batch 4 and drains the source; then A resumes. A's batch 4 fails with
+    StaleRunError before it touches the state, and A's query stops; B's output is every
+    batch exactly once."""
+    batches = random_events(52, 8, keys="abcd", even=True) + [[{"k": "zz", "ts": at(10_000_000), "v": -1}], []]
+    write_batch_files(tmp_path / "src", batches)
+    (tmp_path / "plan.json").write_text(json.dumps([["stall", 4]]))
+    stalled = tmp_path / "kills" / "stall-4"
+    with open(tmp_path / "a.log", "ab") as log_a, open(tmp_path / "b.log", "ab") as log_b:
+        a = _start_job(tmp_path, log_a)
+        b = None
+        try:
+            deadline = time.monotonic() + 600
+            while not stalled.exists():
+                assert a.poll() is None, "driver A ended before batch 4:\n" + (tmp_path / "a.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "driver A did not reach batch 4 in 10 minutes"
+                time.sleep(0.1)
+            b = _start_job(tmp_path, log_b)
+            assert b.wait(600) == 0, "driver B failed:\n" + (tmp_path / "b.log").read_text(errors="replace")[-3000:]
+            (tmp_path / "release").touch()          # the stale driver resumes
+            rc_a = a.wait(600)
+        finally:
+            _kill_group(a)
+            if b is not None:
+                _kill_group(b)
+    text_a = (tmp_path / "a.log").read_text(errors="replace")
+    assert rc_a != 0, "the stale driver went on:\n" + text_a[-3000:]
+    assert "StaleRunError" in text_a and "of the streaming query is stale: a newer run" in text_a, text_a[-5000:]
+    assert "stop this driver (the newer run continues)" in text_a
+
+    got = read_sink(tmp_path / "out")
+    expected = _expected(batches)
+    assert sorted(got) == list(range(len(batches)))
+    for bid in range(len(batches)):
+        assert bag_by_key(got[bid], "k") == bag_by_key(expected[bid], "k"), f"batch {bid}"
+    assert sum(map(len, expected)) >= 5
+    # every batch reached the sink once: A for 0-3, B for 4 on; A's batch 4 never did
+    runs = [int(x) for x in (tmp_path / "out" / "runs.log").read_text().split()]
+    assert sorted(runs) == list(range(len(batches)))
+    # both runs are registered in the operator's state, A's first
+    registered = sorted((tmp_path / "state").glob("*/session_window/runs/*"))
+    assert len(registered) == 2
