@@ -20,7 +20,7 @@ from ._groups import PendingEntry
 from ._inspect import (FamilyMember, FamilyRule, InstanceRef, ObjectChange, ObjectInfo, SlotChange, SpaceStats,
                        diff, diff_pair, find_instances, iter_slots, key_groups_of, list_objects, object_info,
                        pair_instances, register_family_rule, space_stats, spaces_of, to_jsonable, walk_slots)
-from ._keycodec import decode_key, encode_key
+from ._keycodec import decode_key, encode_key, encode_name
 from ._layout import SCHEMA_STATE
 from ._linked import LinkedListNode, PersistedLinkedList
 from ._list import PersistedList
@@ -38,7 +38,7 @@ __all__ = [
     "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
     "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
     "PersistedDict", "PersistedSortedDict", "PersistedStream", "PersistedNDArray", "PendingEntry",
-    "register_type", "unregister_type", "encode_key", "decode_key",
+    "register_type", "unregister_type", "encode_key", "decode_key", "encode_name",
     "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
     "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
     # inspection (docs/inspection.md)

@@ -2,10 +2,13 @@
 
 Besides their own arguments they take apply_operator's state=, name=, partitions=,
 key_groups=, dkv_options=, memory= (each shard's memory budget, e.g. "512m"), isolate=
-(pass isolate=True to union or coalesce the output in the same stage) and metrics= (where
-the per-batch figures go: a stream's progress by default, see apply_operator)."""
+(pass isolate=True to union or coalesce the output in the same stage), metrics= (where
+the per-batch figures go: a stream's progress by default, see apply_operator) and
+initial_state= (rows loaded in the query's first batch: input rows that came before the
+stream, except for combine_latest, whose initial rows are shaped as its output)."""
 from __future__ import annotations
 
+from ._initial import check_keys, input_rows
 from ._plan import apply_operator, check_columns
 from ._units import duration_ms
 from .operators import Buffer, CombineLatest, Delay, SessionWindow, Timeout
@@ -19,14 +22,17 @@ def _key_fields(df, keys):
 def buffer(df, key, count: int | None = None, skip: int | None = None, duration=None, *, event_time=None,
            watermark=None, order_by=None, state: str = "./state", name: str | None = None,
            partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None):
+           isolate: bool | None = None, memory=None, metrics=None, initial_state=None):
     """Group each key's rows into buffers: by ``count`` (with ``skip`` for overlapping or
     gapped buffers), by event-time ``duration`` windows, or both (a window's buffer is
     also emitted when it reaches ``count``). Output: the key column(s) and ``items``
     (array of the input rows, in event order); with ``duration`` also ``window_start``
-    and ``window_end``."""
+    and ``window_end``. initial_state: input rows that came before the stream (a batch
+    DataFrame with the input's columns): in the query's first batch they fill the keys'
+    buffers (or windows, by event time) as if they had arrived first."""
     from pyspark.sql.types import ArrayType, StructField, StructType, TimestampType
     keys = check_columns(df, key, event_time)
+    initial = None if initial_state is None else input_rows(initial_state, df, keys)
     dur = duration_ms(duration, "duration") if duration is not None else None
     if dur is not None and event_time is None:
         raise ValueError("buffer(duration=...) needs event_time= (the event-time column)")
@@ -37,17 +43,21 @@ def buffer(df, key, count: int | None = None, skip: int | None = None, duration=
     return apply_operator(df, op, keys, output_schema=StructType(fields), event_time=event_time,
                           watermark=watermark, order_by=order_by, state=state, name=name or "buffer",
                           partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
-                          memory=memory, metrics=metrics)
+                          memory=memory, metrics=metrics, initial_state=initial)
 
 
 def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermark=None, state: str = "./state",
                    name: str | None = None, partitions: int | None = None, key_groups: int = 256,
                    dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None):
+           isolate: bool | None = None, memory=None, metrics=None, initial_state=None):
     """For each key, every time any input has a new row (once all inputs have one), emit
     the key and one struct column per input holding that input's latest row.
 
-    inputs: ``{"name": DataFrame, ...}`` (two or more), each with the key column(s)."""
+    inputs: ``{"name": DataFrame, ...}`` (two or more), each with the key column(s).
+    initial_state: a batch DataFrame shaped as the output — the key column(s) and a struct
+    column per input (all or some inputs; a null struct: none yet) — whose structs become
+    the keys' latest rows in the query's first batch (e.g. the last output row per key of
+    an earlier query). It emits nothing by itself."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
     if not isinstance(inputs, dict) or len(inputs) < 2:
@@ -59,6 +69,7 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
         except ValueError as e:
             raise ValueError(f"combine_latest input {n!r}: {e}") from None
     first = inputs[names[0]]
+    initial = None if initial_state is None else _latest_rows(initial_state, first, keys, inputs)
     # Inputs of one schema are unioned as they are, with a column naming the input: flat
     # rows are cheaper to shuffle and to turn into Python than a struct column per input
     # (all but one of them null in every row). Other inputs go one struct column each,
@@ -87,41 +98,67 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
                           watermark=watermark, order_by=[et, SOURCE] if et else [SOURCE], state=state,
                           name=name or "combine_latest", partitions=partitions, key_groups=key_groups,
                           dkv_options=dkv_options, inputs=names, input_column=SOURCE,
-                          isolate=isolate, memory=memory, metrics=metrics)
+                          isolate=isolate, memory=memory, metrics=metrics, initial_state=initial)
+
+
+def _latest_rows(initial, first, keys, inputs):
+    """combine_latest's initial_state checked: the keys as ``first``'s, every other column an
+    input's name holding a struct of that input's columns and types."""
+    check_keys(initial, first, keys)
+    others = [c for c in initial.columns if c not in keys]
+    for c in others:
+        if c not in inputs:
+            raise ValueError(f"combine_latest initial_state column {c!r} names no input: besides the key column(s) "
+                             f"{keys} it may have a struct column per input, {list(inputs)}")
+        got, want = initial.schema[c].dataType.simpleString(), inputs[c].schema.simpleString()
+        if got != want:
+            raise TypeError(f"combine_latest initial_state column {c!r} is {got} but input {c!r}'s rows are {want}")
+    if not others:
+        raise ValueError(f"combine_latest initial_state needs a struct column for one input or more, of "
+                         f"{list(inputs)}; it has the key column(s) only")
+    return initial.select(*keys, *others)
 
 
 def delay(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
           partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None):
-    """Emit each row once the watermark passes its event time + ``duration``. Output: the input rows."""
-    return apply_operator(df, Delay(duration_ms(duration)), check_columns(df, key, event_time), output_schema=df.schema,
+           isolate: bool | None = None, memory=None, metrics=None, initial_state=None):
+    """Emit each row once the watermark passes its event time + ``duration``. Output: the input rows.
+    initial_state: input rows that came before the stream (the input's columns), delayed
+    as if they had arrived in the first batch."""
+    keys = check_columns(df, key, event_time)
+    initial = None if initial_state is None else input_rows(initial_state, df, keys)
+    return apply_operator(df, Delay(duration_ms(duration)), keys, output_schema=df.schema,
                           event_time=event_time, watermark=watermark, state=state, name=name or "delay",
                           partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
-                          memory=memory, metrics=metrics)
+                          memory=memory, metrics=metrics, initial_state=initial)
 
 
 def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
             partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None):
-    """Emit ``key, last_event, timeout_at`` when a key has no row for ``duration`` of event time."""
+           isolate: bool | None = None, memory=None, metrics=None, initial_state=None):
+    """Emit ``key, last_event, timeout_at`` when a key has no row for ``duration`` of event time.
+    initial_state: input rows that came before the stream (the input's columns)."""
     from pyspark.sql.types import StructField, StructType, TimestampType
     keys = check_columns(df, key, event_time)
+    initial = None if initial_state is None else input_rows(initial_state, df, keys)
     schema = StructType(_key_fields(df, keys) + [StructField("last_event", TimestampType()),
                                                  StructField("timeout_at", TimestampType())])
     return apply_operator(df, Timeout(duration_ms(duration), tuple(keys)), keys, output_schema=schema,
                           event_time=event_time, watermark=watermark, state=state, name=name or "timeout",
                           partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
-                          memory=memory, metrics=metrics)
+                          memory=memory, metrics=metrics, initial_state=initial)
 
 
 def session_window(df, key, gap, *, event_time: str, max_duration=None, items: bool = True, watermark=None,
                    state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None):
+           isolate: bool | None = None, memory=None, metrics=None, initial_state=None):
     """Gap-based sessions per key (closed after ``gap`` without rows, or at ``max_duration``).
-    Output: key, session_start, session_end, count and (with ``items=True``) the rows."""
+    Output: key, session_start, session_end, count and (with ``items=True``) the rows.
+    initial_state: input rows that came before the stream (the input's columns)."""
     from pyspark.sql.types import ArrayType, LongType, StructField, StructType, TimestampType
     keys = check_columns(df, key, event_time)
+    initial = None if initial_state is None else input_rows(initial_state, df, keys)
     fields = _key_fields(df, keys) + [StructField("session_start", TimestampType()),
                                       StructField("session_end", TimestampType()), StructField("count", LongType())]
     if items:
@@ -131,4 +168,4 @@ def session_window(df, key, gap, *, event_time: str, max_duration=None, items: b
     return apply_operator(df, op, keys, output_schema=StructType(fields), event_time=event_time,
                           watermark=watermark, state=state, name=name or "session_window", partitions=partitions,
                           key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
-                          memory=memory, metrics=metrics)
+                          memory=memory, metrics=metrics, initial_state=initial)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import os
 import re
 
-from . import _host, _progress
+from . import _host, _initial, _progress
 from ._runtime import ShardSpec
-from ._shards import tokens
+from ._shards import TOKEN, route
 from ._units import duration_ms, memory_bytes
-from ._worker import KG, partition_function
+from ._worker import partition_function
 
-TOKEN, US = "__spark_ops_token", "__spark_ops_us"
+US = "__spark_ops_us"
 
 
 def _resolve_state(state: str) -> str:
@@ -56,7 +56,7 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
                    order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None, isolate: bool | None = None,
                    inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None,
-                   memory=None, metrics=None):
+                   memory=None, metrics=None, initial_state=None):
     """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
 
     state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
@@ -84,11 +84,17 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     default a stream's progress carries them, ``query.lastProgress["observedMetrics"]
     ["spark_ops.<name>"]``; a string names them otherwise; for a batch DataFrame pass a
     ``pyspark.sql.Observation`` and read ``observation.get`` after the action; False: none.
+    initial_state: a batch DataFrame with the key column(s) (of the input's types) whose
+    rows seed the state, as Spark's ``initialState``: in a query's first batch — when the
+    operator has no state — each shard calls ``operator.on_initial_state(key, row, ctx)``
+    for the rows of its keys before its first input row; a restart from a checkpoint
+    ignores it (and logs so). It is staged under ``state`` by a Spark job when this
+    function runs (RFC 0008).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
-    from .operator import Operator
+    from .operator import Operator, has_initial_state_handler
 
     if not isinstance(operator, Operator):
         raise TypeError(f"operator must be an instance of spark_ops.Operator, got "
@@ -100,6 +106,12 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
         kind = df.schema[event_time].dataType.typeName()
         if kind not in ("timestamp", "long", "integer"):
             raise TypeError(f"event_time column {event_time!r} must be a timestamp or a number of ms, not {kind}")
+    if initial_state is not None:
+        if not has_initial_state_handler(operator):
+            raise TypeError(f"initial_state= needs {type(operator).__name__}.on_initial_state(key, row, ctx), "
+                            f"which loads an initial row into the state; {type(operator).__name__} does not "
+                            f"define it")
+        _initial.check_keys(initial_state, df, keys)
     schema = _as_schema(output_schema)
     n = default_shards(df, key_groups) if partitions is None else partitions
     if not isinstance(n, int) or isinstance(n, bool) or n < 1 or key_groups < n or key_groups > 1 << 16:
@@ -121,14 +133,13 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
                      groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
                      inputs=list(inputs) if inputs else None, input_column=input_column,
                      memory=None if memory is None else memory_bytes(memory))
-    toks = tokens(n)
-    shard = F.expr(f"((`{KG}` + 1) * {n} - 1) div {key_groups}")
+    if initial_state is not None:
+        spec.initial = _initial.stage(initial_state, keys, key_groups=key_groups, shards=n, root=spec.state,
+                                      name=name, dkv_options=spec.dkv_options, event_time=event_time, order=order)
     # Timestamps reach pandas as naive wall-clock times, ambiguous around DST changes; their
     # exact instants are read from the Arrow columns as microseconds (see _worker._arrow_to_pandas).
     instants = {c.name: f"{US}{i}" for i, c in enumerate(df.schema.fields) if isinstance(c.dataType, TimestampType)}
-    routed = (df.withColumn(KG, F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(key_groups)))
-                .withColumn(TOKEN, F.element_at(F.array(*[F.lit(t).cast("long") for t in toks]),
-                                                (shard + 1).cast("int"))))
+    routed = route(df, keys, key_groups, n)
     columns = df.columns
     hosts = _host.enabled(shard_host)
     if isolate is None:

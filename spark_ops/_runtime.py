@@ -21,6 +21,7 @@ from . import _layout, _rows, _watermark
 from ._keys import user_key
 from ._shards import shard_range
 from ._timers import EVENT_TIME, PROCESSING_TIME, Timer, TimerService
+from ._ttl import TtlService
 from .operator import Context
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class ShardSpec:
     drop_late: bool = True          # rows behind the watermark are dropped (watermark= given)
     inputs: list | None = None      # several inputs: one watermark basis each (min wins) ...
     input_column: str | None = None  # ... told apart by this column of each row
+    initial: object | None = None   # initial-state rows for a first batch (see _initial.py): .chunks(lo, hi)
 
 
 class ShardState:
@@ -95,8 +97,12 @@ class ShardState:
         self.spaces: dict[int, ObjectSpace] = {}
         self.converted: list = []
         self.timers = TimerService(self.db, self.key_groups)
+        self.ttl = TtlService(self)     # state TTL: expiry index and refresh on write (RFC 0009)
         self.emitted: list = []
         self.objects: dict = {}     # (key group, key parts, name) -> object handle (see Context)
+        # Opened empty (no state before this batch): this batch loads the initial state, if
+        # any, into what its checkpoint commits (RFC 0008). Cleared once loaded.
+        self.initial_pending = plan.fresh
         log.debug("shard %d opened %s at epoch %s", shard, plan.instance, self.epoch)
 
     def catch_up(self, store, spec: ShardSpec, batch: int) -> bool:
@@ -109,6 +115,7 @@ class ShardState:
         if changed is None:
             return False
         self.timers.forget()
+        self.ttl.forget()
         for kg in {(k[0] << 8) | k[1] for k in changed if len(k) >= 2}:
             sp = self.spaces.get(kg)
             if sp is not None:
@@ -129,6 +136,7 @@ class ShardState:
         batch's checkpoint covers them), so they become clean and the object cache may
         drop them. A batch much larger than the budget then runs in bounded memory. If the
         batch fails later, the state is dropped anyway (reopened from the checkpoint)."""
+        self.ttl.before_save()
         wb = dkv.WriteBatch()
         dirty = [sp for sp in self.spaces.values() if sp.dirty]
         for sp in dirty:
@@ -153,6 +161,7 @@ class ShardState:
         unusable (its objects count the save as done): the caller drops it, as it drops a
         state after any failure."""
         t0 = time.perf_counter()
+        self.ttl.before_save()
         wb = dkv.WriteBatch()
         for sp in self.spaces.values():
             sp.save(batch=wb)
@@ -183,6 +192,30 @@ class ShardState:
             self.db.close()
         except Exception as e:  # noqa: BLE001 - a fenced or broken instance is dropped anyway
             log.debug("closing shard state: %s", e)
+
+
+_IGNORED: set = set()
+
+
+def _initial_ident(spec: ShardSpec) -> str:
+    return str(getattr(spec.initial, "ident", None) or id(spec.initial))
+
+
+def _initial_ignored(store, spec: ShardSpec, shard: int, batch: int) -> None:
+    """Say once per start (initial-state source), state and shard that ``initial_state=`` is
+    not loaded: the operator's state existed when this start's first batch ran (a restart
+    from a checkpoint). A shard of a start that did load it (its marker exists) says
+    nothing. At most one existence check per process, start and shard."""
+    ident = _initial_ident(spec)
+    key = (spec.state, shard, ident)
+    if key in _IGNORED:
+        return
+    _IGNORED.add(key)
+    if store.exists(f"initial/{ident}"):
+        return
+    log.warning("spark_ops: initial_state ignored by shard %d at batch %d of %s: the operator's state exists "
+                "(restored from a checkpoint); an initial state is loaded only in a query's first batch, "
+                "when the operator has no state", shard, batch, spec.state)
 
 
 _STORES: dict = {}
@@ -347,7 +380,16 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     st.converted = []
     emitted = 0
     late = rows = 0
+    # State TTL: what expired by this batch's processing time goes before the operator runs.
+    expired = st.ttl.expire(ptime) if ptime is not None else 0
     op.open(ctx)
+    initial_rows = -1
+    if st.initial_pending:                      # once, before the batch's first row (RFC 0008)
+        st.initial_pending = False
+        if spec.initial is not None:
+            initial_rows, emitted = _load_initial(st, spec, ctx, convert)
+    elif spec.initial is not None:
+        _initial_ignored(_store(spec.state, spec.dkv_options), spec, shard, batch)
     arity = spec.key_arity
     drop_below = watermark if watermark is not None and spec.drop_late else None
     on_event = op.on_event
@@ -412,7 +454,45 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     metrics = {"rows": rows, "late_rows": late, "timers_fired": fired, "state_bytes": state_bytes,
                "state_records": state_records, "objects_in_memory": len(st.cache),
                "emitted": emitted + len(st.emitted)}
+    if initial_rows >= 0:
+        metrics["initial_rows"] = initial_rows
+    if expired:
+        metrics["ttl_expired"] = expired
     return st.emitted, metrics, finish
+
+
+def _load_initial(st: ShardState, spec: ShardSpec, ctx: Context, convert) -> tuple[int, int]:
+    """Call ``on_initial_state`` for each initial-state row of the shard's key groups (in
+    key-group, key and order), as part of this batch: its state changes, timers and output
+    are committed with the batch's checkpoint. Returns the number of rows and of emitted
+    rows already converted (into ``st.converted``)."""
+    handler = spec.operator.on_initial_state
+    arity = spec.key_arity
+    n = since_spill = converted = 0
+    last_parts, key = None, None
+    for events in spec.initial.chunks(st.key_groups.start, st.key_groups.stop):
+        for kg, parts, ts, row in events:
+            if parts != last_parts:
+                last_parts, key = parts, user_key(parts, arity)
+            ctx.key_group, ctx._parts, ctx.key, ctx.event_time = kg, parts, key, ts
+            handler(key, row, ctx)
+        n += len(events)
+        since_spill += len(events)
+        if since_spill >= st.spill_events:
+            st.spill()
+            since_spill = 0
+        if convert is not None and len(st.emitted) >= OUT_CHUNK:
+            converted += len(st.emitted)
+            st.converted.append(convert(st.emitted))
+            st.emitted = []
+    ctx.key_group, ctx._parts, ctx.key, ctx.event_time = -1, (), None, None
+    # A marker that this start loaded it (later batches of the start say nothing; see
+    # _initial_ignored). Only for the log: a failed batch that leaves it behind loses nothing.
+    ident = _initial_ident(spec)
+    _IGNORED.add((spec.state, st.shard, ident))
+    _store(spec.state, spec.dkv_options).put(f"initial/{ident}", b"")
+    log.info("shard %d loaded %d initial-state rows in batch %d", st.shard, n, ctx.batch_id)
+    return n, converted
 
 
 def _raise_basis(basis: list, events: list, index, column) -> None:

@@ -77,3 +77,19 @@ def shard_range(shard: int, n: int, groups: int) -> tuple[int, int]:
 def shard_of(key_group: int, n: int, groups: int) -> int:
     """The shard owning ``key_group``: the inverse of ``shard_range``."""
     return ((key_group + 1) * n - 1) // groups
+
+
+# The columns a routed frame carries to the operator's stage: the key group, and the token
+# that repartition(n, token) sends to the key group's shard (see route).
+KG, TOKEN = "__spark_ops_kg", "__spark_ops_token"
+
+
+def route(df, keys: list, key_groups: int, n: int):
+    """``df`` with the key-group column ``pmod(hash(keys), G)`` and the token that sends each
+    key group to its shard's partition under ``repartition(n, token)`` (RFC 0001, §2.1). The
+    input and an initial-state frame (_initial.py) are routed by this one function."""
+    from pyspark.sql import functions as F
+    shard = F.expr(f"((`{KG}` + 1) * {n} - 1) div {key_groups}")
+    return (df.withColumn(KG, F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(key_groups)))
+              .withColumn(TOKEN, F.element_at(F.array(*[F.lit(t).cast("long") for t in tokens(n)]),
+                                              (shard + 1).cast("int"))))

@@ -15,13 +15,13 @@ import logging
 import time
 import uuid
 
-from . import _host, _progress
+from . import _host, _progress, _runs
 from ._output import rows_to_arrow
-from ._runtime import ShardSpec, run_shard_batch
+from ._runtime import ShardSpec, _store, run_shard_batch
+from ._shards import KG
 
 log = logging.getLogger(__name__)
 
-KG = "__spark_ops_kg"
 """The key-group column the plan adds (_plan.py) and the tasks read."""
 _EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
@@ -39,6 +39,7 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
         ctx = TaskContext.get()
         batch = ctx.getLocalProperty("streaming.sql.batchId")
         query = ctx.getLocalProperty("sql.streaming.queryId")
+        run = _runs.run_id(ctx) if batch is not None else None
         shard = ctx.partitionId()
         batches = [b for b in iterator if b.num_rows]
         table = None
@@ -54,7 +55,7 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
             elif found != {shard}:
                 raise RuntimeError(f"spark_ops: task {shard} got rows of shards {sorted(found)}: the operator's "
                                    f"stage was merged with another (union/coalesce) — pass isolate=True")
-        elif final:
+        elif final and spec.initial is None:
             return                      # nothing to do: no rows, and no state beyond this task
         elif shard >= n:
             raise RuntimeError(f"spark_ops: task partition {shard} is not a shard of {n}: the operator's "
@@ -66,7 +67,7 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
             local = ShardSpec(**{**spec.__dict__, "state": f"{spec.state}/{query}/{name}"})
             batch_id = int(batch)
         args = (local, batch_id, shard, table, keys, columns, order, instants, final, out_schema, started,
-                metrics_schema, name)
+                metrics_schema, name, run)
         emitted = None
         if shard_host and not final:
             if not isolated and not _host.first_run_in_task(local.state, shard, ctx.taskAttemptId()):
@@ -94,7 +95,8 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
 
 
 def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, order, instants, final: bool,
-             out_schema=None, batch_time: int | None = None, metrics_schema=None, operator: str | None = None):
+             out_schema=None, batch_time: int | None = None, metrics_schema=None, operator: str | None = None,
+             run: str | None = None):
     """One shard's task after Spark's part: the rows in order, the operator, the checkpoint.
     Runs in the task's Python worker or in the shard's host (see _host). ``table``: the
     task's rows (an Arrow table; None without rows). Returns the emitted rows: a list of
@@ -103,8 +105,12 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
     it grows, so a batch of millions of rows runs in bounded memory. With ``metrics_schema``
     (the output schema + the hidden metrics column) every output batch gets that column,
     null, and one more row carries the shard's figures of the batch (see _progress.py);
-    either way a one-line summary is logged at INFO on ``spark_ops.metrics``."""
+    either way a one-line summary is logged at INFO on ``spark_ops.metrics``. ``run``: the
+    stream's Spark run id; a run that a newer run of the query replaced on this state fails
+    with StaleRunError before it opens the shard (see _runs.py)."""
     t0 = time.perf_counter()
+    if run is not None and not final:
+        _runs.check(_store(spec.state, spec.dkv_options), spec.state, run, batch_id, shard)
     table = _sort_rows(table, keys, columns, order)
     events = EventChunks(table, keys, columns, spec.event_time, instants)
     heartbeat = events.heartbeat()

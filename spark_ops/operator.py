@@ -6,7 +6,8 @@
             n.value += 1
             ctx.emit({"user": key, "count": n.value})
 
-The runtime calls, for every shard of every batch: ``open(ctx)``, then ``on_event`` for
+The runtime calls, for every shard of every batch: ``open(ctx)``, (in a query's first
+batch, given ``initial_state=``: ``on_initial_state`` for each initial row), then ``on_event`` for
 each input row (grouped by key, in event order) — or, if the operator overrides
 ``on_rows``, ``on_rows`` once per key with all its rows of the batch as a pandas
 DataFrame —, then ``on_timer`` for each timer that is due, then ``close(ctx)``. ``ctx`` gives the current key's persisted objects (created on
@@ -55,6 +56,19 @@ class Operator:
         fails the batch with a TypeError."""
         raise NotImplementedError(f"{type(self).__name__} must implement on_rows")
 
+    def on_initial_state(self, key, row: dict, ctx: "Context") -> None:
+        """Needed for ``initial_state=`` (as Spark's ``handleInitialState``): called once per
+        row of the initial-state DataFrame (``row`` as a dict of its columns, a key's rows in
+        the order of ``order_by`` when the frame has those columns), in a query's first batch
+        only — when the operator has no state yet — after ``open`` and before any
+        ``on_event``. ``ctx`` is positioned at the key as in ``on_event``: state, timers,
+        ``emit``, ``batch_id``, ``processing_time`` (``watermark`` is None in a first batch);
+        ``ctx.event_time`` is the row's event time when the frame has the event-time column,
+        else None. The load is part of the first batch's checkpoint: a re-run of that batch
+        loads it again into the state it starts from (empty), never on top of it. See
+        docs/spark_ops.md, *Initial state*."""
+        raise NotImplementedError(f"{type(self).__name__} must implement on_initial_state to take initial_state=")
+
     def on_timer(self, key, timer: Timer, ctx: "Context") -> None:
         """Called when a timer of ``key`` is due (event time: the watermark passed it;
         processing time: the batch's processing time passed it)."""
@@ -98,9 +112,20 @@ class Context:
             raise ValueError(f"state object names are non-empty str, got {name!r}")
         return self._parts + (name,)
 
-    def value(self, name: str, default=None):
-        """The key's persisted value ``name`` (``.value`` reads and writes it)."""
-        return self._get_or_create("value", name, default)
+    def value(self, name: str, default=None, *, ttl=None):
+        """The key's persisted value ``name`` (``.value`` reads and writes it).
+
+        ``ttl`` (every kind takes it: "1 hour", a timedelta or ms > 0): the object expires
+        when not written for ``ttl`` of processing time (dict, sorted_dict, set and
+        sorted_set: also each entry / element on its own), as Spark's ``TTLConfig``; pass
+        the same ttl on every call. See docs/spark_ops.md, *State TTL*."""
+        obj = self._get_or_create("value", name, default)
+        return obj if ttl is None else self._ttl(obj, ttl)
+
+    def _ttl(self, obj, ttl):
+        """Register ``obj`` (just looked up) as timed by ``ttl``: its writes refresh it."""
+        self._shard.ttl.register(self.key_group, obj, ttl)
+        return obj
 
     def _get_or_create(self, kind: str, name: str, *args, **kwargs):
         # Objects met earlier come from a dict: an operator typically asks for the same
@@ -113,43 +138,54 @@ class Context:
             self._objects[memo] = obj
         return obj
 
-    def queue(self, name: str):
+    def queue(self, name: str, *, ttl=None):
         """The key's persisted queue (deque-like), created empty on first use."""
-        return self._get_or_create("queue", name)
+        obj = self._get_or_create("queue", name)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
-    def list(self, name: str):
+    def list(self, name: str, *, ttl=None):
         """The key's persisted list, created empty on first use."""
-        return self._get_or_create("list", name)
+        obj = self._get_or_create("list", name)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
-    def dict(self, name: str):
+    def dict(self, name: str, *, ttl=None):
         """The key's persisted dict, created empty on first use."""
-        return self._get_or_create("dict", name)
+        obj = self._get_or_create("dict", name)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
-    def sorted_dict(self, name: str):
-        return self._get_or_create("sorted_dict", name)
+    def sorted_dict(self, name: str, *, ttl=None):
+        obj = self._get_or_create("sorted_dict", name)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
-    def set(self, name: str):
-        return self._get_or_create("set", name)
+    def set(self, name: str, *, ttl=None):
+        obj = self._get_or_create("set", name)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
-    def sorted_set(self, name: str):
-        return self._get_or_create("sorted_set", name)
+    def sorted_set(self, name: str, *, ttl=None):
+        obj = self._get_or_create("sorted_set", name)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
-    def stack(self, name: str):
-        return self._get_or_create("stack", name)
+    def stack(self, name: str, *, ttl=None):
+        obj = self._get_or_create("stack", name)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
-    def linked_list(self, name: str):
-        return self._get_or_create("linked_list", name)
+    def linked_list(self, name: str, *, ttl=None):
+        obj = self._get_or_create("linked_list", name)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
-    def stream(self, name: str):
-        return self._get_or_create("stream", name)
+    def stream(self, name: str, *, ttl=None):
+        obj = self._get_or_create("stream", name)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
-    def array(self, name: str, length: int, fill=None):
-        return self._get_or_create("array", name, length, fill=fill)
+    def array(self, name: str, length: int, fill=None, *, ttl=None):
+        obj = self._get_or_create("array", name, length, fill=fill)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
-    def ndarray(self, name: str, shape, dtype, chunks=None, fill_value=0):
+    def ndarray(self, name: str, shape, dtype, chunks=None, fill_value=0, *, ttl=None):
         """The key's persisted chunked n-dimensional array (objectspace's ``create_ndarray``),
         created on first use; one that exists keeps its own shape, dtype and chunks."""
-        return self._get_or_create("ndarray", name, shape, dtype, chunks=chunks, fill_value=fill_value)
+        obj = self._get_or_create("ndarray", name, shape, dtype, chunks=chunks, fill_value=fill_value)
+        return obj if ttl is None else self._ttl(obj, ttl)
 
     def has_state(self, name: str) -> bool:
         return self._name(name) in self._space()
@@ -161,6 +197,9 @@ class Context:
         self._objects.pop((self.key_group, self._parts, name), None)
         if full in space:
             space.delete(full)
+        ttl = getattr(self._shard, "ttl", None)
+        if ttl is not None and ttl.active:      # its TTL records go with it (none known: no cost)
+            ttl.forget_object(self.key_group, full)
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -195,3 +234,8 @@ class Context:
     def emit(self, row: dict) -> None:
         """Add one output row (a dict of output columns)."""
         self._shard.emitted.append(row)
+
+
+def has_initial_state_handler(operator) -> bool:
+    """True when ``operator``'s class overrides ``Operator.on_initial_state``."""
+    return getattr(type(operator), "on_initial_state", None) not in (None, Operator.on_initial_state)

@@ -47,7 +47,12 @@ class OperatorHarness:
     def __init__(self, operator, key="key", *, event_time: str | None = None, watermark=None,
                  order_by=None, state: str | None = None, partitions: int = 2, key_groups: int = 16,
                  dkv_options: dict | None = None, inputs: list | None = None,
-                 input_column: str | None = None, memory=None) -> None:
+                 input_column: str | None = None, memory=None, initial_state: list | None = None) -> None:
+        """initial_state: rows (dicts with the key columns) loaded by ``on_initial_state``
+        in the first batch that finds no state (batch 0, or a re-run of it), as
+        ``apply_operator(initial_state=...)`` does; a harness started on existing state
+        (``state=`` of an earlier one) ignores them. A row's event time is its ``event_time``
+        column when it has one."""
         self.keys = [key] if isinstance(key, str) else list(key)
         _check_shards(partitions, key_groups)
         self.event_time = event_time
@@ -61,6 +66,33 @@ class OperatorHarness:
                               memory=None if memory is None else memory_bytes(memory))
         self.batch_id = 0
         self.metrics: list[dict] = []
+        if initial_state is not None:
+            from ._initial import HarnessRows
+            from .operator import has_initial_state_handler
+            if not has_initial_state_handler(operator):
+                raise TypeError(f"initial_state= needs {type(operator).__name__}.on_initial_state(key, row, ctx), "
+                                f"which loads an initial row into the state; {type(operator).__name__} does "
+                                f"not define it")
+            events = []
+            for i, row in enumerate(initial_state):
+                missing = [k for k in self.keys if k not in row]
+                if missing:
+                    raise KeyError(f"initial_state row {i} has no key column(s) {missing}: {row!r}")
+                kv = tuple(row[k] for k in self.keys)
+                if any(v is None for v in kv):
+                    continue            # as on Spark: a row with a null key is left out
+                sort_key, event = self._event(i, kv, row)
+                events.append((sort_key, event))
+            self.spec.initial = HarnessRows([ev for _, ev in sorted(events, key=lambda x: x[0])])
+
+    def _event(self, i: int, kv: tuple, row: dict) -> tuple:
+        """(sort key, runtime event) of row ``i`` with key values ``kv``: the order a shard
+        processes rows in (key group, key, order_by or the event time, input order)."""
+        parts = to_parts(kv)
+        kg = self.key_group(parts)
+        ts = _ms(row.get(self.event_time)) if self.event_time else None
+        order = tuple((row.get(c) is not None, row.get(c)) for c in (self.order_by or [])) or ((ts is not None, ts),)
+        return (kg, repr(parts), order, i), (kg, parts, ts, row)
 
     def key_group(self, parts: tuple) -> int:
         return zlib.crc32(msgpack.packb(list(parts))) % self.spec.groups
@@ -87,11 +119,8 @@ class OperatorHarness:
                 if ts is not None:
                     heartbeat = ts if heartbeat is None else max(heartbeat, ts)
                 continue
-            parts = to_parts(kv)
-            kg = self.key_group(parts)
-            ts = _ms(row.get(self.event_time)) if self.event_time else None
-            order = tuple((row.get(c) is not None, row.get(c)) for c in (self.order_by or [])) or ((ts is not None, ts),)
-            per_shard[shard_of(kg, self.spec.shards, self.spec.groups)].append(((kg, repr(parts), order, i), (kg, parts, ts, row)))
+            sort_key, event = self._event(i, kv, row)
+            per_shard[shard_of(event[0], self.spec.shards, self.spec.groups)].append((sort_key, event))
         out = []
         for s in range(self.spec.shards):
             events = [ev for _, ev in sorted(per_shard[s], key=lambda x: x[0])]

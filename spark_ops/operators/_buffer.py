@@ -61,6 +61,11 @@ class Buffer(Operator):
                 for _ in range(skip):
                     q.popleft()
 
+    def on_initial_state(self, key, row, ctx: Context) -> None:
+        """An initial row is an input row that came before the stream: it joins the key's
+        buffer (or its window, by its event time) as if it had arrived first."""
+        self.on_event(key, row, ctx)
+
     def _on_windowed(self, key, row, ctx: Context) -> None:
         ts = ctx.event_time
         start = ts - ts % self.duration

@@ -44,3 +44,15 @@ class CombineLatest(Operator):
             for name in inputs:
                 out[name] = value if name == source else latest[name]
             ctx.emit(out)
+
+    def on_initial_state(self, key, row, ctx: Context) -> None:
+        """An initial row is shaped as the output (key columns, one struct column per input):
+        each input's struct that is not null becomes that input's latest row. Nothing is
+        emitted; the next row of any input emits once every input has a latest row."""
+        latest = None
+        for name in self.inputs:
+            value = row.get(name)
+            if value is not None:
+                if latest is None:
+                    latest = ctx.dict("latest")
+                latest[name] = value

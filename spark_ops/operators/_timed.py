@@ -15,7 +15,15 @@ def _key_row(columns: tuple, key) -> dict:
     return dict(zip(columns, key if len(columns) > 1 else (key,)))
 
 
-class Delay(Operator):
+class _InputRowsFirst:
+    """initial_state= for these operators: its rows are input rows that came before the
+    stream, handled as if they had arrived first (by their event time)."""
+
+    def on_initial_state(self, key, row, ctx: Context) -> None:
+        self.on_event(key, row, ctx)
+
+
+class Delay(_InputRowsFirst, Operator):
     """Emit every row once the watermark passes its event time + ``delay_ms``.
 
     State per key: a sorted dict ``(due, seq) -> row`` and one timer per due time."""
@@ -41,7 +49,7 @@ class Delay(Operator):
             ctx.delete_state("seq")
 
 
-class Timeout(Operator):
+class Timeout(_InputRowsFirst, Operator):
     """Emit ``(key, last_event, timeout_at)`` when a key has had no row for ``timeout_ms``
     of event time (measured by the watermark), then forget the key."""
 
@@ -70,7 +78,7 @@ class Timeout(Operator):
         ctx.delete_state("last")
 
 
-class SessionWindow(Operator):
+class SessionWindow(_InputRowsFirst, Operator):
     """Gap-based sessions per key: a session ends when no row arrives within ``gap_ms`` of
     its last row (event time), or when it reaches ``max_duration_ms``. Emits
     ``(key, session_start, session_end, count, items)`` when the watermark passes the end.

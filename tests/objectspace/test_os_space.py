@@ -29,7 +29,7 @@ def test_public_names_are_pinned():
         "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
         "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
         "PersistedDict", "PersistedSortedDict", "PersistedStream", "PersistedNDArray", "PendingEntry",
-        "register_type", "unregister_type", "encode_key", "decode_key",
+        "register_type", "unregister_type", "encode_key", "decode_key", "encode_name",
         "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
         "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
         # inspection (objectspace/_inspect)

@@ -12,7 +12,7 @@ import pytest
 from spark_ops._keys import to_parts
 from spark_ops import _output
 from spark_ops._output import rows_to_arrow
-from spark_ops._plan import TOKEN
+from spark_ops._shards import TOKEN
 from spark_ops._worker import KG, _arrow_to_pandas, _events, _sort_rows
 
 UTC = dt.timezone.utc
