@@ -153,6 +153,7 @@ class ObjectSpacePeer(Peer):
         d = self.d
         for k, v in items:
             d[k] = v
+
         self.space.checkpoint()
 
     def update(self, items):
@@ -166,6 +167,18 @@ class ObjectSpacePeer(Peer):
 
     def close(self):
         self.space.close()
+
+
+class ObjectSpaceInlinePeer(ObjectSpacePeer):
+    """objectspace with small checkpoints inside their manifests (RFC 0007; off by default)."""
+    name = "objectspace-inline"
+    OPTIONS = "inline_segment_bytes=4096"
+    REOPEN = ObjectSpacePeer.REOPEN.replace("ObjectSpace.open(PATH)", f"ObjectSpace.open(PATH, {OPTIONS})")
+
+    def open(self, path):
+        from objectspace import ObjectSpace
+        self.space = ObjectSpace.open(path, inline_segment_bytes=4096)
+        self.d = self.space.get_or_create_dict("records")
 
 
 class ZodbPeer(Peer):
@@ -304,7 +317,7 @@ class ShelvePeer(Peer):
         self.sh.close()
 
 
-PEERS = {p.name: p for p in (ObjectSpacePeer, ZodbPeer, DiskcachePeer, DiskcacheFullPeer, SqlitedictPeer,
+PEERS = {p.name: p for p in (ObjectSpacePeer, ObjectSpaceInlinePeer, ZodbPeer, DiskcachePeer, DiskcacheFullPeer, SqlitedictPeer,
                              SqlitedictFullPeer, ShelvePeer)}
 
 
