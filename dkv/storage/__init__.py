@@ -9,13 +9,21 @@ from .base import ObjectStore
 from .cache import CachedStore
 from .local import LocalDirStore
 from .memory import MemoryStore
-from .s3 import S3Store
 from .wrappers import Call, FaultInjectingStore, InjectedFault, LoggingStore, PrefixStore
 
 __all__ = [
     "ObjectStore", "LocalDirStore", "MemoryStore", "S3Store", "CachedStore", "PrefixStore",
     "LoggingStore", "FaultInjectingStore", "InjectedFault", "Call", "open_store",
 ]
+
+def __getattr__(name):
+    # S3Store (boto3's world: http.client, ssl, email) is imported when first used, so that
+    # a notebook's `import objectspace` on a local folder does not pay ~20 ms for it.
+    if name == "S3Store":
+        from .s3 import S3Store
+        return S3Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _S3_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key",
                "aws_session_token", "max_attempts", "client")
@@ -38,6 +46,7 @@ def open_store(location, *, create: bool = True, **options) -> ObjectStore:
     if url.scheme == "memory":
         return MemoryStore.named((url.netloc + url.path).strip("/") or "default", create=create)
     if url.scheme == "s3":
+        from .s3 import S3Store
         s3_opts = {k: options[k] for k in _S3_OPTIONS if options.get(k) is not None}
         store = S3Store(url.netloc, url.path, **s3_opts)
         cache_dir = options.get("cache_dir") or os.path.join(tempfile.gettempdir(), "dkv-cache")
