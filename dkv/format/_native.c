@@ -239,6 +239,26 @@ typedef struct {
     uint32_t rec, kp, vp, klen, vlen, off, voff;
 } hint;
 
+/* Resume a walk of n records (keys from pos to kend, values to len) after hint e: its key
+   into sc (*plen bytes), where the next key and value start, the next record's number.
+   -1 with an exception when the hint does not fit the records. */
+static int resume(const hint *e, const unsigned char *hblob, size_t n, Py_ssize_t pos, Py_ssize_t kend,
+                  Py_ssize_t len, scratch *sc, size_t *plen, Py_ssize_t *kp, Py_ssize_t *vp, size_t *next) {
+    if (e->rec >= n || e->kp < pos || e->kp > kend || e->vp < kend || e->vp > len
+        || reserve(sc, e->klen + 1) < 0) {
+        if (!PyErr_Occurred()) {
+            malformed();
+        }
+        return -1;
+    }
+    memcpy(sc->p, hblob + e->off, e->klen);
+    *plen = e->klen;
+    *kp = e->kp;
+    *vp = e->vp;
+    *next = (size_t)e->rec + 1;
+    return 0;
+}
+
 /* Walk the records at pos with keys in [lo, hi) (NULL: unbounded), resuming after hint e
    (NULL: from the first record; e's key must be < lo). Returns (keys, values, end) — end is
    where the records end, or -1 when the walk stopped before the end. NULL with an exception
@@ -259,19 +279,8 @@ static PyObject *walk(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, 
     }
     Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos, vp = kend;
     size_t i0 = n, i1 = n, plen = 0, i, first = 0;
-    if (e != NULL) {
-        if (e->rec >= n || e->kp < pos || e->kp > kend || e->vp < kend || e->vp > len
-            || reserve(&sc, e->klen + 1) < 0) {
-            if (!PyErr_Occurred()) {
-                malformed();
-            }
-            goto done;
-        }
-        memcpy(sc.p, hblob + e->off, e->klen);
-        plen = e->klen;
-        kp = e->kp;
-        vp = e->vp;
-        first = (size_t)e->rec + 1;
+    if (e != NULL && resume(e, hblob, n, pos, kend, len, &sc, &plen, &kp, &vp, &first) < 0) {
+        goto done;
     }
     for (i = first; i < n; i++) {
         if (next_key(buf, kend, &kp, &sc, &plen) < 0) {
@@ -523,18 +532,8 @@ static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t 
         return NULL;
     }
     Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos, vp = kend;
-    if (e != NULL) {
-        if (e->rec >= n || e->kp > kend || e->vp > len || reserve(&sc, e->klen + 1) < 0) {
-            if (!PyErr_Occurred()) {
-                malformed();
-            }
-            goto done;
-        }
-        memcpy(sc.p, hblob + e->off, e->klen);
-        plen = e->klen;
-        kp = e->kp;
-        vp = e->vp;
-        i0 = (size_t)e->rec + 1;
+    if (e != NULL && resume(e, hblob, n, pos, kend, len, &sc, &plen, &kp, &vp, &i0) < 0) {
+        goto done;
     }
     size_t i, target = n;
     for (i = i0; i < n; i++) {
