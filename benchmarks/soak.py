@@ -378,7 +378,10 @@ def soak(args) -> dict:
         got, bids = output_buffers(work / "out")
         missing = expected - got
         twice = got - expected
-        ok = not missing and not twice and bids == list(range(args.batches))
+        # Every buffer exactly once, and one output per batch id with no gap. Not one batch per
+        # source file: a driver restarted by a kill may plan two files into one batch (Spark's
+        # file source with maxFilesPerTrigger under availableNow), so there may be fewer.
+        ok = not missing and not twice and bool(bids) and bids == list(range(len(bids)))
         retries = {"botocore": 0, "ours": 0}
         for p in (work / "retries").glob("retries-*.json"):
             try:
@@ -473,7 +476,7 @@ def report(f: dict) -> str:
     lines = [
         f"result: {'OK: every buffer exactly once' if f['ok'] else 'FAILED'} "
         f"({f['buffers_expected']} buffers expected, {f['buffers_missing']} missing, {f['buffers_twice']} extra; "
-        f"{f['batches_output']} of {f['batches']} batch outputs)",
+        f"{f['batches_output']} batch outputs for {f['batches']} source files)",
         f"batches run: {f['batches']} in {f['seconds']} s; driver started {f['driver_starts']} times",
         "kills: " + ", ".join(f"{k} {v}" for k, v in f["kills"].items()),
         f"driver runs that failed on their own: {f['driver_failures']}",

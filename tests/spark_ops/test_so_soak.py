@@ -25,7 +25,8 @@ def test_small_soak(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     f = json.loads(out.read_text())
     assert f["ok"] and f["buffers_missing"] == 0 and f["buffers_twice"] == 0 and f["buffers_expected"] > 1000
-    assert f["batches_output"] == 30
+    # one output per batch id; a restarted driver may plan two source files into one batch
+    assert 15 <= f["batches_output"] <= 30
     assert all(f["kills"][k] >= 1 for k in ("driver", "worker", "host", "outage")), f["kills"]
     assert sum(f["faults"].values()) > 0
     assert f["retries"]["botocore"] + f["retries"]["ours"] > 0
