@@ -169,6 +169,31 @@ def test_custom_operator_with_processing_timers_on_a_batch_dataframe_through_con
     assert sorted((r["k"], r["n"]) for r in got) == [("a", 3), ("b", 1), ("c", 1)]
 
 
+def make_rows_operator() -> Operator:
+    """An on_rows operator (a key's rows of the batch as one pandas DataFrame), built in a
+    function so cloudpickle ships the class by value: per key, the rows' count and sum of v,
+    in the order on_rows got them, and a running total kept in state."""
+
+    class SumRows(Operator):
+        def on_rows(self, key, rows, ctx):
+            total = ctx.value("total", default=0)
+            total.value += int(rows["v"].sum())
+            ctx.emit({"k": key, "n": len(rows), "vs": [int(v) for v in rows["v"]], "total": total.value})
+
+    return SumRows()
+
+
+@pytest.mark.slow
+def test_on_rows_operator_on_a_batch_dataframe_through_connect(connect, tmp_path):
+    """on_rows through a Connect session: one call per key with all its rows, in order_by order."""
+    df = connect.createDataFrame([("a", 3), ("b", 20), ("a", 1), ("a", 2), ("b", 10)], "k string, v long")
+    got = _rows(apply_operator(df, make_rows_operator(), "k", order_by="v",
+                               output_schema="k string, n long, vs array<long>, total long",
+                               state=str(tmp_path / "state")))
+    assert sorted((r["k"], r["n"], list(r["vs"]), r["total"]) for r in got) == [("a", 3, [1, 2, 3], 6),
+                                                                               ("b", 2, [10, 20], 30)]
+
+
 def _write_batches(src: Path, batches) -> None:
     """One JSON-lines file per micro-batch (an empty file for an empty batch), mtimes increasing."""
     import json
