@@ -165,3 +165,48 @@ def test_rows_from_s3_with_store_options(ds, s3_server):
     df = ds.read.format("objectspace").options(**opts).option("changes_from", 1).load(loc)
     assert {(r.object, r.change_type) for r in df.collect()} == {
         ("q", "removed"), ('["user",7]', "changed"), ("s", "added"), ("v", "removed")}
+
+
+def grid_operator():
+    """Per key: a 4x4 float grid in 2x2 chunks; each row sets cell (v % 4, v // 4 % 4) to v.
+    Built in a function so cloudpickle ships the class by value."""
+
+    class Grid(spark_ops.Operator):
+        def on_event(self, key, row, ctx):
+            g = ctx.ndarray("grid", (4, 4), "float64", chunks=(2, 2))
+            v = row["v"]
+            g[v % 4, v // 4 % 4] = float(v)
+            ctx.emit({"k": key, "total": int(g[:, :].sum())})
+    return Grid()
+
+
+def test_ndarray_state_of_a_streaming_operator(ds, utc_spark, tmp_path):
+    """An operator's ndarray read through the state data source on real Spark: one row per
+    stored chunk (slot: the chunk's coordinates; value: its cells), equal to the object
+    spaces read directly; chunks never written have no row."""
+    batches = [[{"k": "a", "ts": at(0), "v": 1}, {"k": "b", "ts": at(1), "v": 6}],
+               [{"k": "a", "ts": at(2), "v": 11}, {"k": "a", "ts": at(3), "v": 5}]]
+    write_batch_files(tmp_path / "src", batches)
+    state = str(tmp_path / "state")
+    out = spark_ops.apply_operator(read_stream(utc_spark, tmp_path / "src"), grid_operator(), key="k", event_time="ts",
+                                   output_schema="k string, total long", state=state, partitions=2, key_groups=16)
+    run_stream(out, tmp_path / "out", tmp_path / "cp")
+    rows = ds.read.format("objectspace").load(state).collect()
+    assert {r.kind for r in rows} == {"ndarray"}
+    expect = set()
+    for ref in objectspace.find_instances(state):
+        with ref.open() as db:
+            for kg, sp in objectspace.spaces_of(db):
+                for info, slot, v in objectspace.walk_slots(sp):
+                    expect.add((ref.instance, kg, _j(info.name[0]), info.name[-1], _j(slot), _j(v)))
+    assert {(r.instance, r.key_group, r.key, r.object, r.slot, r.value) for r in rows} == expect
+    # the model: cell (v % 4, v // 4 % 4) = v; a 2x2 chunk (i // 2, j // 2) holds it
+    cells: dict = {}
+    for r in rows:
+        ci, cj = json.loads(r.slot)
+        for di, line in enumerate(json.loads(r.value)):
+            for dj, x in enumerate(line):
+                if x:
+                    cells[(json.loads(r.key), 2 * ci + di, 2 * cj + dj)] = x
+    assert cells == {("a", 1, 0): 1.0, ("a", 3, 2): 11.0, ("a", 1, 1): 5.0, ("b", 2, 1): 6.0}
+    assert len(rows) == 3       # a: chunks (0, 0) and (1, 1); b: chunk (1, 0)
