@@ -60,7 +60,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import dkv  # noqa: E402
-from _report import fmt, ratio, table, write_json  # noqa: E402
+from _report import fmt, folder_sizes, ratio, table, write_json  # noqa: E402
 
 VALUE_BYTES = 100
 KEYS_PER_USER = 100
@@ -337,17 +337,7 @@ def timed(fn, *args):
 
 def folder_files(root: str) -> dict:
     """path -> size of every file under root (dkv's temporary files left out)."""
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            if f.startswith(".tmp-"):
-                continue
-            p = os.path.join(dirpath, f)
-            try:
-                out[p] = os.path.getsize(p)
-            except FileNotFoundError:      # collected while we walked
-                pass
-    return out
+    return {p: n for p, n in folder_sizes(root).items() if not os.path.basename(p).startswith(".tmp-")}
 
 
 def median(xs):

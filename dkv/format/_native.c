@@ -635,6 +635,20 @@ static inline void set_probes(unsigned char *bits, uint64_t h1, uint64_t h2, Py_
     }
 }
 
+/* The two CRC-32s a bloom filter probes with for key (h2 made odd); -1 with a TypeError when
+   key is not bytes. */
+static int key_hashes(PyObject *key, uint32_t *h1, uint32_t *h2) {
+    if (!PyBytes_CheckExact(key)) {
+        PyErr_SetString(PyExc_TypeError, "keys must be bytes");
+        return -1;
+    }
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(key);
+    Py_ssize_t len = PyBytes_GET_SIZE(key);
+    *h1 = crc32_of(0, s, len);
+    *h2 = crc32_of(SEED2, s, len) | 1u;
+    return 0;
+}
+
 /* bloom_build(keys: list[bytes], m: int, k: int) -> bytes of m / 8 bytes */
 static PyObject *bloom_build(PyObject *self, PyObject *args) {
     PyObject *keys;
@@ -655,15 +669,12 @@ static PyObject *bloom_build(PyObject *self, PyObject *args) {
     memset(bits, 0, (size_t)(m / 8));
     Py_ssize_t n = PyList_GET_SIZE(keys);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = PyList_GET_ITEM(keys, i);
-        if (!PyBytes_CheckExact(key)) {
+        uint32_t h1, h2;
+        if (key_hashes(PyList_GET_ITEM(keys, i), &h1, &h2) < 0) {
             Py_DECREF(out);
-            PyErr_SetString(PyExc_TypeError, "keys must be bytes");
             return NULL;
         }
-        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(key);
-        Py_ssize_t len = PyBytes_GET_SIZE(key);
-        set_probes(bits, crc32_of(0, s, len), crc32_of(SEED2, s, len) | 1u, m, k);
+        set_probes(bits, h1, h2, m, k);
     }
     return out;
 }
@@ -682,15 +693,11 @@ static PyObject *bloom_hashes(PyObject *self, PyObject *keys) {
     }
     unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = PyList_GET_ITEM(keys, i);
-        if (!PyBytes_CheckExact(key)) {
+        uint32_t h[2];
+        if (key_hashes(PyList_GET_ITEM(keys, i), &h[0], &h[1]) < 0) {
             Py_DECREF(out);
-            PyErr_SetString(PyExc_TypeError, "keys must be bytes");
             return NULL;
         }
-        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(key);
-        Py_ssize_t len = PyBytes_GET_SIZE(key);
-        uint32_t h[2] = {crc32_of(0, s, len), crc32_of(SEED2, s, len) | 1u};
         for (int j = 0; j < 2; j++) {
             o[8 * i + 4 * j] = (unsigned char)h[j];
             o[8 * i + 4 * j + 1] = (unsigned char)(h[j] >> 8);
