@@ -131,6 +131,16 @@ class ShardState:
             sp = self.spaces[kg] = ObjectSpace(self.db, key_prefix(kg, SCHEMA_STATE), cache=self.cache)
         return sp
 
+    def convert_emitted(self, convert) -> int:
+        """Once OUT_CHUNK emitted rows are pending, convert them (``convert``: None keeps them
+        as rows) so that a batch that emits much holds them converted; returns how many."""
+        if convert is None or len(self.emitted) < OUT_CHUNK:
+            return 0
+        n = len(self.emitted)
+        self.converted.append(convert(self.emitted))
+        self.emitted = []
+        return n
+
     def spill(self) -> None:
         """Save every space's dirty objects into the store now (not a checkpoint: the
         batch's checkpoint covers them), so they become clean and the object cache may
@@ -425,10 +435,7 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
                 # now, they leave memory within the budget instead of at the end of the batch.
                 st.spill()
                 since_spill = 0
-        if convert is not None and len(st.emitted) >= OUT_CHUNK:
-            emitted += len(st.emitted)
-            st.converted.append(convert(st.emitted))
-            st.emitted = []
+        emitted += st.convert_emitted(convert)
     if by_key is not None:
         by_key.flush()                  # the last key's rows
     ctx.event_time = None
@@ -481,10 +488,7 @@ def _load_initial(st: ShardState, spec: ShardSpec, ctx: Context, convert) -> tup
         if since_spill >= st.spill_events:
             st.spill()
             since_spill = 0
-        if convert is not None and len(st.emitted) >= OUT_CHUNK:
-            converted += len(st.emitted)
-            st.converted.append(convert(st.emitted))
-            st.emitted = []
+        converted += st.convert_emitted(convert)
     ctx.key_group, ctx._parts, ctx.key, ctx.event_time = -1, (), None, None
     # A marker that this start loaded it (later batches of the start say nothing; see
     # _initial_ignored). Only for the log: a failed batch that leaves it behind loses nothing.

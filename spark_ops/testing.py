@@ -75,15 +75,19 @@ class OperatorHarness:
                                 f"not define it")
             events = []
             for i, row in enumerate(initial_state):
-                missing = [k for k in self.keys if k not in row]
-                if missing:
-                    raise KeyError(f"initial_state row {i} has no key column(s) {missing}: {row!r}")
-                kv = tuple(row[k] for k in self.keys)
+                kv = self._key_values(i, row, "initial_state row")
                 if any(v is None for v in kv):
                     continue            # as on Spark: a row with a null key is left out
                 sort_key, event = self._event(i, kv, row)
                 events.append((sort_key, event))
             self.spec.initial = HarnessRows([ev for _, ev in sorted(events, key=lambda x: x[0])])
+
+    def _key_values(self, i: int, row: dict, what: str) -> tuple:
+        """The key columns' values of row ``i``; KeyError naming the missing ones."""
+        missing = [k for k in self.keys if k not in row]
+        if missing:
+            raise KeyError(f"{what} {i} has no key column(s) {missing}: {row!r}")
+        return tuple(row[k] for k in self.keys)
 
     def _event(self, i: int, kv: tuple, row: dict) -> tuple:
         """(sort key, runtime event) of row ``i`` with key values ``kv``: the order a shard
@@ -109,10 +113,7 @@ class OperatorHarness:
         per_shard: dict[int, list] = {s: [] for s in range(self.spec.shards)}
         heartbeat = None
         for i, row in enumerate(rows):
-            missing = [k for k in self.keys if k not in row]
-            if missing:
-                raise KeyError(f"row {i} has no key column(s) {missing}: {row!r}")
-            kv = tuple(row[k] for k in self.keys)
+            kv = self._key_values(i, row, "row")
             if any(v is None for v in kv):
                 # a heartbeat row: dropped, but its event time advances the watermark
                 ts = _ms(row.get(self.event_time)) if self.event_time else None
