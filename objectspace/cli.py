@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import datetime as _dt
 import json
 import math
 import sys
@@ -25,14 +26,16 @@ from contextlib import ExitStack
 
 import dkv
 
-from ._inspect import (diff_pair, family_rules, find_instances, iter_slots, list_objects, name_from_json,
-                       object_info, pair_instances, space_stats, spaces_of, to_jsonable)
+from ._inspect import (diff_pair, expiries_of, family_rules, find_instances, iter_slots, list_objects,
+                       name_from_json, object_info, pair_instances, space_stats, spaces_of, to_jsonable)
 from ._inspect.changes import ObjectChange, SpaceStats
 from ._inspect.records import ndarray_summary
 from .errors import ObjectNotFoundError, ObjectSpaceError
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 def _show_name(name) -> str:
     return name if isinstance(name, str) else _dumps(to_jsonable(name))
@@ -98,14 +101,28 @@ def _label(where: dict) -> str:
     return f"{inst} @ epoch {where['epoch']}{kg}"
 
 
-def _spaces(args, stack: ExitStack, bar: _Progress | None = None):
-    """(where, space) of every selected space, instances opened read-only in ``stack``."""
+def _spaces(args, stack: ExitStack, bar: _Progress | None = None, expiries: bool = False):
+    """(where, space) of every selected space, instances opened read-only in ``stack``
+    (``expiries``: (where, space, expiry reader), see FamilyRule.expiries)."""
     for ref in find_instances(args.location, epoch=args.epoch, instance=args.instance, **_opts(args)):
         db = stack.enter_context(ref.open(**_opts(args)))
         for kg, space in spaces_of(db, key_group=args.key_group, prefix=_prefix(args)):
-            yield _where(ref, kg), space
+            if expiries:
+                yield _where(ref, kg), space, expiries_of(ref, db, None if args.prefix is not None else kg)
+            else:
+                yield _where(ref, kg), space
         if bar is not None:
             bar.step(ref.instance)
+
+
+def _utc(ms) -> str:
+    """An expiry (ms since the Unix epoch) as UTC ISO 8601; "" for None."""
+    if ms is None:
+        return ""
+    try:
+        return (_EPOCH + _dt.timedelta(milliseconds=ms)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except OverflowError:
+        return str(ms)
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -128,15 +145,17 @@ def cmd_ls(args):
     scope = name_from_json(args.scope) if args.scope else None
     try:
         with ExitStack() as stack:
-            for where, space in _spaces(args, stack, bar):
-                found = [{**where, **o.as_json()} for o in list_objects(space, scope=scope, sizes=not args.no_sizes,
-                                                                          progress=bar.callback)]
+            for where, space, exp in _spaces(args, stack, bar, expiries=True):
+                found = [{**where, **o.as_json(), "expires_at": exp.object(o.name)}
+                         for o in list_objects(space, scope=scope, sizes=not args.no_sizes, progress=bar.callback)]
                 rows += found
                 if found:
+                    timed = any(o["expires_at"] is not None for o in found)
                     table = _table([[_clip(_show_name(o["name"]) if isinstance(o["name"], str)
                                            else _dumps(o["name"]), args.width), o["kind"], o["codec"], o["length"],
-                                     "" if o["bytes"] is None else o["bytes"]] for o in found],
-                                   ["NAME", "KIND", "CODEC", "LENGTH", "BYTES"])
+                                     "" if o["bytes"] is None else o["bytes"],
+                                     *([_utc(o["expires_at"])] if timed else [])] for o in found],
+                                   ["NAME", "KIND", "CODEC", "LENGTH", "BYTES", *(["EXPIRES AT"] if timed else [])])
                     blocks.append(f"# {_label(where)}: {len(found)} objects\n{table}")
     finally:
         bar.close()
@@ -145,16 +164,16 @@ def cmd_ls(args):
 
 def _locate(args, stack: ExitStack, name):
     hits = []
-    for where, space in _spaces(args, stack):
+    for where, space, exp in _spaces(args, stack, expiries=True):
         try:
-            hits.append((where, space, object_info(space, name)))
+            hits.append((where, space, object_info(space, name), exp))
         except ObjectNotFoundError:
             continue
     if not hits:
         raise ObjectNotFoundError(f"no object named {_show_name(name)!r} in {args.location}"
                                   + (f" (instance {args.instance})" if args.instance else ""))
     if len(hits) > 1:
-        places = "; ".join(_label(w) for w, _, _ in hits)
+        places = "; ".join(_label(w) for w, _, _, _ in hits)
         raise ObjectSpaceError(f"{_show_name(name)!r} is in several spaces ({places}); "
                                "pick one with --instance and --key-group")
     return hits[0]
@@ -164,22 +183,30 @@ def cmd_show(args):
     name = name_from_json(args.name)
     nd = None
     with ExitStack() as stack:
-        where, space, info = _locate(args, stack, name)
-        items = list(iter_slots(space, name, offset=args.offset, limit=args.limit + 1))
+        where, space, info, exp = _locate(args, stack, name)
+        items = [(s, v, exp.item(name, k)) for s, v, k in
+                 iter_slots(space, name, offset=args.offset, limit=args.limit + 1, keys=True)]
+        expires = exp.object(name)
         if info.kind == "ndarray":
             nd = ndarray_summary(space, name, max_cells=args.cells)
     more = len(items) > args.limit
     items = items[:args.limit]
-    out = {**where, **info.as_json(), "offset": args.offset, "limit": args.limit, "more": more,
-           "items": [{"slot": to_jsonable(s), "value": to_jsonable(v)} for s, v in items]}
+    out = {**where, **info.as_json(), "expires_at": expires, "offset": args.offset, "limit": args.limit,
+           "more": more, "items": [{"slot": to_jsonable(s), "value": to_jsonable(v), "expires_at": e}
+                                   for s, v, e in items]}
     head = f"{info.kind} {_show_name(name)} ({info.codec}, length {info.length}) in {_label(where)}"
     if nd is not None:
         out["ndarray"] = {k: to_jsonable(v) for k, v in nd.items()}
         head = (f"ndarray {_show_name(name)} (shape {tuple(nd['shape'])}, dtype {nd['dtype']}, chunks "
                 f"{tuple(nd['chunks'])}, fill {nd['fill_value']!r}; {nd['stored_chunks']} of "
                 f"{math.prod(nd['chunk_grid'])} chunks stored) in {_label(where)}")
-    body = _table([[_dumps(i["slot"]), _clip(_dumps(i["value"]), args.width)] for i in out["items"]],
-                  ["SLOT" if nd is None else "CHUNK", "VALUE"]) if items else "(no slots here)"
+    if expires is not None:
+        head += f"; expires at {_utc(expires)}"
+    timed = any(i["expires_at"] is not None for i in out["items"])
+    body = _table([[_dumps(i["slot"]), _clip(_dumps(i["value"]), args.width),
+                    *([_utc(i["expires_at"])] if timed else [])] for i in out["items"]],
+                  ["SLOT" if nd is None else "CHUNK", "VALUE", *(["EXPIRES AT"] if timed else [])]) \
+        if items else "(no slots here)"
     tail = f"\n… more: --offset {args.offset + args.limit}" if more else ""
     if nd is not None and nd["values"] is not None:
         import numpy as np

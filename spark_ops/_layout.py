@@ -158,6 +158,12 @@ def shard_member(location: str, instance: str):
                                     {"operator": operator, "query_id": query_id})
 
 
-FAMILY_RULE = objectspace.FamilyRule("spark_ops", shard_member, labels=("operator", "query_id"))
+def _expiries(db, key_group: int):
+    from ._ttl import Expiries      # inspection only
+    return Expiries(db, key_group)
+
+
+FAMILY_RULE = objectspace.FamilyRule("spark_ops", shard_member, labels=("operator", "query_id"),
+                                     expiries=_expiries)
 """Registered when spark_ops is imported, and offered to ``python -m objectspace`` through the
-``objectspace.family_rules`` entry point (pyproject.toml)."""
+``objectspace.family_rules`` entry point (pyproject.toml); its ``expiries`` shows state TTL."""

@@ -8,7 +8,11 @@ time, so they move with it on a rescale and are checkpointed with it (RFC 0009):
     stamp:  key group (2) | SCHEMA_TTL (1) | 0x01 | nkey | ek                                             -> expiry (8)
 
 ``nkey`` is the object's encoded name in its key group's object space (key parts + name),
-``ek`` the encoded key of a dict entry or set element, or empty for the object itself. The
+``ek`` the encoded key of a dict entry or set element, empty for the object itself, or
+``0xFF | hi`` for a *span* of a sequence's elements (its stamp's value is then ``expiry (8)
+| lo``): positions ``lo..hi`` (slots of a queue, list or stack, node ids of a linked list,
+entry ids of a stream as 128-bit ints) written by one save, so one span per object and save
+whatever the number of elements appended. Spans of an object never overlap. The
 index is ordered by expiry, so the expiry pass of a batch is a scan per key group that stops
 at the first record not yet due: its cost is what expired (plus a seek per key group, and
 none at all while a lower bound on every stored expiry says nothing is due). A stamp says
@@ -19,7 +23,11 @@ What expires (see docs/spark_ops.md, *State TTL*): every object has an object st
 refreshed whenever the object is written (created, assigned, appended to, popped, ...);
 when it comes due the whole object is deleted. A dict, sorted dict, set or sorted set also
 has a stamp per entry (element), refreshed when that entry is written; an entry that comes
-due is removed on its own. The pass runs at the start of a batch, with the batch's
+due is removed on its own. A queue, list, stack, linked list or stream has spans of
+element positions instead (RFC 0009, *Per-element TTL for sequences*): a position written
+(an element appended, inserted, assigned, or moved by the kind) gets the save's expiry; a
+span that comes due removes the elements still at its positions. The pass runs at the
+start of a batch, with the batch's
 processing time, before ``open``: whatever expired by then is gone before the operator can
 read it, and its removal is part of the batch's checkpoint.
 
@@ -29,10 +37,15 @@ checked, against the space's list of written objects, so operators without ttl p
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import msgpack
 
 import dkv
 from objectspace import ObjectNotFoundError, decode_key, encode_name
+from objectspace._base import ABSENT
+from objectspace._keycodec import _dec
+from objectspace._layout import format_id
 
 from ._units import duration_ms
 
@@ -42,7 +55,14 @@ _INDEX, _STAMP = 0, 1
 _OFFSET = 1 << 63
 _INFINITY = 1 << 63
 PER_ENTRY = frozenset({"dict", "sorted_dict", "set", "sorted_set"})
-"""Kinds whose entries (elements) expire one by one; every other kind expires as a whole."""
+"""Kinds whose entries (elements) expire one by one, with a stamp per entry."""
+SLOT_KINDS = frozenset({"queue", "list", "stack"})
+PER_ELEMENT = SLOT_KINDS | {"linked_list", "stream"}
+"""Kinds whose elements expire one by one, stamped by spans of positions."""
+PER_OBJECT = frozenset({"value", "array", "ndarray"})
+"""Kinds that expire as a whole object only."""
+SPAN = b"\xff"          # first byte of a span's ek: never the first byte of an encoded key
+_WIDTH = {"stream": 16}  # bytes of a position (8 for slots and node ids)
 
 _PARSED: dict = {}
 
@@ -81,7 +101,22 @@ def _pack(expiry: int) -> bytes:
 
 
 def _unpack(raw: bytes) -> int:
-    return int.from_bytes(raw, "big") - _OFFSET
+    return int.from_bytes(raw[:8], "big") - _OFFSET
+
+
+def _intervals(positions: list) -> list:
+    """Maximal runs ``(lo, hi)`` of consecutive ints in sorted ``positions``."""
+    out = []
+    for x in positions:
+        if out and out[-1][1] == x - 1:
+            out[-1][1] = x
+        else:
+            out.append([x, x])
+    return out
+
+
+def _show_pos(pos: int, width: int):
+    return format_id(pos >> 64, pos & ((1 << 64) - 1)) if width == 16 else pos
 
 
 def parse_index_key(raw: bytes) -> tuple[int, int, bytes, bytes]:
@@ -93,12 +128,81 @@ def parse_index_key(raw: bytes) -> tuple[int, int, bytes, bytes]:
 
 
 def scan_expiries(db, kg: int):
-    """(expiry, name, entry key or None) of the TTL index of key group ``kg``, in expiry
-    order (for inspection and tests)."""
+    """(expiry, name, entry) of the TTL index of key group ``kg``, in expiry order (for
+    inspection and tests): entry None for the object, the key of a dict entry or set
+    element, ``("span", lo, hi)`` for a span of a sequence's positions (slots, node ids,
+    or stream ids as "ms-seq"; lo None when the record is stale)."""
     p = _pre(kg, _INDEX)
     for raw, _ in db.scan(p, dkv.prefix_end(p)):
         _, expiry, nkey, ek = parse_index_key(raw)
-        yield expiry, decode_key(nkey), (decode_key(ek) if ek else None)
+        if ek[:1] == SPAN:
+            w = len(ek) - 1
+            cur = db.get(stamp_key(kg, nkey, ek))
+            lo = _show_pos(int.from_bytes(cur[8:], "big"), w) if cur and _unpack(cur) == expiry else None
+            entry = ("span", lo, _show_pos(int.from_bytes(ek[1:], "big"), w))
+        else:
+            entry = decode_key(ek) if ek else None
+        yield expiry, decode_key(nkey), entry
+
+
+class Expiries:
+    """Read side for inspection: the expiry (ms) of the objects and elements of key group
+    ``kg`` of a shard's db, null (None) when not timed. One seek tells whether the key group
+    has TTL records at all; per object one range scan of its stamps (memoised for the
+    object last asked about), so reading the objects in name order costs O(stamps)."""
+
+    def __init__(self, db, kg: int) -> None:
+        self.db, self.kg = db, kg
+        p = _pre(kg, _STAMP)
+        self.any = next(iter(db.scan(p, dkv.prefix_end(p))), None) is not None
+        self._name = self._nkey = None
+        self._obj = None
+        self._entries: dict = {}
+        self._spans: list = []      # (hi, lo, expiry) sorted by hi
+
+    def _load(self, name) -> None:
+        if name == self._name and type(name) is type(self._name):
+            return
+        nkey = encode_name(name)
+        self._name = name
+        if nkey == self._nkey:
+            return
+        self._nkey, self._obj, self._entries, self._spans = nkey, None, {}, []
+        p = stamp_key(self.kg, nkey)
+        for sk, raw in self.db.scan(p, dkv.prefix_end(p)):
+            ek = sk[len(p):]
+            e = _unpack(raw)
+            if not ek:
+                self._obj = e
+            elif ek[:1] == SPAN:
+                self._spans.append((int.from_bytes(ek[1:], "big"), int.from_bytes(raw[8:], "big"), e))
+            else:
+                self._entries[ek] = e
+
+    def object(self, name) -> int | None:
+        """When object ``name`` expires as a whole (None: no ttl)."""
+        if not self.any:
+            return None
+        self._load(name)
+        return self._obj
+
+    def item(self, name, item_key: bytes | None) -> int | None:
+        """When the element stored at ``item_key`` (the item record's key after the object's
+        items prefix: a slot, node id, stream id or encoded entry key; None for records that
+        are not elements) goes: its entry's or span's expiry, else the object's."""
+        if not self.any:
+            return None
+        self._load(name)
+        if item_key is not None:
+            e = self._entries.get(item_key)
+            if e is not None:
+                return e
+            if self._spans and len(item_key) in (8, 16):
+                pos = int.from_bytes(item_key, "big")
+                i = bisect_left(self._spans, (pos,))
+                if i < len(self._spans) and self._spans[i][1] <= pos:
+                    return self._spans[i][2]
+        return self._obj
 
 
 class TtlService:
@@ -154,8 +258,11 @@ class TtlService:
                 if obj is None or obj._dead:
                     continue
                 expiry = ptime + ttl
-                if obj.kind in PER_ENTRY:
+                kind = obj.kind
+                if kind in PER_ENTRY:
                     self._refresh_entries(kg, nkey, obj, expiry)
+                elif kind in PER_ELEMENT:
+                    self._refresh_elements(kg, nkey, obj, expiry)
                 self._set(kg, nkey, b"", expiry)
         self.used = {}
 
@@ -169,6 +276,83 @@ class TtlService:
                 self._set(kg, nkey, ek, None)
             else:
                 self._set(kg, nkey, ek, expiry)
+
+    def _refresh_elements(self, kg: int, nkey: bytes, obj, expiry: int) -> None:
+        """Stamp the positions of a sequence written since the last save (what the save will
+        write: dirty slots in the range, dirty node values, added stream entries) with
+        ``expiry``, as spans. O(written positions) plus a seek per run of them."""
+        kind = obj.kind
+        if kind in SLOT_KINDS:
+            d = obj._dirty | obj._pending if obj._pending else obj._dirty
+            if not d:
+                return
+            h, t = obj._head, obj._tail
+            runs = _intervals(sorted(s for s in d if h <= s < t))
+        elif kind == "linked_list":
+            nodes = obj._nodes
+            d = obj._dv | obj._pv
+            if nodes is None or not d:
+                return
+            runs = _intervals(sorted(n for n in d if n in nodes))
+        else:           # stream: entries are only added, with ids above every id before
+            t = obj._t
+            vals = t.vals
+            added = [ek for ek in (t.dirty | t.pending if t.pending else t.dirty)
+                     if vals.get(ek, ABSENT) is not ABSENT]
+            if not added:
+                return
+            self._put_span(kg, nkey, int.from_bytes(min(added), "big"), int.from_bytes(max(added), "big"),
+                           expiry, 16, merge=False)
+            return
+        for lo, hi in runs:
+            self._put_span(kg, nkey, lo, hi, expiry, 8)
+
+    def _spans(self, kg: int, nkey: bytes, start: int, width: int):
+        """(lo, hi, expiry) of the spans of ``nkey`` with hi >= start, in order (lazy)."""
+        base = stamp_key(kg, nkey, SPAN)
+        n = len(base)
+        for sk, raw in self.db.scan(base + start.to_bytes(width, "big"), dkv.prefix_end(base)):
+            yield int.from_bytes(raw[8:], "big"), int.from_bytes(sk[n:], "big"), _unpack(raw)
+
+    def _span_ek(self, hi: int, width: int) -> bytes:
+        return SPAN + hi.to_bytes(width, "big")
+
+    def _write_span(self, kg: int, nkey: bytes, lo: int, hi: int, expiry: int, width: int) -> None:
+        ek = self._span_ek(hi, width)
+        self.db.put(stamp_key(kg, nkey, ek), _pack(expiry) + lo.to_bytes(width, "big"))
+        self.db.put(index_key(kg, expiry, nkey, ek), b"")
+        if self._next is not None and expiry < self._next:
+            self._next = expiry
+
+    def _delete_span(self, kg: int, nkey: bytes, hi: int, expiry: int, width: int) -> None:
+        ek = self._span_ek(hi, width)
+        self.db.delete(stamp_key(kg, nkey, ek))
+        self.db.delete(index_key(kg, expiry, nkey, ek))
+
+    def _put_span(self, kg: int, nkey: bytes, a: int, b: int, expiry: int, width: int, merge: bool = True) -> None:
+        """Positions a..b get ``expiry``: the spans they overlap are cut (their parts outside
+        a..b keep their expiry); with ``merge``, a span ending at a-1 with the same expiry
+        is extended (appends across two saves of a batch make one span). One seek, then the
+        spans overlapping a..b plus one."""
+        drop, keep = [], []
+        for lo, hi, e in self._spans(kg, nkey, max(a - 1, 0) if merge else a, width):
+            if hi < a:                  # ends at a-1: adjacent
+                if e == expiry:
+                    drop.append((hi, e))
+                    a = lo
+                continue
+            if lo > b:
+                break
+            drop.append((hi, e))
+            if lo < a:
+                keep.append((lo, a - 1, e))
+            if hi > b:
+                keep.append((b + 1, hi, e))
+        for hi, e in drop:
+            self._delete_span(kg, nkey, hi, e, width)
+        keep.append((a, b, expiry))
+        for lo, hi, e in keep:
+            self._write_span(kg, nkey, lo, hi, e, width)
 
     def _stamp(self, sk: bytes) -> int | None:
         try:
@@ -249,15 +433,18 @@ class TtlService:
             return 0
         self.active = True
         removed = 0
+        spans: dict = {}            # (kg, nkey) -> [(lo, hi)] of sequence elements due
         for raw in due:
-            removed += self._expire_one(raw)
+            removed += self._expire_one(raw, spans)
+        for (kg, nkey), due_spans in spans.items():
+            removed += self._expire_elements(kg, nkey, due_spans)
         self._stamps.clear()
         # Save what the pass changed now: the objects it touched are clean again before the
         # operator runs, so the next save does not take the removals for writes.
         self.st.spill()
         return removed
 
-    def _expire_one(self, raw: bytes) -> int:
+    def _expire_one(self, raw: bytes, spans: dict) -> int:
         db = self.db
         kg, expiry, nkey, ek = parse_index_key(raw)
         db.delete(raw)
@@ -265,6 +452,10 @@ class TtlService:
         cur = db.get(sk)
         if cur is None or _unpack(cur) != expiry:
             return 0            # stale: refreshed or removed since
+        if ek[:1] == SPAN:      # a span of a sequence: removed per object, after the loop
+            db.delete(sk)
+            spans.setdefault((kg, nkey), []).append((int.from_bytes(cur[8:], "big"), int.from_bytes(ek[1:], "big")))
+            return 0
         sp = self.st.space(kg)
         name = decode_key(nkey)
         if not ek:
@@ -289,3 +480,94 @@ class TtlService:
             return 0
         self.expired_entries += 1
         return 1
+
+    def _expire_elements(self, kg: int, nkey: bytes, due: list) -> int:
+        """Remove the elements at the positions of the due spans (their records are deleted
+        already) from the sequence ``nkey``, if it still exists; returns how many."""
+        try:
+            obj = self.st.space(kg).get(decode_key(nkey))
+        except ObjectNotFoundError:
+            return 0                # deleted by its own expiry in this pass, or by the operator
+        kind = obj.kind
+        if kind in SLOT_KINDS:
+            n = self._expire_slots(kg, nkey, obj, due)
+        elif kind == "linked_list":
+            n = self._expire_nodes(obj, due)
+        elif kind == "stream":
+            n = self._expire_entries(obj, due)
+        else:
+            return 0
+        self.expired_entries += n
+        return n
+
+    def _expire_slots(self, kg: int, nkey: bytes, obj, due: list) -> int:
+        """Queue, list, stack: the expired slots that start the queue go by ``popleft`` (the
+        other elements keep their slots: O(expired)); from the first other expired slot m
+        on, the elements are popped and the survivors appended again, and the spans from m
+        on are rewritten to follow them (they keep their expiry): O(len - m)."""
+        h, t = obj._head, obj._tail
+        gone = sorted({s for lo, hi in due for s in range(max(lo, h), min(hi, t - 1) + 1)})
+        if not gone:
+            return 0
+        n = len(gone)
+        i = 0
+        if obj.kind == "queue":
+            while i < n and gone[i] == h + i:
+                obj.popleft()
+                i += 1
+        if i == n:
+            return n
+        m, gone_set = gone[i], set(gone[i:])
+        spans = list(self._spans(kg, nkey, m, 8))           # (lo, hi, expiry), hi >= m
+        his = [hi for _, hi, _ in spans]
+        t = obj._tail
+        values = [obj.pop() for _ in range(t - m)]
+        values.reverse()                                    # slots m .. t-1
+        survivors = []
+        for s, v in zip(range(m, t), values):
+            if s in gone_set:
+                continue
+            j = bisect_left(his, s)
+            survivors.append((v, spans[j][2] if j < len(spans) and spans[j][0] <= s else None))
+        for lo, hi, e in spans:
+            self._delete_span(kg, nkey, hi, e, 8)
+            if lo < m:
+                self._write_span(kg, nkey, lo, m - 1, e, 8)
+        put = obj.push if obj.kind == "stack" else obj.append
+        run = None                                          # [lo, hi, expiry] being built
+        for s, (v, e) in enumerate(survivors, obj._tail):
+            put(v)
+            if run is not None and run[2] == e and run[1] == s - 1:
+                run[1] = s
+                continue
+            if run is not None and run[2] is not None:
+                self._write_span(kg, nkey, *run, 8)
+            run = [s, s, e]
+        if run is not None and run[2] is not None:
+            self._write_span(kg, nkey, *run, 8)
+        return n
+
+    @staticmethod
+    def _expire_nodes(obj, due: list) -> int:
+        """Linked list: node ids are permanent, so the nodes of the due spans that are still
+        there are removed, O(1) each; no other node moves."""
+        nodes = obj._ensure()
+        n = 0
+        for lo, hi in due:
+            for nid in range(lo, hi + 1):
+                node = nodes.get(nid)
+                if node is not None:
+                    obj.remove(node)
+                    n += 1
+        return n
+
+    @staticmethod
+    def _expire_entries(obj, due: list) -> int:
+        """Stream: the entries with ids in the due spans, by a range read and ``delete``."""
+        mask = (1 << 64) - 1
+        n = 0
+        for lo, hi in due:
+            ids = [i for i, _ in obj.range(format_id(lo >> 64, lo & mask), format_id(hi >> 64, hi & mask))]
+            if ids:
+                n += obj.delete(*ids)
+        return n

@@ -6,7 +6,9 @@
                .load("./state"))
 
 One row per object slot: ``operator, query_id, instance, epoch, key_group, key, object,
-kind, slot, value`` (key, slot and value as JSON). For a spark_ops state root (or one
+kind, slot, value, expires_at`` (key, slot and value as JSON; ``expires_at`` the ms since the
+Unix epoch at which state TTL removes the slot — its entry's or element's expiry, else its
+object's — or null without ttl, see docs/spark_ops.md, *State TTL*). For a spark_ops state root (or one
 query's or operator's folder) ``key`` is the operator key and ``object`` the state name
 (``ctx.value("total")`` → ``"total"``); for a plain ``ObjectSpace.open`` folder ``key`` is
 null and ``object`` the object name (tuple names as JSON arrays). With ``changes_from`` the
@@ -34,6 +36,7 @@ except ImportError:         # spark_ops without pyspark (the test harness): noth
     DataSource = DataSourceReader = InputPartition = object
 
 import objectspace
+from objectspace._inspect import expiries_of
 
 from ._inspect import instance_timers
 from ._keys import from_parts
@@ -42,7 +45,7 @@ NAME = "objectspace"
 _ALL = (0, 1 << 16)
 _FIELDS = ("operator string, query_id string, instance string, epoch long, key_group int, key string, "
            "object string, kind string, slot string, value string")
-READ_SCHEMA = _FIELDS
+READ_SCHEMA = _FIELDS + ", expires_at long"
 CHANGES_SCHEMA = _FIELDS + ", change_type string, old_value string, from_epoch long"
 TIMERS_SCHEMA = ("operator string, query_id string, instance string, epoch long, key_group int, key string, "
                  "kind string, time long, name string")
@@ -190,10 +193,11 @@ class _Reader(DataSourceReader):
         with ref.open(**self.dkv_options) as db:
             for want in self._key_groups():
                 for kg, space in objectspace.spaces_of(db, key_group=want, groups=groups):
-                    for info, slot, value in objectspace.walk_slots(space):
+                    exp = expiries_of(ref, db, kg)
+                    for info, slot, value, ik in objectspace.walk_slots(space, keys=True):
                         key, obj = _key_and_object(ref, info.name)
                         yield (*_operator(ref), ref.instance, ref.epoch, kg, key, obj, info.kind,
-                               _json(slot), _json(value))
+                               _json(slot), _json(value), exp.item(info.name, ik) if exp.any else None)
 
     def _changes(self, p):
         ref = p.new or p.old

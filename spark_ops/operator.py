@@ -117,8 +117,9 @@ class Context:
 
         ``ttl`` (every kind takes it: "1 hour", a timedelta or ms > 0): the object expires
         when not written for ``ttl`` of processing time (dict, sorted_dict, set and
-        sorted_set: also each entry / element on its own), as Spark's ``TTLConfig``; pass
-        the same ttl on every call. See docs/spark_ops.md, *State TTL*."""
+        sorted_set: also each entry / element on its own; queue, list, stack, linked_list
+        and stream: each element on its own), as Spark's ``TTLConfig``; pass the same ttl
+        on every call. See docs/spark_ops.md, *State TTL*."""
         obj = self._get_or_create("value", name, default)
         return obj if ttl is None else self._ttl(obj, ttl)
 

@@ -23,7 +23,7 @@ what they wrote.
 from __future__ import annotations
 
 from .changes import ObjectChange, SlotChange, SpaceStats, diff, space_stats
-from .locations import (ALL_KEY_GROUPS, FamilyMember, FamilyRule, InstanceRef, diff_pair, family_rules,
+from .locations import (ALL_KEY_GROUPS, FamilyMember, FamilyRule, InstanceRef, diff_pair, expiries_of, family_rules,
                         find_instances, key_groups_of, pair_instances, register_family_rule, spaces_of)
 from .records import (ObjectInfo, Progress, iter_slots, list_objects, name_from_json, object_info, to_jsonable,
                       walk_slots)
@@ -32,4 +32,4 @@ __all__ = ["to_jsonable", "ObjectInfo", "list_objects", "object_info", "iter_slo
            "ObjectChange", "SlotChange", "diff", "SpaceStats", "space_stats", "InstanceRef",
            "find_instances", "key_groups_of", "spaces_of", "pair_instances", "diff_pair",
            "FamilyRule", "FamilyMember", "register_family_rule", "family_rules",
-           "name_from_json", "Progress", "ALL_KEY_GROUPS"]
+           "name_from_json", "Progress", "ALL_KEY_GROUPS", "expiries_of"]

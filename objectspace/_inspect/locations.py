@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Optional
 
 import dkv
@@ -40,6 +40,7 @@ class FamilyMember:
     family: str
     generation: tuple
     labels: dict = field(default_factory=dict, compare=False, hash=False)
+    rule: Optional[str] = field(default=None, compare=False, hash=False)     # set by find_instances
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,15 @@ class FamilyRule:
     gives the ``FamilyMember`` for an instance name found under ``location`` (a path or
     URL), or None for an instance that is not one of its own. ``labels`` names the labels
     its members carry: every instance's JSON has them (null where a rule does not apply),
-    and tables show the first."""
+    and tables show the first. ``expiries(db, key_group)``, for a package whose state
+    expires (spark_ops' TTL), gives a reader with ``object(name)`` and ``item(name,
+    item_key)`` (``item_key``: an item record's key after the object's items prefix, None
+    for other records), each the expiry in ms since the Unix epoch or None; inspection
+    shows it as ``expires_at``."""
     name: str
     member: Callable[[str, str], Optional[FamilyMember]]
     labels: tuple = ()
+    expiries: Optional[Callable] = None
 
 
 _RULES: dict = {}
@@ -146,6 +152,8 @@ def find_instances(location, *, epoch: int | None = None, instance: str | None =
     families: dict = {}
     for n in names:
         rule, m = _member(where, n)
+        if m is not None and m.rule != rule:
+            m = replace(m, rule=rule)
         families.setdefault((rule, m.family) if m else (None, n), []).append((n, m))
     out, seen = [], {}
     for (rule, _), members in sorted(families.items(), key=lambda f: (f[0][0] or "", f[0][1])):
@@ -170,6 +178,33 @@ def find_instances(location, *, epoch: int | None = None, instance: str | None =
         raise dkv.CheckpointNotFoundError(f"no instance under {loc!r} holds {what}; "
                                           f"retained epochs: {held or 'none'}")
     return sorted(out, key=lambda r: r.instance)
+
+
+class _NoExpiries:
+    any = False
+
+    @staticmethod
+    def object(name):
+        return None
+
+    @staticmethod
+    def item(name, item_key):
+        return None
+
+
+NO_EXPIRIES = _NoExpiries()
+
+
+def expiries_of(ref: "InstanceRef | None", db, key_group) -> object:
+    """The expiry reader of key group ``key_group`` of instance ``ref`` (opened as ``db``)
+    from its family rule's ``expiries``; one that knows of no expiry for instances no rule
+    with ``expiries`` claims (or a space at a prefix, ``key_group`` None)."""
+    if ref is None or ref.member is None or key_group is None:
+        return NO_EXPIRIES
+    rule = _RULES.get(ref.member.rule)
+    if rule is None or rule.expiries is None:
+        return NO_EXPIRIES
+    return rule.expiries(db, key_group)
 
 
 def key_groups_of(db, first: int = 0, end: int = 1 << 16) -> list[int]:

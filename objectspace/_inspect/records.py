@@ -286,29 +286,36 @@ def _decoder(db, space_prefix: bytes, name, nkey: bytes | None = None, index=Non
     return _Decoder(db, ns, name, kind, code, _meta(db, ns, kind, name))
 
 
-def _all_slots(dec: _Decoder) -> Iterator[tuple]:
+def _item_key(rest: bytes):
+    """The key of an item record after the object's items prefix (None for other records)."""
+    return rest[1:] if rest[:1] == L.ITEMS else None
+
+
+def _all_slots(dec: _Decoder, keys: bool = False) -> Iterator[tuple]:
     if dec.kind == "linked_list":
         items = dec.ns + L.ITEMS
         for i, nid in enumerate(dec.order):
             raw = dec.db.get(L.slot_key(items, nid))
             if raw is None:
                 raise CorruptionError(f"linked list {dec.name!r} has no value for node {nid}")
-            yield i, dec.value(raw, i)
+            yield (i, dec.value(raw, i), nid.to_bytes(8, "big")) if keys else (i, dec.value(raw, i))
         return
     n = len(dec.ns)
     for k, v in dec.db.scan(dec.ns + L.ITEMS, L.prefix_end(dec.ns)):
         sv = dec.record(k[n:], v)
         if sv is not None:
-            yield sv
+            yield (*sv, _item_key(k[n:])) if keys else sv
 
 
-def iter_slots(space, name, *, offset: int = 0, limit: int | None = None) -> Iterator[tuple]:
+def iter_slots(space, name, *, offset: int = 0, limit: int | None = None, keys: bool = False) -> Iterator[tuple]:
     """(slot, value) of every slot of object ``name``, in order: the index for sequences
     (queues from the front, stacks from the bottom, linked lists in list order), the user
     key for sets and dicts (value None for sets), the id for stream entries (then consumer
     groups and pending entries), ``None`` for a value. ``offset``/``limit`` page the
     result; sequences seek to ``offset`` (O(limit)), other kinds skip (O(offset + limit)).
-    Raises ObjectNotFoundError."""
+    ``keys=True`` adds a third item: the stored key of the item record after the object's
+    items prefix (slot, node id, stream id or encoded key; None for group records), what
+    ``FamilyRule.expiries`` readers take. Raises ObjectNotFoundError."""
     if offset < 0 or (limit is not None and limit < 0):
         raise ValueError("offset and limit must be >= 0")
     dec = _decoder(space.db, space.prefix, name)
@@ -319,15 +326,19 @@ def iter_slots(space, name, *, offset: int = 0, limit: int | None = None) -> Ite
         hi = end if stop is None else min(end, head + stop)
         if head + offset >= hi:
             return iter(())
-        return (dec.record(k[len(dec.ns):], v) for k, v in
-                space.db.scan(L.slot_key(items, head + offset), L.slot_key(items, hi)))
-    return islice(_all_slots(dec), offset, stop)
+        n = len(dec.ns)
+        scan = space.db.scan(L.slot_key(items, head + offset), L.slot_key(items, hi))
+        if keys:
+            return ((*dec.record(k[n:], v), k[n + 1:]) for k, v in scan)
+        return (dec.record(k[n:], v) for k, v in scan)
+    return islice(_all_slots(dec, keys), offset, stop)
 
 
-def walk_slots(space, *, progress: Progress | None = None) -> Iterator[tuple]:
+def walk_slots(space, *, progress: Progress | None = None, keys: bool = False) -> Iterator[tuple]:
     """(ObjectInfo, slot, value) for every slot of every object of ``space``, objects in
-    name order and slots as ``iter_slots`` gives them. One pass over the records (two
-    merged range scans; linked lists add a point read per node). ObjectInfo has no sizes."""
+    name order and slots as ``iter_slots`` gives them (``keys=True``: a fourth item, the
+    item key, as ``iter_slots``'). One pass over the records (two merged range scans;
+    linked lists add a point read per node). ObjectInfo has no sizes."""
     db, p = space.db, space.prefix
     ip, op = p + L.INDEX, p + L.OBJECTS
     records = db.scan_prefix(op)
@@ -347,13 +358,14 @@ def walk_slots(space, *, progress: Progress | None = None) -> Iterator[tuple]:
         info = ObjectInfo(name, kind, _codec_name(code), _length(kind, meta))
         dec = _Decoder(db, ns, name, kind, code, meta)
         if kind == "linked_list":
-            for slot, v in _all_slots(dec):
-                yield info, slot, v
+            for sv in _all_slots(dec, keys):
+                yield (info, *sv)
         while ahead is not None and ahead[0].startswith(ns):
             if kind != "linked_list":
-                sv = dec.record(ahead[0][len(ns):], ahead[1])
+                rest = ahead[0][len(ns):]
+                sv = dec.record(rest, ahead[1])
                 if sv is not None:
-                    yield info, sv[0], sv[1]
+                    yield (info, sv[0], sv[1], _item_key(rest)) if keys else (info, sv[0], sv[1])
             ahead = next(records, None)
         if progress is not None and n % EVERY == 0:
             progress(n, None, repr(name))

@@ -50,7 +50,8 @@ def test_rows_equal_a_plain_space(ds, tmp_path):
     for epoch in (1,):
         df = ds.read.format("objectspace").option("epoch", epoch).load(loc)
         assert df.columns == ["operator", "query_id", "instance", "epoch", "key_group", "key", "object", "kind",
-                              "slot", "value"]
+                              "slot", "value", "expires_at"]
+        assert {r.expires_at for r in df.collect()} == {None}          # no TTL in a plain space
         with ObjectSpace.open(loc, checkpoint=epoch, read_only=True) as sp:
             expect = {(None, "", epoch, 0, None, n if isinstance(n, str) else _j(n), info.kind, _j(s), _j(v))
                       for info, s, v in objectspace.walk_slots(sp) for n in [info.name]}

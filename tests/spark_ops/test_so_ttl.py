@@ -4,6 +4,7 @@ state invisible at once; durable cleanup; cost proportional to what expired; bad
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 
 import pytest
@@ -39,34 +40,78 @@ KINDS = {
 PER_ENTRY = {"dict", "sorted_dict", "set", "sorted_set"}
 
 
+SEQUENCES = {"queue", "list", "stack", "linked_list", "stream"}
+
+
+def _pop(kind, o):
+    """Remove one element: the front of a queue, linked list or stream, the end of a list or stack."""
+    if kind == "queue":
+        o.popleft()
+    elif kind in ("list", "stack"):
+        o.pop()
+    elif kind == "linked_list":
+        o.remove_first()
+    else:
+        o.delete(o.first_id)
+
+
+def _set_first(kind, o, x):
+    if kind == "linked_list":
+        o.first.value = x
+    else:
+        o[0] = x
+
+
+def _insert_first(kind, o, x):
+    if kind == "list":
+        o.insert(0, x)          # moves every element: each counts as written
+    else:
+        o.add_first(x)          # a new node: the others keep their expiry
+
+
+# the sequence ops beyond "w" (append) each kind gets in the model test: "p" remove one, "s" assign
+# the first, "i" insert at the front
+SEQ_OPS = {"queue": "ps", "list": "psi", "stack": "p", "linked_list": "psi", "stream": "p"}
+
+
 class Commands(Operator):
-    """Rows {k, op: "w" | "r" | "del", kind, x}: write x into the key's object of that kind (with
-    ttl), read it (emits {k, kind, seen}; None when the object does not exist, which a read
-    checks with has_state so that it creates nothing), or delete it."""
+    """Rows {k, op: "w" | "r" | "del" | "p" | "s" | "i", kind, x}: write x into the key's object
+    of that kind (with ttl), read it (emits {k, kind, seen}; None when the object does not
+    exist, which a read checks with has_state so that it creates nothing), delete it; for the
+    sequences also remove one element ("p"), assign the first ("s") or insert at the front ("i"),
+    each a no-op on an empty sequence (but the object is created if absent)."""
 
     def __init__(self, ttl=T) -> None:
         self.ttl = ttl
 
     def on_event(self, key, row, ctx):
-        kind = row["kind"]
+        kind, op = row["kind"], row["op"]
         get, write, read, _ = KINDS[kind]
-        if row["op"] == "w":
+        if op == "w":
             write(get(ctx, kind, self.ttl), row["x"])
-        elif row["op"] == "del":
+        elif op == "del":
             ctx.delete_state(kind)
-        else:
+        elif op == "r":
             seen = read(get(ctx, kind, self.ttl)) if ctx.has_state(kind) else None
             ctx.emit({"k": key, "kind": kind, "seen": seen})
+        else:
+            o = get(ctx, kind, self.ttl)
+            if op == "i":
+                _insert_first(kind, o, row["x"])
+            elif len(o):
+                (_pop(kind, o) if op == "p" else _set_first(kind, o, row["x"]))
 
 
 class Model:
     """The semantics in plain Python: an object expires ``ttl`` after its last write; an entry
-    of a dict or set kind expires ``ttl`` after its own last write, the object with its last
-    entry (its last write). Expired means expiry <= the batch's processing time."""
+    of a dict or set kind and an element of a sequence expire ``ttl`` after their own last
+    write, the object with its last write. Expired means expiry <= the batch's processing time.
+    Writes of elements: appended, assigned, inserted; a list's insert(0, x) moves (rewrites)
+    every element after x, which counts as a write of each."""
 
     def __init__(self, ttl=T) -> None:
         self.ttl = ttl
-        self.objs: dict = {}        # (k, kind) -> [values written, object expiry, {entry: expiry}]
+        self.objs: dict = {}        # (k, kind) -> [elements [[x, expiry]], object expiry, {entry: expiry}]
 
     def _live(self, key, p):
         o = self.objs.get(key)
@@ -75,26 +120,41 @@ class Model:
             return None
         if o is not None:
             o[2] = {x: e for x, e in o[2].items() if e > p}
+            o[0] = [xe for xe in o[0] if xe[1] > p]
         return o
 
     def row(self, r, p):
-        key = (r["k"], r["kind"])
+        key, kind, op = (r["k"], r["kind"]), r["kind"], r["op"]
         o = self._live(key, p)
-        if r["op"] == "w":
-            if o is None:
-                o = self.objs[key] = [[], 0, {}]
-            o[0].append(r["x"])
-            o[1] = p + self.ttl
-            o[2][r["x"]] = p + self.ttl
-            return None
-        if r["op"] == "del":
+        e = p + self.ttl
+        if op == "del":
             self.objs.pop(key, None)
             return None
+        if op == "r":
+            if o is None:
+                return {"k": r["k"], "kind": kind, "seen": None}
+            model_read = KINDS[kind][3]
+            seen = model_read(sorted(o[2]) if kind in PER_ENTRY else [x for x, _ in o[0]])
+            return {"k": r["k"], "kind": kind, "seen": seen}
         if o is None:
-            return {"k": r["k"], "kind": r["kind"], "seen": None}
-        model_read = KINDS[r["kind"]][3]
-        seen = model_read(sorted(o[2]) if r["kind"] in PER_ENTRY else o[0])
-        return {"k": r["k"], "kind": r["kind"], "seen": seen}
+            o = self.objs[key] = [[], e, {}]          # created: a write
+        els = o[0]
+        if op == "w":
+            els.append([r["x"], e])
+            o[2][r["x"]] = e
+        elif op == "i":
+            if kind == "list":
+                for xe in els:
+                    xe[1] = e
+            els.insert(0, [r["x"], e])
+        elif not els:
+            return None                                 # nothing to pop or assign: no write
+        elif op == "p":
+            els.pop(0 if kind in ("queue", "linked_list", "stream") else -1)
+        else:
+            els[0] = [r["x"], e]
+        o[1] = e
+        return None
 
 
 def _key(r):
@@ -121,8 +181,11 @@ def test_every_kind_matches_the_model_over_random_batches_restarts_and_rescales(
         p += rng.choice([0, 1, 2, 3, 5])
         rows = []
         for _ in range(rng.randint(0, 14)):
-            op = rng.choices(["w", "r", "del"], [6, 5, 1])[0]
-            rows.append({"k": rng.choice("abc"), "op": op, "kind": rng.choice(sorted(KINDS)), "x": rng.randrange(4)})
+            kind = rng.choice(sorted(KINDS))
+            op = rng.choices(["w", "r", "del", "seq"], [6, 5, 1, 3 if kind in SEQUENCES else 0])[0]
+            if op == "seq":
+                op = rng.choice(SEQ_OPS[kind])
+            rows.append({"k": rng.choice("abc"), "op": op, "kind": kind, "x": rng.randrange(4)})
         want = [w for w in (model.row(r, p) for r in sorted(rows, key=lambda r: r["k"])) if w is not None]
         got = h.run_batch(rows, processing_time=p)
         assert sorted(got, key=_key) == sorted(want, key=_key), f"batch {b}"
@@ -194,7 +257,7 @@ def test_cleanup_is_durable_and_the_index_survives_a_restart():
 def test_cleanup_cost_is_what_expired(monkeypatch):
     calls = []
     orig = TtlService._expire_one
-    monkeypatch.setattr(TtlService, "_expire_one", lambda self, raw: calls.append(raw) or orig(self, raw))
+    monkeypatch.setattr(TtlService, "_expire_one", lambda self, raw, *a: calls.append(raw) or orig(self, raw, *a))
     scans = []
     h = OperatorHarness(Counter(), key="k", partitions=1, key_groups=16)
     h.run_batch([{"k": f"u{i}", "w": 1} for i in range(300)], processing_time=0)
@@ -338,7 +401,42 @@ def _spark_model(batches, pts):
     return out
 
 
-def _run_spark_ttl(spark, tmp_path, runs):
+def make_spark_queue_operator():
+    """Per element: {k, w}: w > 0 -> append w to the queue "q" (ttl); emit the queue after the row."""
+
+    class Recent(Operator):
+        def on_event(self, key, row, ctx):
+            if row["w"] > 0:
+                ctx.queue("q", ttl=SPARK_TTL).append(row["w"])
+            q = list(ctx.queue("q", ttl=SPARK_TTL)) if ctx.has_state("q") else None
+            ctx.emit({"k": key, "batch": ctx.batch_id, "pt": ctx.processing_time, "q": q})
+
+    return Recent()
+
+
+def _spark_queue_model(batches, pts):
+    state: dict = {}        # k -> [elements [w, expiry], object expiry]
+    out = []
+    for b, rows in enumerate(batches):
+        p, want = pts[b], []
+        for r in rows:
+            s = state.get(r["k"])
+            if s is not None and s[1] <= p:
+                s = state[r["k"]] = None
+            if s is not None:
+                s[0] = [we for we in s[0] if we[1] > p]
+            if r["w"] > 0:
+                if s is None:
+                    s = state[r["k"]] = [[], 0]
+                s[0].append([r["w"], p + SPARK_TTL])
+                s[1] = p + SPARK_TTL
+            want.append({"k": r["k"], "batch": b, "pt": p, "q": None if s is None else [w for w, _ in s[0]]})
+        out.append(want)
+    return out
+
+
+def _run_spark_ttl(spark, tmp_path, runs, make=None, schema="k string, batch long, pt long, v long, d array<long>",
+                   model=None):
     import time
 
     from spark_helpers import file_sink, read_sink, write_batch_files
@@ -354,8 +452,8 @@ def _run_spark_ttl(spark, tmp_path, runs):
     for partitions, bids in runs:
         write_batch_files(tmp_path / "src", [batches[b] for b in bids], start=bids[0])
         src = spark.readStream.schema("k string, w long").option("maxFilesPerTrigger", 1).json(str(tmp_path / "src"))
-        out = apply_operator(src, make_spark_operator(), "k", output_schema="k string, batch long, pt long, v long, "
-                             "d array<long>", state=str(tmp_path / "state"), partitions=partitions, key_groups=16)
+        out = apply_operator(src, (make or make_spark_operator)(), "k", output_schema=schema,
+                             state=str(tmp_path / "state"), partitions=partitions, key_groups=16)
         (out.writeStream.foreachBatch(slow_sink).option("checkpointLocation", str(tmp_path / "cp"))
             .trigger(availableNow=True).start().awaitTermination())
     got = read_sink(tmp_path / "out")
@@ -364,10 +462,12 @@ def _run_spark_ttl(spark, tmp_path, runs):
     for b, rows in got.items():
         assert len({r["pt"] for r in rows}) == 1, rows          # one processing time per batch
         pts[b] = rows[0]["pt"]
-    expected = _spark_model(batches, pts)
+    expected = (model or _spark_model)(batches, pts)
     for b in range(len(batches)):
         key = lambda r: r["k"]      # noqa: E731
         assert sorted(got[b], key=key) == sorted(expected[b], key=key), f"batch {b}"
+    if model is not None:
+        return got, pts, expected
     # the data made something live across a batch and something expire (else the test says little)
     c = [r["v"] for rows in expected for r in rows if r["k"] == "c"]
     assert c[:2] == [1, 1] and c[-1] is None, c
@@ -383,3 +483,159 @@ def test_ttl_in_a_streaming_query_matches_the_model(utc_spark, tmp_path):
 @pytest.mark.spark
 def test_ttl_in_a_streaming_query_across_rescales(utc_spark, tmp_path):
     _run_spark_ttl(utc_spark, tmp_path, [(2, range(0, 3)), (3, range(3, 6)), (1, range(6, 9))])
+
+
+# -- per-element expiry of the sequences --------------------------------------------------------
+
+class SeqOps(Operator):
+    """Rows {k, kind, do}: ``do`` is a Python statement run with ``o`` (the key's object of that
+    kind, ttl 100 ms) and ``x``; then emits what the object holds (None when it does not exist)."""
+
+    def on_event(self, key, row, ctx):
+        kind = row["kind"]
+        if row.get("do"):
+            o = getattr(ctx, kind)("s", ttl=100)
+            exec(row["do"], {"o": o, "x": row.get("x")})
+        if not ctx.has_state("s"):
+            seen = None
+        else:
+            o = getattr(ctx, kind)("s", ttl=100)
+            seen = ([n.value for n in o.nodes()] if kind == "linked_list" else
+                    [f["x"] for _, f in o] if kind == "stream" else list(o))
+        ctx.emit({"k": key, "seen": seen})
+
+
+def _seq(h, kind, p, do="", x=None):
+    (row,) = h.run_batch([{"k": "a", "kind": kind, "do": do, "x": x}], processing_time=p)
+    return row["seen"]
+
+
+@pytest.mark.parametrize("kind, append", [("queue", "o.append(x)"), ("list", "o.append(x)"),
+                                          ("stack", "o.push(x)"), ("linked_list", "o.add_last(x)"),
+                                          ("stream", "o.add({'x': x})")])
+def test_each_element_of_a_sequence_expires_on_its_own(kind, append):
+    h = OperatorHarness(SeqOps(), key="k", partitions=1, key_groups=4)
+    for p, x in ((0, 1), (0, 2), (30, 3), (60, 4)):
+        _seq(h, kind, p, append, x)
+    top = (lambda xs: xs[::-1]) if kind == "stack" else (lambda xs: xs)
+    assert _seq(h, kind, 99) == top([1, 2, 3, 4])
+    assert _seq(h, kind, 100) == top([3, 4])                 # invisible at once: written at 0
+    assert h.metrics[-1]["ttl_expired"] == 2
+    assert _seq(h, kind, 130) == top([4])
+    h.restart()                                             # the spans are state
+    assert _seq(h, kind, 159) == top([4])
+    assert _seq(h, kind, 160) is None                       # the last element went with the object (its last write)
+    assert _records(h) == []
+
+
+def test_appends_of_a_batch_make_one_span_and_a_queue_expires_from_the_head_in_o_expired(monkeypatch):
+    h = OperatorHarness(SeqOps(), key="k", partitions=1, key_groups=4)
+    _seq(h, "queue", 0, "o.extend(range(300))")
+    _seq(h, "queue", 10, "o.extend(range(300, 310))")
+    spans = [e for _, _, e in _records(h) if e is not None]
+    assert sorted(spans) == [("span", 0, 299), ("span", 300, 309)]     # one record per batch, not per element
+    popped = []
+    from objectspace._queue import PersistedQueue
+    orig = PersistedQueue.popleft
+    monkeypatch.setattr(PersistedQueue, "popleft", lambda self: popped.append(1) or orig(self))
+    monkeypatch.setattr(PersistedQueue, "pop", lambda self: pytest.fail("nothing but the head goes"))
+    assert _seq(h, "queue", 100) == list(range(300, 310))
+    assert len(popped) == 300 and h.metrics[-1]["ttl_expired"] == 300
+
+
+def test_a_middle_element_that_expires_leaves_the_others_their_expiry():
+    """Assigned elements live on; the older ones around them expire; the survivors move to other
+    slots (the general path), keeping their own expiry."""
+    for kind in ("queue", "list"):
+        h = OperatorHarness(SeqOps(), key="k", partitions=1, key_groups=4)
+        _seq(h, kind, 0, "o.extend([0, 1, 2, 3, 4, 5])")
+        _seq(h, kind, 20, "o[1] = 'b'; o[3] = 'd'")
+        _seq(h, kind, 40, "o[4] = 'e'")
+        assert _seq(h, kind, 100) == ["b", "d", "e"], kind
+        assert h.metrics[-1]["ttl_expired"] == 3
+        assert _seq(h, kind, 119) == ["b", "d", "e"], kind
+        assert _seq(h, kind, 120) == ["e"], kind
+        h.restart()
+        assert _seq(h, kind, 139) == ["e"], kind
+        assert _seq(h, kind, 140) is None and _records(h) == [], kind
+
+
+@pytest.mark.parametrize("kind, do, refreshed", [
+    # a list moves the elements after the position it inserts at or deletes: those count as written
+    ("list", "o.insert(2, 'n')", ["n", 2, 3]),
+    ("list", "del o[1]", [2, 3]),
+    ("list", "o.pop(0)", [1, 2, 3]),
+    ("list", "o.sort(reverse=True)", [3, 2, 1, 0]),
+    ("list", "o.reverse()", [3, 2, 1, 0]),
+    ("list", "o[1:3] = ['p', 'q']", ["p", "q"]),
+    ("list", "o.pop()", []),
+    # a queue moves the shorter side of the position (here the one after it) ...
+    ("queue", "o.insert(3, 'n')", ["n", 3]),
+    ("queue", "del o[1]", [0]),
+    ("queue", "o.popleft(); o.pop()", []),
+    ("queue", "o.rotate(-1)", [0]),                     # popleft + append: the item moved
+    ("queue", "o.reverse()", [3, 2, 1, 0]),
+    # ... and an appendleft into a queue that starts at its first slot moves every item up once
+    ("queue", "o.appendleft('n')", ["n", 0, 1, 2, 3]),
+    ("queue", "o.rotate(1)", [3, 0, 1, 2]),             # pop + appendleft, which moves them up
+    ("queue", "o.appendleft('n'); o.popleft(); o.appendleft('m')", ["m", 0, 1, 2, 3]),
+    ("linked_list", "o.add_after(o.first, 'n'); o.first.value = 'f'", ["f", "n"]),
+    ("linked_list", "o.remove(o.first.next)", []),
+    ("stack", "o.pop(); o.push('t')", ["t"]),
+])
+def test_what_counts_as_a_write_of_an_element(kind, do, refreshed):
+    """docs/spark_ops.md, *State TTL*: an element is written when the kind writes its position."""
+    h = OperatorHarness(SeqOps(), key="k", partitions=1, key_groups=4)
+    add = "o.push(i)" if kind == "stack" else "o.add_last(i)" if kind == "linked_list" else "o.append(i)"
+    _seq(h, kind, 0, f"for i in range(4): {add}")
+    after = _seq(h, kind, 50, do)
+    left = _seq(h, kind, 100)               # what was written at 0 and not since is gone
+    if kind == "stack":
+        after, left = after[::-1], left[::-1]
+    assert left == [v for v in after if v in refreshed]
+    assert sorted(map(str, refreshed)) == sorted(map(str, left))
+
+
+def test_a_sequence_written_without_ttl_keeps_unstamped_elements():
+    """Elements written through a handle got without ttl have no expiry of their own: they go
+    with the object (whose ttl handle's last write set it)."""
+    class Op(Operator):
+        def on_event(self, key, row, ctx):
+            if row["ttl"]:
+                ctx.list("l", ttl=100).append(row["x"])
+            else:
+                ctx.list("l").append(row["x"])
+            ctx.emit({"k": key, "l": list(ctx.list("l"))})
+
+    h = OperatorHarness(Op(), key="k", partitions=1, key_groups=4)
+    h.run_batch([{"k": "a", "ttl": True, "x": 1}], processing_time=0)
+    h.run_batch([{"k": "a", "ttl": False, "x": 2}], processing_time=10)
+    h.run_batch([{"k": "a", "ttl": True, "x": 3}], processing_time=50)
+    assert h.run_batch([{"k": "a", "ttl": False, "x": 4}], processing_time=100) == [{"k": "a", "l": [2, 3, 4]}]
+    assert h.run_batch([{"k": "a", "ttl": False, "x": 5}], processing_time=150) == [{"k": "a", "l": [5]}]
+
+
+@pytest.mark.spark
+def test_per_element_ttl_of_a_queue_in_a_streaming_query_and_its_expiry_in_the_data_source(utc_spark, tmp_path):
+    import spark_ops
+
+    _, pts, expected = _run_spark_ttl(utc_spark, tmp_path, [(2, range(0, 5)), (3, range(5, 9))],
+                                      make=make_spark_queue_operator, model=_spark_queue_model,
+                                      schema="k string, batch long, pt long, q array<long>")
+    # per element: a queue held elements of two batches, then lost the older ones only
+    a = [r["q"] for rows in expected for r in rows if r["k"] == "a"]
+    assert any(q and len(q) >= 2 for q in a) and any(q and len(q) == 1 for q in a[2:]), a
+    # the state data source shows when each element left in the state goes: its batch's time + ttl
+    # (at epoch 6, the last batch that appends: its checkpoint holds what did not expire by its time)
+    b6 = 6
+    written = {(r["k"], r["w"]): pts[b] for b, rows in enumerate(_spark_batches()[:b6 + 1]) for r in rows
+               if r["w"] > 0}
+    spark_ops.register_datasource(utc_spark)
+    rows = utc_spark.read.format("objectspace").option("epoch", b6).load(str(tmp_path / "state")).collect()
+    qrows = [r for r in rows if r.object == "q"]
+    assert {(json.loads(r.key), json.loads(r.value)) for r in qrows} == \
+        {kw for kw, p in written.items() if p + SPARK_TTL > pts[b6]}
+    assert qrows, rows
+    for r in qrows:
+        k, w = json.loads(r.key), json.loads(r.value)
+        assert r.expires_at == written[(k, w)] + SPARK_TTL, r
