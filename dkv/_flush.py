@@ -230,11 +230,17 @@ class FlushMixin:
 
     def _write_run(self, ranges, seq: int, run, stop) -> list | None:
         """Write sorted (keys, values) ranges, every record with sequence number ``seq``, as
-        tables of about ``table_bytes`` (one sorted run). Paced, each block spends tokens as
+        tables of about ``table_bytes`` and at most ``table_bytes / 8`` records (one sorted
+        run). Paced, each block spends tokens as
         it is built, so the CPU a flush or compaction takes spreads over checkpoint
         intervals however big its tables. None (and the tables discarded) when ``stop()``
         says the work is void or the store closes."""
         limit = self.opts.table_bytes
+        # Records per table are bounded too: a table being built holds 8 bytes per key for
+        # its bloom filter, and records of queue churn (tombstones, short values) compress
+        # ~40x, so a table of table_bytes could hold tens of millions of them. At most
+        # table_bytes / 8 keys keeps those hashes within the table's own size.
+        max_keys = max(1 << 16, limit // 8)
         tables: list = []
 
         def builder():
@@ -248,7 +254,7 @@ class FlushMixin:
                 i = 0
                 while i < len(keys):
                     i = b.add_sorted(keys, values, seq, i, limit)
-                    if b.estimated_size >= limit:
+                    if b.estimated_size >= limit or b.count >= max_keys:
                         tables.append(self._write_table(b, run))
                         b = builder()
                     if self._closing or stop():

@@ -33,7 +33,12 @@ def _ctx(level: int):
 
 
 def compress(data: bytes, level: int = 3) -> bytes:
-    return _ctx(level).compress(data)
+    """zstd frame of ``data``, in a bytes object of its own size. python-zstandard returns
+    the frame inside an allocation of the input's compress bound (it shrinks the object's
+    length, not its memory), so a 2 KB frame of a 64 KB block would hold ~64 KB for as long
+    as it lives: an SST being built holds every frame until it finishes, and a sealed
+    memtable's segment lives in memory until it is flushed. The copy costs ~0.3 us."""
+    return memoryview(_ctx(level).compress(data)).tobytes()
 
 
 def decompress(data: bytes, what: str) -> bytes:
