@@ -5,7 +5,9 @@ checkpoints. What they prove:
   (exactly which tombstones an SST carries is asserted too), and the storage calls of a
   window are one WAL segment per checkpoint, then one SST for the whole window;
 * however many checkpoints a store takes, the live WAL segments (those the newest manifest
-  names, hence those a reopen reads) and the WAL files in its folder stay bounded.
+  names, hence those a reopen reads) and the WAL files in its folder stay bounded;
+* a table being built holds its compressed blocks at their own size, and at most
+  ``table_bytes / 8`` records (its bloom hashes), however well the records compress.
 
 (Old SST/WAL formats are covered by test_old_formats.py.)
 """
@@ -373,4 +375,45 @@ def test_a_compaction_reads_a_sorted_run_a_table_and_a_window_at_a_time(tmp_path
     db.close()
     db = dkv.open(str(tmp_path), **opts)
     assert contents(db) == model
+    db.close()
+
+
+# ------------------------------------------------------------------------ what a build holds
+
+
+def test_a_compressed_block_holds_only_its_own_bytes():
+    """A zstd frame of a compressible 64 KiB block keeps a few hundred bytes of memory, not
+    the block's compress bound: an SST being built holds every frame until it finishes."""
+    import tracemalloc
+
+    from dkv.format._codec import compress, decompress
+    blocks = [b"".join(b"slot-%08d-%04d" % (j, i) for j in range(3000))[:65536] for i in range(64)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        frames = [compress(b) for b in blocks]
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    size = sum(map(len, frames))
+    assert size < 64 * 8192, "these blocks compress well"
+    assert held < size + 64 * 200, f"{len(frames)} frames of {size} bytes hold {held} bytes"
+    assert [decompress(f, "frame") for f in frames] == blocks
+
+
+def test_a_table_holds_at_most_a_record_per_eight_of_its_bytes(tmp_path):
+    """Tiny records compress so well that table_bytes alone would put all of them in one
+    table (and its build would hold 8 bytes of bloom hashes per key): a flush splits them
+    at table_bytes / 8 records (at least 65,536), and every record reads back."""
+    db = dkv.open(str(tmp_path), table_bytes=256 << 10, background=False, compaction=False)
+    n = 150_000
+    for start in range(0, n, 10_000):
+        with db.batch() as wb:
+            for i in range(start, start + 10_000):
+                wb.put(b"k%08d" % i, b"v")
+    db.flush()
+    counts = [t.ref.count for t in db._view[1].tables()]
+    assert len(counts) == 3 and max(counts) <= 65_536 and sum(counts) == n, counts
+    assert all(db.get(b"k%08d" % i) == b"v" for i in range(0, n, 997))
+    assert sum(1 for _ in db.scan()) == n
     db.close()
