@@ -639,3 +639,15 @@ def test_per_element_ttl_of_a_queue_in_a_streaming_query_and_its_expiry_in_the_d
     for r in qrows:
         k, w = json.loads(r.key), json.loads(r.value)
         assert r.expires_at == written[(k, w)] + SPARK_TTL, r
+
+
+def test_the_ttl_example_runs_and_expires_what_it_says():
+    """examples/ttl_example.py (docs/spark_ops.md, *State TTL*) as a user runs it."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, os.path.join(root, "examples", "ttl_example.py")], capture_output=True,
+                         text=True, timeout=120, check=True).stdout.splitlines()
+    assert out[-2] == "minute  45: pages={'home': 1, 'docs': 2, 'blog': 1} recent=['docs', 'blog']"
+    assert out[-1] == "minute  90: pages={'blog': 1, 'home': 1} recent=['home']"
