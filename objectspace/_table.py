@@ -21,6 +21,7 @@ from .errors import CorruptionError
 class Table:
     __slots__ = ("owner", "prefix", "sorted", "vals", "dirty", "pending", "born", "count",
                  "complete", "order", "clr", "pclr", "version", "encode_entry", "decode_entry")
+    ABSENT = ABSENT     # what ``vals`` holds for a deleted entry (for readers of the bookkeeping)
 
     def __init__(self, owner, prefix: bytes, count: int, fresh: bool, sorted_: bool,
                  encode_entry, decode_entry) -> None:

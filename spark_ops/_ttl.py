@@ -43,9 +43,6 @@ import msgpack
 
 import dkv
 from objectspace import ObjectNotFoundError, decode_key, encode_name
-from objectspace._base import ABSENT
-from objectspace._keycodec import _dec
-from objectspace._layout import format_id
 
 from ._units import duration_ms
 
@@ -113,6 +110,11 @@ def _intervals(positions: list) -> list:
         else:
             out.append([x, x])
     return out
+
+
+def format_id(ms: int, seq: int) -> str:
+    """A stream entry id as the stream writes it ("ms-seq")."""
+    return f"{ms}-{seq}"
 
 
 def _show_pos(pos: int, width: int):
@@ -296,9 +298,9 @@ class TtlService:
             runs = _intervals(sorted(n for n in d if n in nodes))
         else:           # stream: entries are only added, with ids above every id before
             t = obj._t
-            vals = t.vals
+            vals, gone = t.vals, t.ABSENT
             added = [ek for ek in (t.dirty | t.pending if t.pending else t.dirty)
-                     if vals.get(ek, ABSENT) is not ABSENT]
+                     if vals.get(ek, gone) is not gone]
             if not added:
                 return
             self._put_span(kg, nkey, int.from_bytes(min(added), "big"), int.from_bytes(max(added), "big"),

@@ -36,10 +36,10 @@ except ImportError:         # spark_ops without pyspark (the test harness): noth
     DataSource = DataSourceReader = InputPartition = object
 
 import objectspace
-from objectspace._inspect import expiries_of
 
 from ._inspect import instance_timers
 from ._keys import from_parts
+from ._ttl import Expiries
 
 NAME = "objectspace"
 _ALL = (0, 1 << 16)
@@ -193,11 +193,12 @@ class _Reader(DataSourceReader):
         with ref.open(**self.dkv_options) as db:
             for want in self._key_groups():
                 for kg, space in objectspace.spaces_of(db, key_group=want, groups=groups):
-                    exp = expiries_of(ref, db, kg)
+                    # a shard's key group may hold TTL records; a plain space has none
+                    exp = Expiries(db, kg) if ref.member is not None and kg is not None else None
                     for info, slot, value, ik in objectspace.walk_slots(space, keys=True):
                         key, obj = _key_and_object(ref, info.name)
                         yield (*_operator(ref), ref.instance, ref.epoch, kg, key, obj, info.kind,
-                               _json(slot), _json(value), exp.item(info.name, ik) if exp.any else None)
+                               _json(slot), _json(value), exp.item(info.name, ik) if exp is not None and exp.any else None)
 
     def _changes(self, p):
         ref = p.new or p.old

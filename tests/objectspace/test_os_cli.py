@@ -71,11 +71,11 @@ def test_show(history, capsys):
     assert out.splitlines() == ["list l (msgpack, length 4) in (root) @ epoch 3, key group 0",
                                 "SLOT  VALUE", "0     9", "1     2", "… more: --offset 2"]
     page = run_json(capsys, "show", history, "l", "--offset", "2", "--limit", "5")
-    assert page["items"] == [{"slot": 2, "value": 3}, {"slot": 3, "value": 4}] and page["more"] is False
+    assert page["items"] == [{"slot": 2, "value": 3, "expires_at": None}, {"slot": 3, "value": 4, "expires_at": None}] and page["more"] is False
     d = run_json(capsys, "show", history, '["user", 1, {"$bytes": "7a"}]')
-    assert d["kind"] == "dict" and d["items"] == [{"slot": [1, 2], "value": {"$bytes": "726177"}}]
+    assert d["kind"] == "dict" and d["items"] == [{"slot": [1, 2], "value": {"$bytes": "726177"}, "expires_at": None}]
     old = run_json(capsys, "show", history, "gone", "--checkpoint", "1")
-    assert old["items"] == [{"slot": None, "value": "bye"}]
+    assert old["items"] == [{"slot": None, "value": "bye", "expires_at": None}]
     x = run_json(capsys, "show", history, "x")
     assert [i["slot"] for i in x["items"]] == ["1000-0", "1000-1", "1000-2", ["group", "g"], ["pending", "g", "1000-0"]]
 
@@ -176,7 +176,8 @@ def test_commands_on_s3(s3_server, capsys):
     loc = s3_server.url()
     build_history(loc)
     assert len(run_json(capsys, "ls", loc)) == 15
-    assert run_json(capsys, "show", loc, "q")["items"] == [{"slot": i, "value": v} for i, v in enumerate([2, 3, 4])]
+    assert run_json(capsys, "show", loc, "q")["items"] == [{"slot": i, "value": v, "expires_at": None}
+                                                          for i, v in enumerate([2, 3, 4])]
     assert run_json(capsys, "diff", loc, "--from", "1", "--to", "2")["summary"]["objects_added"] == 2
     assert run_json(capsys, "stats", loc, "--endpoint-url", s3_server.endpoint)["objects"] == 15
     rc, out, _ = run(capsys, "ls", loc, "--epoch", "1")
