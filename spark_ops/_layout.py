@@ -159,7 +159,7 @@ def shard_member(location: str, instance: str):
 
 
 def _expiries(db, key_group: int):
-    from ._ttl import Expiries      # inspection only
+    from ._expiries import Expiries      # inspection only
     return Expiries(db, key_group)
 
 

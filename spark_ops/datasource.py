@@ -37,9 +37,9 @@ except ImportError:         # spark_ops without pyspark (the test harness): noth
 
 import objectspace
 
+from ._expiries import Expiries
 from ._inspect import instance_timers
 from ._keys import from_parts
-from ._ttl import Expiries
 
 NAME = "objectspace"
 _ALL = (0, 1 << 16)

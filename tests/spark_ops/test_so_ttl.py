@@ -11,7 +11,8 @@ import pytest
 
 from spark_ops import Operator
 from spark_ops import _runtime
-from spark_ops._ttl import TtlService, scan_expiries
+from spark_ops._expiries import scan_expiries
+from spark_ops._ttl import TtlService
 from spark_ops.testing import OperatorHarness
 
 T = 10      # the ttl of the model tests, ms of processing time
