@@ -17,6 +17,10 @@ builtin collections, in one run.
 (c) Operations per second of queue append/popleft, list set/get, dict set/get, sorted dict
     set/irange against the builtin twin, and the hot path (append + save + on_saved).
 
+The stores of (a) and (b) use the dkv options an operator's state is kept with
+(``spark_ops`` ``DKV_OPTIONS``); ``--store notebook`` uses ``ObjectSpace.open``'s defaults
+instead, which put small checkpoints inside their manifests (one file per commit, more bytes).
+
 Bytes are measured by listing the store folder before and after each checkpoint (new
 files and growth of existing ones), so everything dkv writes is counted.
 """
@@ -49,9 +53,15 @@ HAVE_DKV = hasattr(dkv, "open")
 class Store:
     """A fresh dkv folder store with a space on it; ``checkpoint`` returns bytes written."""
 
-    def __init__(self, root: str, name: str, dkv_options: dict) -> None:
+    def __init__(self, root: str, name: str, dkv_options: dict, kind: str = "operator") -> None:
         self.path = os.path.join(root, name)
-        self.space = ObjectSpace.open(self.path, fsync=False, **dkv_options)
+        self.db = None
+        if kind == "notebook":          # ObjectSpace.open's defaults (RFC 0006, 0007)
+            self.space = ObjectSpace.open(self.path, fsync=False, **dkv_options)
+        else:                           # the options a spark_ops operator's state uses
+            from spark_ops._runtime import DKV_OPTIONS
+            self.db = dkv.open(self.path, fsync=False, **{**DKV_OPTIONS, **dkv_options})
+            self.space = ObjectSpace(self.db)
         self.epoch = 0
         self.before = folder_sizes(self.path)
 
@@ -67,6 +77,8 @@ class Store:
 
     def close(self) -> None:
         self.space.close()
+        if self.db is not None:
+            self.db.close()
 
 
 WORDS = ("the quick brown fox jumps over lazy dog click view cart order paid shipped user item "
@@ -104,7 +116,7 @@ def make_event(rng: random.Random, i: int, size: int, payload: str) -> dict:
 def scenario_a(args, root: str, payload_kind: str) -> dict:
     rng = random.Random(1)
     strategies = ("differential", "whole_object", "full_save")
-    stores = {s: Store(root, f"a-{payload_kind}-{s}", args.dkv_options) for s in strategies}
+    stores = {s: Store(root, f"a-{payload_kind}-{s}", args.dkv_options, args.store) for s in strategies}
     queue = stores["differential"].space.create_queue("buffer")
     fq = stores["full_save"].space.create_queue("buffer")
     value = stores["whole_object"].space.create_value("buffer", [])
@@ -145,8 +157,8 @@ def scenario_a(args, root: str, payload_kind: str) -> dict:
 
 def scenario_b(args, root: str, payload_kind: str) -> dict:
     rng = random.Random(2)
-    diff = Store(root, f"b-{payload_kind}-differential", args.dkv_options)
-    whole = Store(root, f"b-{payload_kind}-whole", args.dkv_options) if args.whole_b else None
+    diff = Store(root, f"b-{payload_kind}-differential", args.dkv_options, args.store)
+    whole = Store(root, f"b-{payload_kind}-whole", args.dkv_options, args.store) if args.whole_b else None
     queues = [diff.space.create_queue((f"key-{k}", "buffer")) for k in range(args.keys)]
     values = [whole.space.create_value((f"key-{k}", "buffer"), []) for k in range(args.keys)] if whole else []
     buffers = [[] for _ in range(args.keys)]
@@ -381,6 +393,10 @@ def main(argv=None) -> dict:
     p.add_argument("--ops", type=int, default=100_000, help="(c) operations per measurement")
     p.add_argument("--dkv-option", action="append", default=[], metavar="NAME=VALUE",
                    help="dkv option for the stores of (a) and (b), e.g. max_replay_bytes=1048576")
+    p.add_argument("--store", choices=("operator", "notebook"), default="operator",
+                   help="(a, b) the stores' options: an operator's (spark_ops' dkv options, as its state "
+                        "is kept) or a notebook's (ObjectSpace.open's defaults: small checkpoints inside "
+                        "their manifests)")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="write the results as JSON to PATH (stdout when no PATH)")
     p.add_argument("--plot", default="bench-output/checkpoint_bytes.png", help="PNG path ('' to skip)")

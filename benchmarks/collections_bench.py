@@ -169,15 +169,16 @@ class ObjectSpacePeer(Peer):
         self.space.close()
 
 
-class ObjectSpaceInlinePeer(ObjectSpacePeer):
-    """objectspace with small checkpoints inside their manifests (RFC 0007; off by default)."""
-    name = "objectspace-inline"
-    OPTIONS = "inline_segment_bytes=4096"
+class ObjectSpaceSeparatePeer(ObjectSpacePeer):
+    """objectspace with a WAL file per checkpoint (``inline_segment_bytes=0``; the default
+    carries small checkpoints inside their manifests, RFC 0007)."""
+    name = "objectspace-separate"
+    OPTIONS = "inline_segment_bytes=0"
     REOPEN = ObjectSpacePeer.REOPEN.replace("ObjectSpace.open(PATH)", f"ObjectSpace.open(PATH, {OPTIONS})")
 
     def open(self, path):
         from objectspace import ObjectSpace
-        self.space = ObjectSpace.open(path, inline_segment_bytes=4096)
+        self.space = ObjectSpace.open(path, inline_segment_bytes=0)
         self.d = self.space.get_or_create_dict("records")
 
 
@@ -317,7 +318,7 @@ class ShelvePeer(Peer):
         self.sh.close()
 
 
-PEERS = {p.name: p for p in (ObjectSpacePeer, ObjectSpaceInlinePeer, ZodbPeer, DiskcachePeer, DiskcacheFullPeer, SqlitedictPeer,
+PEERS = {p.name: p for p in (ObjectSpacePeer, ObjectSpaceSeparatePeer, ZodbPeer, DiskcachePeer, DiskcacheFullPeer, SqlitedictPeer,
                              SqlitedictFullPeer, ShelvePeer)}
 
 
