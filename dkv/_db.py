@@ -314,18 +314,20 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 elif (end is None or src.min_key < end) and (start is None or src.max_key >= start):
                     sources.append(src.scan_blocks(start, end))
             sources += version.sources(start, end)
-            item = None
+            last = None
             try:
-                for item in merge_visible(sources):
-                    yield item
+                # A chunk's records at C speed; a source reads its next block only after the
+                # chunk before it was given out whole, so ``last`` is where a resume starts.
+                for pairs, last in merge_visible(sources):
+                    yield from pairs
                 return
             except ObjectMissingError:
                 # Files of this view were compacted away and collected: resume on the new view,
                 # after the last key given.
                 if self._view[1] is version or self._closed:
                     raise
-                if item is not None:
-                    start = item[0] + b"\x00"
+                if last is not None:
+                    start = last + b"\x00"
 
     def scan_prefix(self, prefix: bytes):
         """Iterate (key, value) for keys starting with prefix, ascending."""

@@ -14,7 +14,9 @@ through a dict, oldest source first, so that the newest source's record is the o
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import chain
+from functools import partial
+from itertools import chain, compress
+from operator import is_not
 
 MERGE_RANGE_RECORDS = 4096        # records per source and key range a flush or compaction merges at once
 MERGE_TOTAL_RECORDS = 1 << 16     # ... at most this many over all its sources (a flush may merge 64)
@@ -22,6 +24,7 @@ MERGE_TOTAL_RECORDS = 1 << 16     # ... at most this many over all its sources (
 
 READ_WINDOW = 512                 # records per source a scan merges at once
 SMALL_MERGE = 4096                # records over all sources a scan merges in one go
+_not_none = partial(is_not, None)
 
 
 def _pairs(chunks):
@@ -29,20 +32,29 @@ def _pairs(chunks):
         yield keys, values
 
 
+def _live(keys: list, values: list):
+    """The (key, value) pairs of a chunk without its tombstones, in C: ``None in values``
+    and ``compress`` run no bytecode per record."""
+    if None in values:
+        return compress(zip(keys, values), map(_not_none, values))
+    return zip(keys, values)
+
+
 def merge_visible(sources: list):
-    """Yield (key, value) for live keys across ``sources`` (newest first). One source is
-    walked directly. Several are merged with a dict, oldest source first so that the
-    newest record of a key is the one left, which costs C work per record where a heap
+    """Yield, per chunk, (iterator of (key, value) for its live keys, its last key) across
+    ``sources`` (newest first); a chunk's keys are ascending and follow the previous
+    chunk's. A reader ``yield from``s each iterator, so no bytecode runs per record. One
+    source is walked directly. Several are merged with a dict, oldest source first so that
+    the newest record of a key is the one left, which costs C work per record where a heap
     merge costs a tuple and a comparison in Python: a small range (an object's slots, up
     to SMALL_MERGE records over all sources) in one go, a bigger one a key range at a time
-    (see ``merged_ranges``)."""
+    (see ``merged_ranges``). The last key (tombstones included) is where a reader resumes."""
     if not sources:
         return
     if len(sources) == 1:
         for keys, values, _ in sources[0]:
-            for kv in zip(keys, values):
-                if kv[1] is not None:
-                    yield kv
+            if keys:
+                yield _live(keys, values), keys[-1]
         return
     olds = sources[::-1]
     read: list = []             # chunks read so far, per source, oldest source first
@@ -56,16 +68,15 @@ def merge_visible(sources: list):
             if total > SMALL_MERGE:         # a big range: the rest a key range at a time
                 more = [_pairs(chain(c, s)) for c, s in zip(read, olds)] + [_pairs(s) for s in olds[len(read):]]
                 for keys, values in merged_ranges(more, True, READ_WINDOW):
-                    yield from zip(keys, values)
+                    yield zip(keys, values), keys[-1]
                 return
     merged: dict = {}
     for chunks in read:
         for keys, values, _ in chunks:
             merged.update(zip(keys, values))
-    for key in sorted(merged):
-        value = merged[key]
-        if value is not None:
-            yield key, value
+    if merged:
+        keys = sorted(merged)
+        yield _live(keys, list(map(merged.__getitem__, keys))), keys[-1]
 
 
 def merged_ranges(sources: list, drop_tombstones: bool, range_records: int = MERGE_RANGE_RECORDS):
