@@ -392,7 +392,12 @@ class ObjectSpace(KindMethods):
             name = self._db.checkpoint(epoch).wait()
         except Exception as e:
             n = self._unsaved()
-            if n and hasattr(e, "add_note"):
+            if isinstance(e, dkv.FencedError):
+                e.add_note(f"objectspace: another writer opened this store after this space did, so this "
+                           f"space can checkpoint no more; its changes to {n} object(s) are lost unless made "
+                           f"again through the newer one (one writer per store: close a space before "
+                           f"opening the store again)")
+            elif n:
                 e.add_note(f"objectspace: nothing was checkpointed; the changes to {n} object(s) are kept "
                            f"in memory and go with the next successful checkpoint()")
             raise

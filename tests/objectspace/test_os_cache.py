@@ -119,3 +119,19 @@ def test_spaces_give_back_what_their_objects_held_once_saved_and_dropped(tmp_pat
     assert left < 300_000, left
     assert [list(space.get_queue(("q", i))) for i in (0, 19_999)] == [[0], [19_999]]
     db.close()
+
+
+def test_a_fenced_checkpoint_says_the_changes_cannot_follow(tmp_path):
+    """Opening a store again in a notebook without closing the first space fences it: its
+    checkpoint's error says the changes cannot go with a later checkpoint of this space."""
+    first = ObjectSpace.open(str(tmp_path))
+    first.get_or_create_queue("q").append(1)
+    first.checkpoint()
+    second = ObjectSpace.open(str(tmp_path))
+    first.get_queue("q").append(2)
+    with pytest.raises(dkv.FencedError) as info:
+        first.checkpoint()
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "another writer opened this store" in notes and "next successful" not in notes
+    assert list(second.get_queue("q")) == [1]
+    second.close()
