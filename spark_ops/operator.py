@@ -77,6 +77,17 @@ class Operator:
         """Called once per shard per batch after events and timers."""
 
 
+def _kind_method(kind: str, like: str = ""):
+    """``Context.<kind>(name, *, ttl=None)``: the key's persisted ``kind``, created empty on
+    first use (``ttl``: see ``Context.value``)."""
+    def method(self, name: str, *, ttl=None):
+        obj = self._get_or_create(kind, name)
+        return obj if ttl is None else self._ttl(obj, ttl)
+    method.__name__, method.__qualname__ = kind, f"Context.{kind}"
+    method.__doc__ = f"The key's persisted {kind}{f' ({like})' if like else ''}, created empty on first use."
+    return method
+
+
 class Context:
     """What an operator sees: the current key's state, timers, time and output."""
 
@@ -139,44 +150,15 @@ class Context:
             self._objects[memo] = obj
         return obj
 
-    def queue(self, name: str, *, ttl=None):
-        """The key's persisted queue (deque-like), created empty on first use."""
-        obj = self._get_or_create("queue", name)
-        return obj if ttl is None else self._ttl(obj, ttl)
-
-    def list(self, name: str, *, ttl=None):
-        """The key's persisted list, created empty on first use."""
-        obj = self._get_or_create("list", name)
-        return obj if ttl is None else self._ttl(obj, ttl)
-
-    def dict(self, name: str, *, ttl=None):
-        """The key's persisted dict, created empty on first use."""
-        obj = self._get_or_create("dict", name)
-        return obj if ttl is None else self._ttl(obj, ttl)
-
-    def sorted_dict(self, name: str, *, ttl=None):
-        obj = self._get_or_create("sorted_dict", name)
-        return obj if ttl is None else self._ttl(obj, ttl)
-
-    def set(self, name: str, *, ttl=None):
-        obj = self._get_or_create("set", name)
-        return obj if ttl is None else self._ttl(obj, ttl)
-
-    def sorted_set(self, name: str, *, ttl=None):
-        obj = self._get_or_create("sorted_set", name)
-        return obj if ttl is None else self._ttl(obj, ttl)
-
-    def stack(self, name: str, *, ttl=None):
-        obj = self._get_or_create("stack", name)
-        return obj if ttl is None else self._ttl(obj, ttl)
-
-    def linked_list(self, name: str, *, ttl=None):
-        obj = self._get_or_create("linked_list", name)
-        return obj if ttl is None else self._ttl(obj, ttl)
-
-    def stream(self, name: str, *, ttl=None):
-        obj = self._get_or_create("stream", name)
-        return obj if ttl is None else self._ttl(obj, ttl)
+    queue = _kind_method("queue", "deque-like")
+    list = _kind_method("list")
+    dict = _kind_method("dict")
+    sorted_dict = _kind_method("sorted_dict")
+    set = _kind_method("set")
+    sorted_set = _kind_method("sorted_set")
+    stack = _kind_method("stack")
+    linked_list = _kind_method("linked_list")
+    stream = _kind_method("stream")
 
     def array(self, name: str, length: int, fill=None, *, ttl=None):
         obj = self._get_or_create("array", name, length, fill=fill)
