@@ -193,6 +193,10 @@ class TtlService:
     def _write_span(self, kg: int, nkey: bytes, lo: int, hi: int, expiry: int, width: int) -> None:
         ek = self._span_ek(hi, width)
         self.db.put(stamp_key(kg, nkey, ek), _pack(expiry) + lo.to_bytes(width, "big"))
+        self._index(kg, expiry, nkey, ek)
+
+    def _index(self, kg: int, expiry: int, nkey: bytes, ek: bytes) -> None:
+        """Put the index record of (nkey, ek) expiring at ``expiry``; keep the lower bound."""
         self.db.put(index_key(kg, expiry, nkey, ek), b"")
         if self._next is not None and expiry < self._next:
             self._next = expiry
@@ -248,9 +252,7 @@ class TtlService:
             db.delete(sk)
         else:
             db.put(sk, _pack(expiry))
-            db.put(index_key(kg, expiry, nkey, ek), b"")
-            if self._next is not None and expiry < self._next:
-                self._next = expiry
+            self._index(kg, expiry, nkey, ek)
         self._stamps[sk] = expiry
 
     def _drop_entries(self, kg: int, nkey: bytes) -> int:
