@@ -150,7 +150,6 @@ class CheckpointMixin:
     # inline_manifest_bytes at open.
     INLINE_SEGMENT_BYTES = 0
     INLINE_MANIFEST_BYTES = 12 * 1024
-    INLINE_CARRY = True         # False: a segment goes inline once, the next manifest writes it out
 
     def _submit_stealable_upload(self, cp: Checkpoint, pin: Pinned) -> None:
         """Queue the upload, and let ``cp.wait()`` run it on the caller's thread if it gets
@@ -365,8 +364,6 @@ class CheckpointMixin:
                 self._encode(seg)
             size = len(seg.data)
             foreign = seg.ns != self.ns.strip("/")
-            if seg.state == "inline" and not self.INLINE_CARRY and not foreign:
-                continue
             if foreign or (not full and size <= self.INLINE_SEGMENT_BYTES
                            and total + size <= self.INLINE_MANIFEST_BYTES):
                 out.add(id(seg))
@@ -394,12 +391,11 @@ class CheckpointMixin:
             data = seg.data
             if seg.state == "inline":
                 self.store.put(seg.name, data)
-                self._count_bytes("wal", len(data))
             else:
                 self.store.put_unreferenced(seg.name, data)   # the manifest comes after
                 cp.records += wal_count(data)
-                self._count_bytes("wal", len(data))
             cp.wal_bytes += len(data)
+            self._count_bytes("wal", len(data))
             with self._lock:
                 self._known_files.add(seg.name)
             seg.state, seg.error = "uploaded", None

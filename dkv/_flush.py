@@ -21,7 +21,7 @@ from ._merge import merged_ranges
 from ._table import Table
 from .format.manifest import TableRef
 from ._timeline import check_not_fenced
-from .errors import FencedError, with_context
+from .errors import DkvError, FencedError, like, with_context
 from .format.sst import SstBuilder
 
 log = logging.getLogger(__name__)
@@ -338,7 +338,6 @@ def _both(later: BaseException, earlier: BaseException) -> BaseException:
     """One error for two background failures that came before the next call (a flush and
     a compaction): its message names both, its class (and errno) is the later one's, or
     the earlier one's if only that one is a DkvError (a StorageError stays one)."""
-    from .errors import DkvError, like
     src = later if isinstance(later, DkvError) or not isinstance(earlier, DkvError) else earlier
     out = like(src, f"two background tasks failed: {later}; and before it: {earlier}")
     out.__cause__ = later
