@@ -12,6 +12,7 @@ from __future__ import annotations
 from ._admin import collect_garbage, instances, list_checkpoints, retire, verify
 from ._checkpoint import Checkpoint
 from ._db import DB, prefix_end
+from ._locate import check_create as _check_create
 from ._options import Options
 from ._timeline import CheckpointInfo
 from .batch import WriteBatch
@@ -48,9 +49,10 @@ def open(location, checkpoint: int | None = None, *, read_only: bool = False, in
         in a missing or empty folder (an S3 prefix with no objects; a folder holding only
         other dkv instances counts as empty), and raise NotAStoreError in a folder of
         other files; False: raise unless a store is there; "force": create one even among
-        other files. Ignored when read_only.
+        other files. Ignored when read_only; any other value (1, "yes") is a ValueError.
     options: see ``dkv.Options`` (memtable_bytes, block_cache_bytes, retain, ...).
     """
+    _check_create(create)           # before open_store, which may make the folder
     opts = Options.from_kwargs(options)
     store = open_store(location, create=not read_only and create is not False, **opts.store_options())
     owned = store is not location       # made here from a path or URL: closed with the DB

@@ -19,7 +19,7 @@ import time
 
 from . import _paths
 from ._memtable import Memtable
-from ._timeline import CheckpointInfo, check_not_fenced
+from ._timeline import CheckpointInfo, check_not_fenced, instance_label
 from .errors import DkvError, FencedError, StorageError, with_context
 from .format import manifest as mf
 from .format.wal import count as wal_count
@@ -278,8 +278,8 @@ class CheckpointMixin:
                 raise
             if not created:
                 if self.store.get(name) != data:
-                    raise FencedError(f"checkpoint {cp.epoch} of {self.ns!r} was already committed by writer "
-                                      f"epoch {self._writer} with different contents")
+                    raise FencedError(f"checkpoint {cp.epoch} of {instance_label(self.store, self.ns)} was already "
+                                      f"committed by writer epoch {self._writer} with different contents")
             cp.manifest_bytes = len(data) - cp.inline_new
             self._count_bytes("manifest", len(data))
             info = CheckpointInfo(cp.epoch, self._writer, name)
@@ -290,7 +290,8 @@ class CheckpointMixin:
             self._just_checked = True    # the claims were listed right after the create
             log.debug("checkpoint %d of %r: wal %d B, manifest %d B", cp.epoch, self.ns, cp.wal_bytes, len(data))
         except BaseException as e:  # noqa: BLE001 - reported through cp.wait()
-            log.warning("checkpoint %d of %r failed: %s", cp.epoch, self.ns, e)
+            where = instance_label(self.store, self.ns)
+            log.warning("checkpoint %d of %s failed: %s", cp.epoch, where, str(e).removeprefix(where + ": "))
             cp._finish(e)
             return
         finally:

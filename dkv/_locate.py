@@ -155,11 +155,17 @@ def _nothing_there(store, ns: str) -> str:
     return "it holds no objects"
 
 
+def check_create(create) -> None:
+    """Raise ValueError unless ``create`` is one of CREATE_CHOICES, whether or not a store
+    is there. By identity, as 1 == True and 0 == False: a writer would read 1 as False."""
+    if not (create is True or create is False or (isinstance(create, str) and create == "force")):
+        raise ValueError(f"create must be True, False or 'force', got {create!r}")
+
+
 def check_new(store, ns: str, *, read_only: bool, create=True, checkpoint: int | None = None) -> None:
     """Instance ``ns`` of ``store`` has no manifest and no writer claim: return if a writer
     may create it here, else raise NotAStoreError saying why and what to do."""
-    if create not in CREATE_CHOICES:
-        raise ValueError(f"create must be True, False or 'force', got {create!r}")
+    check_create(create)
     if not read_only and create == "force":
         return
     prefix = _paths.ns_prefix(ns)
@@ -183,12 +189,19 @@ def not_a_store(store, ns: str = "", *, rel: list | None = None, mode: str = "re
     at = where(store, ns)
     lead = f"cannot open checkpoint {checkpoint}: " if checkpoint is not None else ""
     below = [f"{ns}/{n}" if ns else n for n in instances_in(rel) if n]
-    if below and mode != "create":
+    n = len(foreign)
+    if below:
+        # A writer refused here (a spark_ops state root: instances beside the query's own
+        # files) most likely meant one of the instances too, as a reader does.
+        why = ""
+        if mode == "create":
+            why = (f". A writer does not create a new store at its root, which also holds {n} object"
+                   f"{'s' if n > 1 else ''} that {'are' if n > 1 else 'is'} not a dkv store's "
+                   f"({_shown(foreign, quote=False)}), unless told create='force'")
         return NotAStoreError(
             f"{lead}{at} holds {len(below)} dkv instance{'s' if len(below) > 1 else ''}, not one store at its "
             f"root: name one with instance= (--instance on the command line), e.g. {_shown(below)}; "
-            f"`python -m dkv instances {store.location}` lists them all")
-    n = len(foreign)
+            f"`python -m dkv instances {store.location}` lists them all{why}")
     if mode == "create":
         return NotAStoreError(
             f"not creating a dkv store at {at}: it holds {n} object{'s' if n > 1 else ''} that "

@@ -119,6 +119,14 @@ def _read_claim(store, name: str) -> int | None:
         raise CorruptionError(f"writer claim {name} is damaged: {data[:40]!r}") from None
 
 
+def instance_label(store, ns: str) -> str:
+    """The instance as a message names it: its name and the store's location, so that a
+    user with several stores (or a state root of many instances) recognises it; the root
+    instance (``ns`` "") by the location alone."""
+    location = getattr(store, "location", "") or repr(store)
+    return f"instance {ns!r} of {location}" if ns else f"the root instance of {location}"
+
+
 def claim_writer(store, ns: str, timeline: Timeline, start_epoch: int, deferred: bool = False) -> int:
     """Claim the next writer epoch (conditional create), starting from ``start_epoch``.
     ``deferred``: durable only after ``store.sync`` of the claim (see DB._claim_durable)."""
@@ -129,7 +137,7 @@ def claim_writer(store, ns: str, timeline: Timeline, start_epoch: int, deferred:
             log.debug("claimed writer epoch %d of %r starting at epoch %d", w, ns, start_epoch)
             return w
         w += 1
-    raise FencedError(f"could not claim a writer epoch for instance {ns!r}: too many concurrent writers")
+    raise FencedError(f"could not claim a writer epoch for {instance_label(store, ns)}: too many concurrent writers")
 
 
 def check_not_fenced(store, ns: str, writer: int) -> list[str]:
@@ -138,6 +146,6 @@ def check_not_fenced(store, ns: str, writer: int) -> list[str]:
     for name in names:
         w = _paths.parse_claim_name(name)
         if w is not None and w > writer:
-            raise FencedError(f"instance {ns!r}: writer epoch {writer} was fenced by writer epoch {w}; "
+            raise FencedError(f"{instance_label(store, ns)}: writer epoch {writer} was fenced by writer epoch {w}; "
                               "this writer must stop (reopen to continue from the latest checkpoint)")
     return names

@@ -36,7 +36,10 @@ def _show(b: bytes | None, hex_: bool) -> str | None:
 
 
 def _progress(enabled: bool):
-    if not enabled:
+    """A progress callback that redraws one line of stderr, or None. Only on a terminal:
+    redirected to a file or a pipe (a CI log), carriage-return redraws would pile up as
+    one long line, so there is no progress there."""
+    if not enabled or not sys.stderr.isatty():
         return None
 
     def report(done: int, total: int, what: str) -> None:

@@ -7,7 +7,10 @@ streaming queries over them, each with its state in ./demo-output/state:
 
   buffer          groups every user's events into buffers of 20
   combine_latest  the latest click and the latest view of every user
-  session_window  gap-based sessions per user (timer-driven, event time)
+  session_window  gap-based sessions per user (event time): a session ends when the
+                  user's next event comes 45 s or more after its last one, or when the
+                  watermark passes last + 45 s (an event-time timer), as it does for
+                  most users after the pause before the last two batches
 
 After every batch it prints the bytes that batch's checkpoint wrote (WAL segment,
 manifest, any SST) next to what a whole-state snapshot would have written, and at the end
@@ -31,6 +34,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 OUT = os.path.abspath("demo-output")
 
 
+SESSION_GAP = "45 seconds"
+WATERMARK = "10 seconds"
+LULL_S = 60          # the event-time pause before the last two batches (more than gap + delay)
+
+
 def write_input(folder: str, users: int, batches: int, seed: int = 7) -> None:
     """One JSON-lines file per batch, event time advancing 30 s a batch.
 
@@ -38,23 +46,33 @@ def write_input(folder: str, users: int, batches: int, seed: int = 7) -> None:
     average), and batch 0 also carries a backlog of 0 to 19 earlier events per user (as if
     the stream had been running), so every user starts at a different point of its
     20-event buffer cycle and buffers fill and empty at different batches.
+
+    Sessions end both ways session_window ends them. Along the way a user who pauses a
+    batch and comes back 45 s or more after its last event closes its session with that
+    event (``on_event``). At the end (with 4 batches or more) the stream pauses for a
+    minute, and in the last two batches only every fifth user sends: the watermark then
+    passes the other users' last event + gap, and their event-time timers close their
+    sessions in the last batch (``on_timer``).
     """
     rng = random.Random(seed)
     os.makedirs(folder, exist_ok=True)
     t0 = 1_700_000_000
     for b in range(batches):
         path = os.path.join(folder, f"batch-{b:04d}.json")
+        lull = LULL_S if batches >= 4 and b >= batches - 2 else 0
         with open(path, "w") as f:
             for u in range(users):
                 if u % 10 == 9 and b % 4 == 3:
                     continue            # some users go quiet now and then: sessions close
+                if lull and u % 5:
+                    continue            # the end: most users have gone, their sessions time out
                 n = rng.choice((1, 2, 3))
                 backlog = (u * 7) % 20 if b == 0 else 0
                 offsets = sorted(rng.randrange(25) for _ in range(backlog)) + \
                     [25 * i // n + rng.randrange(5) for i in range(n)]
                 for off in offsets:
                     f.write(json.dumps({"user": f"user-{u:05d}", "kind": rng.choice(["click", "view"]),
-                                        "page": f"/p/{rng.randrange(50)}", "ts": t0 + b * 30 + off,
+                                        "page": f"/p/{rng.randrange(50)}", "ts": t0 + b * 30 + lull + off,
                                         "value": round(rng.random() * 100, 2)}) + "\n")
         os.utime(path, (1_000_000 + b, 1_000_000 + b))   # the file source admits files by mtime
 
@@ -88,8 +106,8 @@ def main(argv=None) -> int:
         "combine_latest": spark_ops.combine_latest(
             {"click": events.filter("kind = 'click'"), "view": events.filter("kind = 'view'")},
             key="user", state=state),
-        "session_window": spark_ops.session_window(events, key="user", gap="45 seconds", event_time="ts",
-                                                   watermark="10 seconds", state=state),
+        "session_window": spark_ops.session_window(events, key="user", gap=SESSION_GAP, event_time="ts",
+                                                   watermark=WATERMARK, state=state),
     }
     results = {}
     for name, df in queries.items():

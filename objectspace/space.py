@@ -109,10 +109,11 @@ class ObjectSpace(KindMethods):
              clock=None, **dkv_options) -> "ObjectSpace":
         """Open a dkv store at ``location`` (owned and closed by the space) and a space on it.
         ``checkpoint=epoch`` opens the state as of that checkpoint. ``read_only=True``
-        writes nothing: a location that holds no store raises dkv.NotAStoreError. A writer
-        creates a store only in a missing or empty folder (else NotAStoreError;
-        ``create="force"`` makes one among other files, ``create=False`` only opens an
-        existing one). Other ``dkv_options`` go to ``dkv.open``; ``max_replay_bytes``
+        writes nothing: a location that holds no store raises dkv.NotAStoreError (naming the
+        instances at a folder of several, such as a spark_ops state root). A writer creates
+        a store only in a missing or empty folder (else NotAStoreError; ``create="force"``
+        makes one among other files, ``create=False`` only opens an existing one; any other
+        value is a ValueError). Other ``dkv_options`` go to ``dkv.open``; ``max_replay_bytes``
         defaults to ``NOTEBOOK_REPLAY_BYTES`` here (a checkpoint of more changes writes them
         as a table, which a reopen reads lazily, rather than as WAL that a reopen loads whole:
         a notebook that saves 100,000 rows and restarts reads its first row in ~2 ms, not

@@ -9,6 +9,12 @@
 State goes to a fresh ``memory://`` location unless ``state=`` is given, and is
 checkpointed after every batch exactly as on Spark (epoch = batch id). Event times are
 ints (ms) or datetimes. Key groups use a CRC of the key instead of Spark's hash.
+
+With ``output_schema=`` (what ``apply_operator`` takes: a DDL string or a StructType) the
+emitted rows are checked as the Spark path checks them, so a misspelled key fails here::
+
+    h = OperatorHarness(MyOperator(), key="user", output_schema="user string, total double")
+    h.run_batch([...])      # an emitted {"user": "a", "totl": 1.0}: UnknownKeyError naming 'totl'
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import msgpack
 
 from . import _runtime
 from ._keys import to_parts
+from ._output import rows_to_arrow
 from ._runtime import ShardSpec, run_shard_batch
 from ._shards import shard_of
 from ._units import duration_ms, memory_bytes
@@ -31,6 +38,19 @@ def _check_shards(partitions, key_groups) -> None:
     if not isinstance(partitions, int) or not 1 <= partitions <= key_groups <= 1 << 16:
         raise ValueError(f"need 1 <= partitions <= key_groups <= 65536, got partitions={partitions!r}, "
                          f"key_groups={key_groups!r}")
+
+
+def _arrow_output_schema(schema):
+    """``output_schema=`` as ``apply_operator`` takes it (a StructType or a DDL string, read
+    without Spark by _ddl) as the Arrow schema the Spark path converts emitted rows to."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+    if isinstance(schema, str):
+        from ._ddl import parse_schema
+        schema = parse_schema(schema)
+    elif not isinstance(schema, StructType):
+        raise TypeError(f"output_schema must be a StructType or a DDL string, got {type(schema).__name__}")
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 def _ms(v) -> int | None:
@@ -47,14 +67,26 @@ class OperatorHarness:
     def __init__(self, operator, key="key", *, event_time: str | None = None, watermark=None,
                  order_by=None, state: str | None = None, partitions: int = 2, key_groups: int = 16,
                  dkv_options: dict | None = None, inputs: list | None = None,
-                 input_column: str | None = None, memory=None, initial_state: list | None = None) -> None:
+                 input_column: str | None = None, memory=None, initial_state: list | None = None,
+                 output_schema=None) -> None:
         """initial_state: rows (dicts with the key columns) loaded by ``on_initial_state``
         in the first batch that finds no state (batch 0, or a re-run of it), as
         ``apply_operator(initial_state=...)`` does; a harness started on existing state
         (``state=`` of an earlier one) ignores them. A row's event time is its ``event_time``
-        column when it has one."""
+        column when it has one.
+
+        output_schema: as ``apply_operator``'s (a DDL string such as "user string, total
+        double", or a StructType). Every emitted row is then converted to it as on Spark
+        (and the conversion dropped: ``run_batch`` still returns the rows as emitted), so
+        what fails there fails here, in the batch that emits it: a key that names no column
+        or struct field is an UnknownKeyError (a TypeError) naming it, a value that does not
+        fit its column or a null in a NOT NULL one a TypeError naming the column. Without
+        it rows are not checked. Costs the conversion, O(rows emitted), in every batch.
+        Needs pyspark's types, not a session; a DDL string is read by spark_ops._ddl (the
+        usual types; anything else is a ValueError that says to pass a StructType)."""
         self.keys = [key] if isinstance(key, str) else list(key)
         _check_shards(partitions, key_groups)
+        self._output_arrow = None if output_schema is None else _arrow_output_schema(output_schema)
         self.event_time = event_time
         self.order_by = [order_by] if isinstance(order_by, str) else list(order_by or [])
         self.spec = ShardSpec(state=state or f"memory://harness-{uuid.uuid4().hex}", operator=operator,
@@ -123,15 +155,26 @@ class OperatorHarness:
             sort_key, event = self._event(i, kv, row)
             per_shard[shard_of(event[0], self.spec.shards, self.spec.groups)].append((sort_key, event))
         out = []
+        convert = None if self._output_arrow is None else self._check_rows
         for s in range(self.spec.shards):
             events = [ev for _, ev in sorted(per_shard[s], key=lambda x: x[0])]
             emitted, metrics = run_shard_batch(self.spec, self.batch_id, s, events, batch_time=_ms(batch_time),
                                                watermark=_ms(watermark), processing_time=_ms(processing_time),
-                                               heartbeat_time=heartbeat)
-            out.extend(emitted)
+                                               heartbeat_time=heartbeat, convert=convert)
+            if convert is None:
+                out.extend(emitted)
+            else:               # the rows in the chunks the runtime converted
+                for rows in emitted:
+                    out.extend(rows)
             self.metrics.append(metrics)
         self.batch_id += 1
         return out
+
+    def _check_rows(self, rows: list) -> list:
+        """``rows`` after converting them to the output schema as the Spark path does (its
+        errors raised), for ``run_shard_batch(convert=...)``."""
+        rows_to_arrow(rows, self._output_arrow)
+        return rows
 
     def restart(self) -> None:
         """Forget every open shard state, as if the Python workers were replaced."""

@@ -107,3 +107,42 @@ def test_no_store_is_an_error_that_says_what_is_there_and_creates_nothing(tmp_pa
     (tmp_path / "notes" / "todo.txt").write_text("x")
     assert main(["info", str(tmp_path / "notes")]) == 1
     assert "holds 1 other object (todo.txt) but no dkv manifest/ or writer/ folder" in capsys.readouterr().err
+
+
+def test_verify_and_gc_draw_no_progress_when_stderr_is_not_a_terminal(store, tmp_path):
+    """Redirected (a CI log, a pipe), carriage-return redraws would pile up in one line."""
+    proc = run("verify", store)
+    assert proc.stdout.startswith("checkpoint 4: OK") and "\r" not in proc.stderr and proc.stderr == ""
+    root = str(tmp_path / "root")
+    with dkv.open(root, instance="a", background=False) as a:
+        a.put(b"k", b"1")
+        a.checkpoint(1).wait()
+    dkv.retire(root, "a")
+    proc = run("gc", root)
+    assert proc.stdout.startswith("deleted ") and "\r" not in proc.stderr and proc.stderr == ""
+
+
+def test_verify_draws_progress_on_a_terminal(store):
+    pty = pytest.importorskip("pty")
+    import os
+    primary, secondary = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "dkv", "verify", store], stdout=subprocess.PIPE,
+                              stderr=secondary, text=True, timeout=60)
+        os.close(secondary)
+        secondary = None
+        err = b""
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:             # Linux: EIO once the terminal's other end is closed
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        if secondary is not None:
+            os.close(secondary)
+        os.close(primary)
+    assert proc.returncode == 0 and proc.stdout.startswith("checkpoint 4: OK")
+    assert err.startswith(b"\r1/") and err.count(b"\r") >= 2, err

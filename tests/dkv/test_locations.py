@@ -112,6 +112,20 @@ def test_a_writer_creates_a_store_only_where_there_is_none(tmp_path):
         dkv.open(str(tmp_path / "x"), create="yes")
 
 
+@pytest.mark.parametrize("bad", ["yes", "Force", 1, 0, None])
+@pytest.mark.parametrize("read_only", [False, True])
+def test_create_takes_only_true_false_or_force_even_where_a_store_is(tmp_path, bad, read_only):
+    loc = str(tmp_path / "db")
+    with dkv.open(loc) as db:
+        db.put(b"k", b"v")
+        db.checkpoint(1).wait()
+    before = _tree(loc)
+    for where in (loc, str(tmp_path / "new")):
+        with pytest.raises(ValueError, match=f"create must be True, False or 'force', got {bad!r}"):
+            dkv.open(where, create=bad, read_only=read_only)
+    assert _tree(loc) == before and not (tmp_path / "new").exists()
+
+
 def test_instances_are_created_beside_other_instances(tmp_path):
     """spark_ops opens shard instances in a folder holding other instances and its own files:
     only the instance's own folder has to be new or empty."""
@@ -121,8 +135,13 @@ def test_instances_are_created_beside_other_instances(tmp_path):
     for ns in ("L1/p0", "L1/p1"):
         with dkv.open(str(root), instance=ns) as db:
             db.checkpoint(1).wait()
-    with pytest.raises(dkv.NotAStoreError, match="config"):     # the folder itself holds other files
+    with pytest.raises(dkv.NotAStoreError) as e:     # the folder itself holds other files
         dkv.open(str(root))
+    # ... and instances, which the writer most likely meant: named as a reader's error does
+    assert str(e.value).startswith(f"{root} holds 2 dkv instances, not one store at its root: name one with "
+                                   "instance= (--instance on the command line), e.g. 'L1/p0', 'L1/p1'; "
+                                   f"`python -m dkv instances {root}` lists them all"), e.value
+    assert "1 object that is not a dkv store's (config)" in str(e.value) and "create='force'" in str(e.value)
     (root / "config").unlink()
     with dkv.open(str(root)) as db:                  # only instances below: a root store may join them
         db.checkpoint(1).wait()

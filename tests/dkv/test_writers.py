@@ -62,6 +62,23 @@ def test_newer_writer_fences_the_older(any_store):
         assert [(c.epoch, c.writer) for c in r.checkpoints()] == [(1, 1), (2, 2)]
 
 
+def test_the_fenced_error_names_the_store_and_the_instance(tmp_path):
+    """Not "instance ''": the location, and the root instance as such (issue: new-user pass)."""
+    loc = str(tmp_path / "db")
+    for ns, named in (("", f"the root instance of {loc}: "), ("q/p0", f"instance 'q/p0' of {loc}: ")):
+        w1 = dkv.open(loc, instance=ns, background=False)
+        w1.put(b"k", b"1")
+        w1.checkpoint(1).wait()
+        w2 = dkv.open(loc, instance=ns, background=False)
+        w1.put(b"k", b"2")
+        with pytest.raises(dkv.FencedError) as e:
+            w1.checkpoint(2).wait()
+        assert str(e.value).startswith(named + "writer epoch 1 was fenced by writer epoch 2; this writer must stop")
+        assert "''" not in str(e.value)
+        w1.close()
+        w2.close()
+
+
 def test_fenced_writer_with_uploads_in_flight_background():
     store = MemoryStore()
     w1 = dkv.open(store, background=True, **SMALL)

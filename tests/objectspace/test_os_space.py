@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import re
 
 import pytest
 
@@ -309,4 +310,20 @@ def test_opening_what_is_not_a_store(tmp_path):
         space.create_dict("d", {"a": 1})
         space.checkpoint()
     with ObjectSpace.open(str(tmp_path / "notes"), read_only=True) as space:
+        assert dict(space.get_dict("d")) == {"a": 1}
+
+
+@pytest.mark.skipif(not HAVE_DKV, reason="needs dkv")
+@pytest.mark.parametrize("bad", ["yes", "true", 1, 0, None])
+def test_create_takes_only_the_documented_values(tmp_path, bad):
+    """create= is True, False or "force": "yes" (or 1, which a writer would take for False)
+    is a ValueError naming it, where a store exists and where none does, and nothing is made."""
+    with ObjectSpace.open(str(tmp_path / "s")) as space:
+        space.create_dict("d", {"a": 1})
+        space.checkpoint()
+    for where in ("s", "new"):
+        with pytest.raises(ValueError, match=rf"create must be True, False or 'force', got {re.escape(repr(bad))}$"):
+            ObjectSpace.open(str(tmp_path / where), create=bad)
+    assert not (tmp_path / "new").exists()
+    with ObjectSpace.open(str(tmp_path / "s"), create=False) as space:      # the store is as it was
         assert dict(space.get_dict("d")) == {"a": 1}

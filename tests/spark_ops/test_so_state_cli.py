@@ -15,6 +15,7 @@ import pytest
 import dkv
 import dkv.cli
 import objectspace.cli
+from objectspace import ObjectSpace
 from dkv.format import manifest as mf
 from spark_ops.operators import Buffer
 from spark_ops.testing import OperatorHarness
@@ -109,6 +110,26 @@ def test_a_folder_of_several_instances_names_them_instead_of_no_checkpoint(state
     err = dkv_cli(capsys, "scan", f"{state}/{OP}", "--instance", "L9/p1", ok=False)
     assert f"no dkv store at {state}/{OP}/L9/p1: the folder does not exist" in err
     assert f"'{NEW}/p00002'" in err                 # a wrong name lists the right ones
+
+
+def test_opening_a_state_root_as_a_space_names_its_instances_for_a_writer_as_for_a_reader(state):
+    """``ObjectSpace.open(state root)`` (no instance=): a writer is told what a reader is, the
+    instances to open, not that the folder holds objects that are no store's."""
+    before = _files(state)
+    for loc, named in ((state, f"'{OP}/{OLD}/p00000'"), (f"{state}/{OP}", f"'{OLD}/p00000'")):
+        errors = {}
+        for read_only in (True, False):
+            with pytest.raises(dkv.NotAStoreError) as e:
+                ObjectSpace.open(loc, read_only=read_only)
+            errors[read_only] = str(e.value)
+        reader, writer = errors[True], errors[False]
+        assert reader.startswith(f"{loc} holds 5 dkv instances, not one store at its root: name one with instance=")
+        assert named in reader and reader.endswith(f"`python -m dkv instances {loc}` lists them all")
+        assert writer.startswith(reader + ". A writer does not create a new store at its root"), writer
+        assert "config" in writer and "create='force'" in writer
+    with ObjectSpace.open(state, instance=f"{OP}/{SHARD}", read_only=True) as space:   # as the error says
+        assert [c.epoch for c in space.db.checkpoints()] == [4]
+    assert _files(state) == before              # nothing written by the refused opens
 
 
 def test_gc_on_the_state_root_keeps_files_a_new_layout_references(state, tmp_path, capsys):
