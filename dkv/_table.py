@@ -45,6 +45,19 @@ class BlockCache:
             self.misses += 1
             self._ring.append((table, i, cost))
             self.used += cost
+            self._make_room()
+
+    def admit_run(self, table: "Table", i: int, costs: list) -> None:
+        """``admit`` for blocks i, i+1, ... of one read: one lock for the run."""
+        with self._lock:
+            self.misses += len(costs)
+            self._ring.extend((table, j, c) for j, c in enumerate(costs, i))
+            self.used += sum(costs)
+            self._make_room()
+
+    def _make_room(self) -> None:
+        """Caller holds the lock: evict (CLOCK) until the budget holds."""
+        if self.used > self.budget:
             ring = self._ring
             while self.used > self.budget and len(ring) > 1:
                 t, j, c = ring.popleft()
@@ -198,9 +211,12 @@ class Table:
         if len(data) != total:
             raise CorruptionError(f"SST {self.path}: read {len(data)} bytes of blocks {i}..{j - 1}, "
                                   f"expected {total}")
+        blocks, costs = self._blocks, []
         for k in range(i, j):
             o = meta.offsets[k] - base
-            self._keep(k, *self._entry(k, data[o:o + meta.lengths[k]]))
+            blocks[k], cost = self._entry(k, data[o:o + meta.lengths[k]])
+            costs.append(cost)
+        self._cache.admit_run(self, i, costs)
 
     def _keep(self, i: int, blk: list, cost: int) -> list:
         """Block i's cache entry, now cached."""
