@@ -30,6 +30,7 @@ from ._timeline import CheckpointInfo, Timeline, claim_writer
 from .batch import WriteBatch, check_key, check_value
 from .errors import ClosedError, DkvError, FencedError, ObjectMissingError, ReadOnlyError, with_context
 from .format import manifest as mf
+from .format.bloom import candidates as bloom_candidates
 from .format.manifest import ALL_KEY_GROUPS
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._flushed_seq = restored.flushed_seq
         self._active = Memtable()
         self._view = (restored.sources, restored.version)     # immutable memtables newest first
+        self._probe = ((), ())      # (the view's sources, their bloom filters): see get
         self._segments: list[Segment] = restored.segments     # live WAL segments, oldest first
         self._next_segment = 0
         self._next_table = 0
@@ -271,15 +273,22 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         if value is not _ABSENT:
             return value
         sources, version = self._view
-        for src in sources:
-            if type(src) is Memtable:
-                value = src.data.get(key, _ABSENT)
-                if value is not _ABSENT:
-                    return value
-            elif src.min_key <= key <= src.max_key:
-                rec = src.get(key)
-                if rec is not _MISSING:
-                    return rec[1]
+        if sources:
+            # The sealed memtables and segments whose bloom filters may hold the key, in
+            # one C call (at a million keys a get passes dozens of segments).
+            probe = self._probe
+            if probe[0] is not sources:
+                probe = self._probe = (sources, _filters(sources))
+            for i in bloom_candidates(key, probe[1]):
+                src = sources[i]
+                if type(src) is Memtable:
+                    value = src.data.get(key, _ABSENT)
+                    if value is not _ABSENT:
+                        return value
+                elif src.min_key <= key <= src.max_key:
+                    rec = src.get(key)
+                    if rec is not _MISSING:
+                        return rec[1]
         try:
             rec = version.get(key)
         except ObjectMissingError:
@@ -555,3 +564,14 @@ def prefix_end(prefix: bytes) -> bytes | None:
         return None
     p[-1] += 1
     return bytes(p)
+
+
+def _filters(sources: tuple) -> tuple:
+    """Per read source, its bloom filter as ``bloom.candidates`` takes it: None for a
+    memtable (a dict lookup) or a table without one."""
+    out = []
+    for src in sources:
+        bloom = None if type(src) is Memtable else src.meta().bloom
+        out.append(None if bloom is None or type(bloom.bits) is not bytes else (bloom.bits, bloom.k))
+    return tuple(out)
+

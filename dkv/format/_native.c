@@ -765,6 +765,62 @@ static PyObject *bloom_check(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_TRUE;
 }
 
+/* bloom_candidates(key: bytes, filters: tuple) -> list[int]: the positions i of filters
+ * (each None, or a (bits: bytes, k: int) pair as bloom_check takes them) whose filter may
+ * contain key; None may contain anything. The key's hashes are computed once for all:
+ * a get over many sealed segments probes them all in one call. */
+static PyObject *bloom_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bloom_candidates(key: bytes, filters: tuple)");
+        return NULL;
+    }
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t len = PyBytes_GET_SIZE(args[0]);
+    uint64_t h1 = crc32_of(0, s, len), h2 = crc32_of(SEED2, s, len) | 1u;
+    PyObject *filters = args[1];
+    Py_ssize_t n = PyTuple_GET_SIZE(filters);
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *f = PyTuple_GET_ITEM(filters, i);
+        int may = 1;
+        if (f != Py_None) {
+            if (!PyTuple_CheckExact(f) || PyTuple_GET_SIZE(f) != 2 || !PyBytes_CheckExact(PyTuple_GET_ITEM(f, 0))) {
+                Py_DECREF(out);
+                PyErr_SetString(PyExc_TypeError, "bloom_candidates: a filter is None or (bits: bytes, k: int)");
+                return NULL;
+            }
+            long k = PyLong_AsLong(PyTuple_GET_ITEM(f, 1));
+            if (k == -1 && PyErr_Occurred()) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyObject *b = PyTuple_GET_ITEM(f, 0);
+            const unsigned char *bits = (const unsigned char *)PyBytes_AS_STRING(b);
+            uint64_t m = (uint64_t)PyBytes_GET_SIZE(b) * 8;
+            for (long j = 0; m && j < k; j++) {
+                uint64_t p = (h1 + (uint64_t)j * h2) % m;
+                if (!(bits[p >> 3] & (1u << (p & 7)))) {
+                    may = 0;
+                    break;
+                }
+            }
+        }
+        if (may) {
+            PyObject *v = PyLong_FromSsize_t(i);
+            if (v == NULL || PyList_Append(out, v) < 0) {
+                Py_XDECREF(v);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(v);
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"encode", front_encode, METH_VARARGS, "Front-code sorted keys and their values (None: tombstone)."},
     {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos in [lo, hi) (with index() hints)."},
@@ -774,6 +830,7 @@ static PyMethodDef methods[] = {
     {"bloom_build_hashed", bloom_build_hashed, METH_VARARGS, "The bit array of a bloom filter from bloom_hashes."},
     {"bloom_build", bloom_build, METH_VARARGS, "The bit array of a bloom filter over keys (m bits, k probes)."},
     {"bloom_check", (PyCFunction)(void (*)(void))bloom_check, METH_FASTCALL, "Whether key may be in the filter."},
+    {"bloom_candidates", (PyCFunction)(void (*)(void))bloom_candidates, METH_FASTCALL, "Positions of the filters that may hold key (None: any)."},
     {NULL, NULL, 0, NULL},
 };
 

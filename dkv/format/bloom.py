@@ -16,10 +16,11 @@ try:        # the C twins (dkv/format/_native.c): the same bits, ~20x faster
 
     from ._native import bloom_build as _c_build
     from ._native import bloom_build_hashed as _c_build_hashed
+    from ._native import bloom_candidates as _c_candidates
     from ._native import bloom_check as _c_check
     from ._native import bloom_hashes as _c_hashes
 except ImportError:     # pragma: no cover - no compiler when installed
-    _c_build = _c_check = _c_hashes = _c_build_hashed = None
+    _c_build = _c_check = _c_hashes = _c_build_hashed = _c_candidates = None
 _np = False     # numpy once _numpy() looked (None: not installed)
 
 
@@ -145,3 +146,23 @@ class Bloom:
         if _c_check is not None and type(self.bits) is bytes:
             return _partial(_c_check, self.bits, self.k)
         return self.may_contain_5 if self.k == 5 else self.may_contain
+
+
+def candidates(key: bytes, filters: tuple) -> list:
+    """Positions i of ``filters`` (each None, or a ``(bits, k)`` pair of a Bloom's fields)
+    whose filter may hold ``key`` (None: may hold anything), in order. One call for all:
+    the key is hashed once, and in C no filter costs a Python call."""
+    if _c_candidates is not None:
+        return _c_candidates(key, filters)
+    out = []
+    for i, f in enumerate(filters):
+        if f is None:
+            out.append(i)
+            continue
+        bits, k = f
+        m = len(bits) * 8
+        h1, h2 = crc32(key), crc32(key, SEED2) | 1
+        if all(bits[p >> 3] & (1 << (p & 7)) for p in ((h1 + j * h2) % m for j in range(k))):
+            out.append(i)
+    return out
+

@@ -336,3 +336,26 @@ def test_bloom_built_from_hashes_has_the_bits_of_one_built_from_the_keys(monkeyp
     off, length, crc = sst.parse_footer(data, "t")
     meta = sst.parse_meta(data[off:off + length], crc, "t", sst.footer_version(data))
     assert meta.bloom.bits == bloom.Bloom(want).bits and (meta.min_key, meta.max_key) == (keys[0], keys[-1])
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bloom_candidates_are_the_filters_that_may_hold_the_key(monkeypatch, native):
+    """A get probes every sealed segment's filter in one call: the positions it gives are
+    those whose filter's own check says yes (None: always), in order, in C or in Python."""
+    if native and bloom._c_candidates is None:
+        pytest.skip("the C helpers were not built (no compiler)")
+    if not native:
+        monkeypatch.setattr(bloom, "_c_candidates", None)
+    rng = random.Random(13)
+    sets = [[rng.randbytes(rng.randrange(1, 40)) for _ in range(rng.randrange(1, 300))] for _ in range(12)]
+    blooms = [bloom.Bloom(bloom.build(keys)) for keys in sets]
+    filters = tuple(None if i % 5 == 4 else (b.bits, b.k) for i, b in enumerate(blooms))
+    probes = [k for keys in sets for k in keys[:20]] + [rng.randbytes(rng.randrange(1, 40)) for _ in range(500)]
+    for key in probes:
+        want = [i for i, b in enumerate(blooms) if filters[i] is None or b.may_contain(key)]
+        assert bloom.candidates(key, filters) == want
+        assert all(i in want for i, keys in enumerate(sets) if key in keys)     # no false negative
+    assert bloom.candidates(b"k", ()) == []
+    if native:
+        with pytest.raises(TypeError):
+            bloom.candidates(b"k", ((b"\x00", "five"),))
