@@ -26,7 +26,7 @@ from ._merge import merge_visible
 from ._options import Options
 from ._pacer import Pacer
 from ._table import _MISSING, BlockCache, group_bounds
-from ._timeline import CheckpointInfo, Timeline, claim_writer
+from ._timeline import CheckpointInfo, Timeline, claim_writer, instance_label
 from .batch import WriteBatch, check_key, check_value
 from .errors import ClosedError, DkvError, FencedError, ObjectMissingError, ReadOnlyError, with_context
 from .format import manifest as mf
@@ -89,7 +89,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
     def _open(self, checkpoint, sources, create) -> None:
         if not self.read_only and self.store.exists(_paths.retired_name(self.ns)):
-            raise FencedError(f"instance {self.ns!r} was retired by a rescale; open its successors instead")
+            raise FencedError(f"{instance_label(self.store, self.ns)} was retired by a rescale; open its "
+                              "successors instead")
         if sources is not None and self.read_only:
             raise ValueError("sources= restores a new writer; it cannot be read_only")
         timeline = Timeline(self.store, self.ns)
@@ -173,7 +174,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 except ObjectMissingError:
                     # Only a newer writer deletes an older writer's claim.
                     self._fenced = True
-                    raise FencedError(f"instance {self.ns!r}: the claim of writer epoch {self._writer} is gone; "
+                    raise FencedError(f"{instance_label(self.store, self.ns)}: the claim of writer epoch "
+                                      f"{self._writer} is gone; "
                                       "a newer writer took over (reopen to continue)") from None
                 self._claim_synced = True
 

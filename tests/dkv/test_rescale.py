@@ -172,7 +172,7 @@ def test_retire_and_collect_shared_files():
         db.checkpoint(1).wait()
         halves[ns] = (db, in_groups(model, *groups))
     dkv.retire(root, "a")
-    with pytest.raises(dkv.FencedError):
+    with pytest.raises(dkv.FencedError, match=r"instance 'a' of memory://\S* was retired by a rescale"):
         dkv.open(root, instance="a")
     with dkv.open(root, instance="a", read_only=True) as a:
         assert contents(a) == model
