@@ -288,7 +288,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                     if value is not _ABSENT:
                         return value
                 elif src.min_key <= key <= src.max_key:
-                    rec = src.get(key)
+                    rec = src.get_probed(key)
                     if rec is not _MISSING:
                         return rec[1]
         try:

@@ -248,6 +248,18 @@ class Table:
             self.meta()
         if not self._bloom(key):
             return _MISSING
+        return self._find(key)
+
+    def get_probed(self, key: bytes):
+        """``get`` for a caller that probed this table's bloom filter already (DB.get
+        probes every sealed segment's at once)."""
+        if self.clip_lo is not None and not self.owns(key):
+            return _MISSING
+        if self._meta is None:
+            self.meta()
+        return self._find(key)
+
+    def _find(self, key: bytes):
         i = bisect_right(self._first, key) - 1
         if i < 0:
             return _MISSING

@@ -155,14 +155,13 @@ def candidates(key: bytes, filters: tuple) -> list:
     if _c_candidates is not None:
         return _c_candidates(key, filters)
     out = []
+    h1, h2 = crc32(key), crc32(key, SEED2) | 1
     for i, f in enumerate(filters):
-        if f is None:
-            out.append(i)
-            continue
-        bits, k = f
-        m = len(bits) * 8
-        h1, h2 = crc32(key), crc32(key, SEED2) | 1
-        if all(bits[p >> 3] & (1 << (p & 7)) for p in ((h1 + j * h2) % m for j in range(k))):
-            out.append(i)
+        if f is not None:
+            bits, k = f
+            m = len(bits) * 8
+            if not all(bits[p >> 3] & (1 << (p & 7)) for p in ((h1 + j * h2) % m for j in range(k))):
+                continue
+        out.append(i)
     return out
 
