@@ -1,8 +1,9 @@
 """Machinery shared by the Spark benchmarks: session, deterministic sources, a measuring runner.
 
-A *contender* is a function `build(inputs, ctx) -> DataFrame` plus a role (ours, peer or
-floor). The runner feeds it a file stream source that admits exactly one pre-written parquet
-file per micro-batch, runs the query with `trigger(availableNow=True)` and measures, per batch:
+A *contender* is a function `build(inputs, ctx) -> DataFrame` plus a role (ours, peer,
+floor, or runtime: spark_ops' runtime with its state in memory). The runner feeds it a
+file stream source that admits exactly one pre-written parquet file per micro-batch, runs
+the query with `trigger(availableNow=True)` and measures, per batch:
 - time: `triggerExecution` from Spark's query progress, minus the runner's own listing time;
 - rows in (progress `numInputRows`) and rows out (counted by the sink);
 - state bytes and objects: the sink lists every file under the contender's state locations
@@ -201,7 +202,7 @@ class RunContext:
 class Contender:
     name: str
     scenario: str
-    role: str                                       # "ours" | "peer" | "floor"
+    role: str                                       # "ours" | "peer" | "floor" | "runtime"
     build: Callable                                 # (inputs, RunContext) -> DataFrame
     unavailable: Callable[[], str | None] = lambda: None  # a reason, or None when it can run
 
@@ -281,7 +282,7 @@ def metadata_file(path: str, role: str) -> bool:
     """Whether a state file is metadata rather than data. Ours: the checkpoint manifests
     (`/manifest/`). Spark's RocksDB store: everything but the changelogs and SST files (the
     snapshot zips holding RocksDB's MANIFEST/OPTIONS/metadata, the operator and schema files)."""
-    if role == "ours":
+    if role in SPARK_OPS_ROLES:
         return "/manifest/" in path
     return not path.endswith((".changelog", ".sst"))
 
@@ -322,6 +323,7 @@ def _written(now: dict, before: dict) -> dict[str, int]:
 # ---------------------------------------------------------------- memory
 
 
+SPARK_OPS_ROLES = ("ours", "runtime")   # roles that run in spark_ops (its state folder, its shard hosts)
 HOST_MARK = "spark_ops._host"   # in the command line of a shard host (spark_ops/_host.py _start)
 CLASSES = ("workers", "hosts")
 
@@ -483,7 +485,7 @@ def run_contender(spark, contender: Contender, scenario: Scenario, source: Path,
     roots = [cp / "state", ctx.state_dir]
     stats: dict[int, BatchStat] = {}
     seen: dict[str, tuple] = {}
-    sampler = ProcessSampler(hosts=contender.role == "ours")
+    sampler = ProcessSampler(hosts=contender.role in SPARK_OPS_ROLES)
     sampler.start()
 
     def sink(batch_df, batch_id):

@@ -2,6 +2,7 @@
 
     scripts/env.sh python benchmarks/shard_scale.py --keys 100000 --batches 40
     scripts/env.sh python benchmarks/shard_scale.py --keys 1000000 --count 20 --memory 64m
+    scripts/env.sh python benchmarks/shard_scale.py --keys 100000 --batches 40 --operator memory
 
 Runs the runtime's own ``run_shard_batch`` (what a shard host runs for a Spark task) for
 shard 0 of ``--shards`` on the buffer operator, with the workload of spark_vs_tws.py: a
@@ -12,6 +13,9 @@ a full collection every 200). Per batch it records the shard's time (the part of
 batch the state layer costs),
 durable bytes and objects written (a listing of the folder), the checkpoint's own metrics,
 and this process's RSS. The steady figures leave out the warm-up batches.
+``--operator memory`` runs the same buffer with its state in a dict of lists in this process
+(benchmarks/_memory_buffer.py; not durable, not exactly-once): the runtime floor, what the
+shard costs without the state layer; buffer's time minus it is the state layer's.
 
 This is a development tool for the state layer: quick to run, and free of Spark's noise.
 The numbers that count against the peers come from spark_vs_tws.py.
@@ -33,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _memory_buffer import MemoryBuffer  # noqa: E402
 from _report import folder_sizes, grown  # noqa: E402
 from spark_ops import _host, _runtime  # noqa: E402
 from spark_ops._runtime import ShardSpec, run_shard_batch  # noqa: E402
@@ -111,7 +116,10 @@ def run(args) -> dict:
     if state.exists():
         shutil.rmtree(state)
     dkv_options = json.loads(args.dkv_options) if args.dkv_options else {}
-    op = Buffer(count=args.count, key_columns=("user",))
+    if args.operator == "memory":
+        op = MemoryBuffer(count=args.count, key_columns=("user",))
+    else:
+        op = Buffer(count=args.count, key_columns=("user",))
     spec = ShardSpec(state=str(state), operator=op, groups=args.groups, shards=args.shards,
                      dkv_options=dkv_options)
     if args.memory:
@@ -183,7 +191,8 @@ def run(args) -> dict:
     ev = sum(r["events"] for r in steady)
     times = [r["ms"] for r in steady]
     summary = {
-        "keys": args.keys, "shard_keys": len(mine), "count": args.count, "batches": len(steady),
+        "operator": args.operator, "keys": args.keys, "shard_keys": len(mine), "count": args.count,
+        "batches": len(steady),
         "ms_per_batch": statistics.mean(times), "median_ms": statistics.median(times), "max_ms": max(times),
         "us_per_event": 1000 * sum(times) / ev, "bytes_per_event": sum(r["bytes"] for r in steady) / ev,
         "objects_per_batch": statistics.mean(r["objects"] for r in steady),
@@ -206,6 +215,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--groups", type=int, default=256)
     ap.add_argument("--count", type=int, default=100)
+    ap.add_argument("--operator", choices=("buffer", "memory"), default="buffer",
+                    help="memory: the same buffer with its state in a dict of lists (the runtime floor)")
     ap.add_argument("--events-per-key", type=int, default=2)
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
@@ -219,7 +230,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out = run(args)
     s = out["summary"]
-    print(f"K={s['keys']:,} ({s['shard_keys']:,} in shard 0), count {s['count']}, {s['batches']} steady batches: "
+    print(f"{s['operator']}{' (runtime floor, state in memory)' if s['operator'] == 'memory' else ''}: "
+          f"K={s['keys']:,} ({s['shard_keys']:,} in shard 0), count {s['count']}, {s['batches']} steady batches: "
           f"{s['ms_per_batch']:.0f} ms/batch (median {s['median_ms']:.0f}, max {s['max_ms']:.0f} = "
           f"{s['max_ms'] / s['median_ms']:.2f}x), {s['us_per_event']:.2f} us/event, "
           f"{s['bytes_per_event']:.1f} B/event, {s['objects_per_batch']:.1f} objects/batch, "

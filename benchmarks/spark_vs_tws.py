@@ -26,8 +26,11 @@ batch 0 already fills every key's state. Contenders: (i) spark_ops, (ii) transfo
 and (ii b) transformWithState, the Row interface (Spark 4.1+, what Spark's guide recommends for
 high key cardinality: the anchor to beat), both with RocksDB and changelog checkpointing,
 (iii) applyInPandasWithState (buffer only), (iv) a stateless mapInPandas pass-through behind the
-same shuffle: the floor. local[2], 2 shuffle partitions, a parquet file stream source admitting
-one pre-written file per micro-batch.
+same shuffle: the floor, and (v) for `buffer`, the runtime floor: the same buffer through
+spark_ops' own runtime (apply_operator) with its state in a dict of lists in the shard hosts
+(benchmarks/_memory_buffer.py; not durable, not exactly-once, a measuring stick only).
+local[2], 2 shuffle partitions, a parquet file stream source admitting one pre-written file
+per micro-batch.
 
 Reported per contender (steady batches: those after --warmup; Spark's triggerExecution time):
 - events/s, ms per batch and time/floor; state cost per event, (ms per batch - the floor's) /
@@ -40,15 +43,17 @@ Reported per contender (steady batches: those after --warmup; Spark's triggerExe
 - peak RSS (VmHWM) of the Python processes that hold state, summed per class: "workers" (the
   PySpark workers under the Spark JVM) and "hosts" (spark_ops shard hosts), beside the RSS of a
   fresh interpreter importing dkv, objectspace and spark_ops;
+- for the runtime floor, its ms per batch and time/floor, and the state layer's cost per event,
+  (ours - the runtime floor) / events, beside ours' state cost (ours - the floor) / events;
 - for ours, a K comparison (state cost per event at each K over the smallest K; targets
   K = 100,000 <= 1.25x and K = 1,000,000 <= 2x K = 10,000) and the slowest steady batch over
   the median (target: none above 2x).
 --per-batch adds every batch of every run (time, time/floor, cost, bytes/event, objects,
 manifest bytes, RSS per class).
-With --rounds N every contender runs N times, the contenders taking turns (floor, peers,
-ours, floor, ...), so that the machine's drift hits all of them alike; the table shows each
-contender's median run, the spread of its rounds, and time/floor and state cost as the median
-of the per-round figures.
+With --rounds N every contender runs N times, the contenders taking turns (floor, runtime
+floor, peers, ours, floor, ...), so that the machine's drift hits all of them alike; the
+table shows each contender's median run, the spread of its rounds, and time/floor and state
+cost as the median of the per-round figures.
 Writes bench-output/spark_vs_tws.json (every batch of every run: --report re-renders it) and
 bench-output/spark_vs_tws.png (per scenario and K: state bytes, objects and ms per batch).
 
@@ -94,25 +99,39 @@ def ours_buffer(inputs, ctx):
                             partitions=ctx.partitions)
 
 
+def runtime_buffer(inputs, ctx):
+    """ours_buffer's runtime with the state in memory: the runtime floor (see _memory_buffer)."""
+    import spark_ops
+    from pyspark.sql.types import ArrayType, StructField, StructType
+
+    from _memory_buffer import MemoryBuffer
+
+    schema = StructType([inputs.schema[ctx.key], StructField("items", ArrayType(inputs.schema))])
+    return spark_ops.apply_operator(inputs, MemoryBuffer(ctx.count, (ctx.key,)), ctx.key, output_schema=schema,
+                                    state=str(ctx.state_dir), name="memory_buffer", partitions=ctx.partitions)
+
+
 def ours_combine_latest(inputs, ctx):
     import spark_ops
 
     return spark_ops.combine_latest(inputs, key=ctx.key, state=str(ctx.state_dir), partitions=ctx.partitions)
 
 
+RUNTIME_NAME = "spark_ops runtime (memory)"
 CONTENDERS = [
     Contender("spark_ops.buffer", "buffer", "ours", ours_buffer, _spark_ops_missing("buffer")),
     Contender("transformWithStateInPandas", "buffer", "peer", peers.tws_buffer),
     Contender("transformWithState (Row)", "buffer", "peer", peers.tws_row_buffer),
     Contender("applyInPandasWithState", "buffer", "peer", peers.aipws_buffer),
     Contender("mapInPandas floor", "buffer", "floor", peers.floor_buffer),
+    Contender(RUNTIME_NAME, "buffer", "runtime", runtime_buffer, _spark_ops_missing("apply_operator")),
     Contender("spark_ops.combine_latest", "combine_latest", "ours", ours_combine_latest,
               _spark_ops_missing("combine_latest")),
     Contender("transformWithStateInPandas", "combine_latest", "peer", peers.tws_combine_latest),
     Contender("transformWithState (Row)", "combine_latest", "peer", peers.tws_row_combine_latest),
     Contender("mapInPandas floor", "combine_latest", "floor", peers.floor_combine_latest),
 ]
-RUN_ORDER = {"floor": 0, "peer": 1, "ours": 2}
+RUN_ORDER = {"floor": 0, "runtime": 1, "peer": 2, "ours": 3}
 # the issue's targets for ours' state cost per event, relative to K = 10,000
 K_BASE, K_TARGETS = 10_000, {100_000: 1.25, 1_000_000: 2.0}
 SPIKE_TARGET = 2.0  # no steady batch of ours above this times the median
@@ -188,6 +207,9 @@ def run(args) -> dict:
     baseline = common.interpreter_baseline()
     spark = common.spark_session(args.partitions, args.batches)
     version = spark.version
+    # The runtime floor's operator keeps its state in a module of the shard hosts: by value,
+    # each batch's copy would start empty. Shipped, it is imported by workers and hosts alike.
+    spark.sparkContext.addPyFile(str(Path(__file__).resolve().with_name("_memory_buffer.py")))
     results, sources = [], {}
     try:
         for scenario_name in args.scenarios:
@@ -391,6 +413,7 @@ def table(report: dict, per_batch: bool = False) -> str:
                 f"{s['state_bytes_median'] / 1024:>9,.1f} {s['state_bytes_max'] / 1024:>9,.1f} "
                 f"{objects:>8} {manifest:>9} {rss.get('workers', '-'):>11} {rss.get('hosts', '-'):>11} "
                 f"{(_ratio(ours['s']['state_bytes_mean'], s['state_bytes_mean']) if peer else ''):>10}")
+        lines += _runtime_lines(_role_runs(by_name, "runtime"), floor_runs, ours_runs if ours else [])
         if rows_b:
             lines += ["", head_b, "-" * len(head_b), *rows_b]
         if per_batch:
@@ -422,6 +445,8 @@ def table(report: dict, per_batch: bool = False) -> str:
                   "median of each round's ratio).",
               "state us/ev: state cost per event, (ms per batch - the floor's) / events, in microseconds; ours ev/s, "
               "ours cost, ours bytes: spark_ops over that peer (events/s: higher is better; cost, bytes: lower).",
+              "runtime floor: the buffer through spark_ops' runtime with its state in a dict (a measuring stick, not "
+              "durable); its state us/ev is the runtime's cost over the floor, ours - it the state layer's.",
               "bytes/ev: state bytes written per event; KB/batch: mean of the steady batches (spikes included); "
               "median: a typical batch; max: the largest spike; objects: files written per batch (mean);",
               "manif. KB: the largest batch's metadata bytes (ours: /manifest/ objects; Spark's RocksDB store: all "
@@ -429,6 +454,28 @@ def table(report: dict, per_batch: bool = False) -> str:
               "spark_ops' shard hosts that took part in the run, summed over the processes (shared pages counted in "
               "each; in brackets: the largest process)."]
     return "\n".join(lines)
+
+
+def _runtime_lines(runtime_runs: list, floor_runs: list, ours_runs: list) -> list[str]:
+    """The runtime floor against the floor, and what that leaves of ours' cost to the state layer."""
+    rt = _median_run(runtime_runs) if runtime_runs else None
+    if rt is None or "skipped" in rt["s"]:
+        return []
+    vs_floor, over_floor = _time_vs_floor(runtime_runs, floor_runs), _cost(runtime_runs, floor_runs)
+    line = (f"  runtime floor = {rt['contender']}, state in a dict (not durable, not exactly-once): "
+            f"{rt['s']['ms_per_batch']:,.0f} ms/batch, " + (f"{vs_floor:.2f}x the floor" if vs_floor else "no floor")
+            + (f" ({over_floor:,.1f} us/event over it)" if over_floor is not None else ""))
+    ours = _median_run(ours_runs) if ours_runs else None
+    if ours is None:
+        return [line]
+    same = rt["s"]["rows_out"] == ours["s"]["rows_out"]
+    line += (f"; rows out {rt['s']['rows_out']:,} ({ours['contender']}: {ours['s']['rows_out']:,}"
+             + (")" if same else ", DIFFERENT)"))
+    layer, ours_cost = _cost(ours_runs, runtime_runs), _cost(ours_runs, floor_runs)
+    share = (f": the state layer {layer / ours_cost:.0%} of it" if layer is not None and ours_cost and ours_cost > 0
+             else "")
+    return [line, f"  state layer cost per event, (ours - runtime floor) / events: {_num(layer, ',.2f')} us, beside "
+                  f"ours' state cost, (ours - floor) / events: {_num(ours_cost, ',.2f')} us{share}"]
 
 
 def _batch_lines(by_name: dict, floor_runs: list) -> list[str]:
