@@ -67,7 +67,7 @@ class PersistedObject:
     kind = "object"
     has_meta = True
     __slots__ = ("_space", "_name", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags",
-                 "_listed", "_dead", "_msaved", "_mlast", "__weakref__")
+                 "_listed", "_dead", "_msaved", "_mlast", "_mhead", "_old", "__weakref__")
 
     def _init_base(self, space, name, nkey: bytes, codec, fresh: bool) -> None:
         self._space = space
@@ -82,6 +82,8 @@ class PersistedObject:
         self._dead = False
         self._msaved = None     # packed metadata known to be committed (None: unknown)
         self._mlast = None      # packed metadata of the last collect
+        self._mhead = L.meta_head(self.kind, codec.code)
+        self._old = False       # loaded from a format-1 index entry (see _collect)
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -220,8 +222,12 @@ class PersistedObject:
         if self.has_meta and (full or flags & F_META):
             # Metadata that returned to its committed value is not written again (a set
             # whose element was removed and re-added), unless a save is unconfirmed.
-            packed = self._mlast = L.pack_meta(self._meta())
+            packed = self._mlast = self._mhead + L.pack_meta(self._meta())
             if full or packed != self._msaved or self._pflags & F_META:
+                if self._old and not (full or flags & F_INDEX):
+                    # Format-1 object: metadata with its head moves it to format 2, and
+                    # the index entry says so (a format-1 reader then refuses it).
+                    out.append((self._space._index_prefix + self._nkey, L.encode_index(self.kind, self._codec.code)))
                 out.append((self._ns + L.META, packed))
         self._collect_items(out, full)
         if flags & F_REPLACE:

@@ -7,7 +7,8 @@ for ``ObjectSpace.open``, one space per key group for spark_ops' operators.
 Under a space prefix ``P``::
 
     P 0x00 <name>                      index entry: msgpack [kind, codec, format version]
-    P 0x01 <name> 0x00                 metadata of the object (per kind, msgpack)
+    P 0x01 <name> 0x00                 metadata of the object: C1 <kind> <codec> then the
+                                       kind's msgpack (format 2; format 1: the msgpack alone)
     P 0x01 <name> 0x01 <slot|key>      items: 8-byte big-endian slot, or an encoded key
                                        (ndarray: one chunk per slot, see _ndlayout)
     P 0x01 <name> 0x02 <node>          linked list: next-node links (8-byte node ids)
@@ -23,7 +24,16 @@ import msgpack
 
 from .errors import CorruptionError, StreamIdError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Format 2 (RFC 0005 decision 12): a metadata record starts with META_HEAD, the object's
+kind and its codec, so loading an object with metadata is one point read. Format-1 objects
+(metadata without the head) still read, with the index entry first; their next metadata
+write rewrites both as format 2."""
+
+META_HEAD = 0xC1
+"""The first byte of a format-2 metadata record: a byte msgpack never uses, so it cannot
+begin a format-1 record."""
+META_HEAD_BYTE = bytes((META_HEAD,))
 
 SCHEMA_STATE = 0x00
 """The schema byte (the third key byte, after the key group) of object spaces' records."""
@@ -61,6 +71,11 @@ def encode_index(kind: str, codec_code: int) -> bytes:
 def decode_index(raw: bytes, name) -> tuple[str, int]:
     """(kind, codec code) from an index entry. Raises CorruptionError for unknown kinds or
     a newer format version."""
+    return decode_index_version(raw, name)[:2]
+
+
+def decode_index_version(raw: bytes, name) -> tuple[str, int, int]:
+    """(kind, codec code, format version) from an index entry; see decode_index."""
     try:
         kind_code, codec_code, version = msgpack.unpackb(raw)[:3]
     except Exception as e:  # noqa: BLE001 - any decoding failure is corruption
@@ -71,18 +86,44 @@ def decode_index(raw: bytes, name) -> tuple[str, int]:
     kind = KIND_NAMES.get(kind_code)
     if kind is None:
         raise CorruptionError(f"object {name!r} has unknown kind code {kind_code}")
-    return kind, codec_code
+    return kind, codec_code, version
 
 
 pack_meta = msgpack.Packer().pack
-"""msgpack bytes of a metadata list (small ints only)."""
+"""msgpack bytes of a metadata list (small ints only); a record is meta_head() + these."""
+
+_HEADS: dict = {}
+
+
+def meta_head(kind: str, codec_code: int) -> bytes:
+    """The three bytes a format-2 metadata record starts with: META_HEAD, kind, codec."""
+    head = _HEADS.get((kind, codec_code))
+    if head is None:
+        head = _HEADS[kind, codec_code] = bytes((META_HEAD, KIND_CODES[kind], codec_code))
+    return head
+
+
+def split_meta(raw: bytes, name) -> tuple[str, int, list]:
+    """(kind, codec code, metadata) of a format-2 metadata record (one that starts with
+    META_HEAD). Raises CorruptionError for an unknown kind or unreadable metadata."""
+    kind = KIND_NAMES.get(raw[1]) if len(raw) > 3 else None
+    if kind is None:
+        raise CorruptionError(f"metadata of {name!r} is unreadable: {raw!r:.40}")
+    return kind, raw[2], unpack_meta(raw, name, kind)
 
 
 def unpack_meta(raw: bytes | None, name, kind: str):
+    """The metadata list of a record of either format (the head, if any, must name ``kind``)."""
     if raw is None:
         raise CorruptionError(f"{kind} {name!r} has an index entry but no metadata record")
     try:
+        if raw[0] == META_HEAD:
+            if raw[1] != KIND_CODES[kind]:
+                raise CorruptionError(f"metadata of {kind} {name!r} names kind code {raw[1]}")
+            return msgpack.unpackb(memoryview(raw)[3:])
         return msgpack.unpackb(raw)
+    except CorruptionError:
+        raise
     except Exception as e:  # noqa: BLE001
         raise CorruptionError(f"metadata of {kind} {name!r} is unreadable: {raw!r:.40}") from e
 

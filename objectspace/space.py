@@ -58,6 +58,7 @@ def _without(records: list, ranges: list) -> list:
 
 
 NOTEBOOK_REPLAY_BYTES = 256 << 10     # ObjectSpace.open's default max_replay_bytes (RFC 0006)
+_UNREAD = object()                    # ObjectSpace._load: the metadata record is not read yet
 _SHRINK_FLOOR = 4096                  # a dict of this many bytes is left as it is ...
 _SHRINK_PER_ENTRY = 512               # ... or of this many per entry (~6x what it needs)
 NOTEBOOK_INLINE_BYTES = 4 << 10       # ObjectSpace.open's default inline_segment_bytes (RFC 0007)
@@ -153,8 +154,9 @@ class ObjectSpace(KindMethods):
         self._cache.use(obj)
 
     def _lookup(self, name, kind: str | None, codec: str | None = None, nkey: bytes | None = None):
-        """The object called name, checking kind and codec. O(1) when in memory, else two
-        point reads (index entry and metadata)."""
+        """The object called name, checking kind and codec. O(1) when in memory, else one
+        point read (the metadata, which names kind and codec), or two for a kind without
+        metadata, a format-1 object or a name not stored (index entry)."""
         if self._closed:
             self._check_open()
         if nkey is None:
@@ -163,28 +165,45 @@ class ObjectSpace(KindMethods):
         if obj is None:
             if nkey in self._graves:
                 raise ObjectNotFoundError(f"no object named {name!r} in the space")
-            raw = self._db.get(self._index_prefix + nkey)
-            if raw is None:
-                raise ObjectNotFoundError(f"no object named {name!r} in the space")
-            obj = self._load(name, nkey, raw, kind, codec)
+            meta = None
+            if kind is None or KIND_CLASSES[kind].has_meta:
+                meta = self._db.get(self._obj_prefix + nkey + L.META)
+                if meta is not None and meta[:1] == L.META_HEAD_BYTE:
+                    found, code, meta = L.split_meta(meta, name)
+                    obj = self._build(name, nkey, found, code, kind, codec, meta, False)
+            if obj is None:
+                raw = self._db.get(self._index_prefix + nkey)
+                if raw is None:
+                    raise ObjectNotFoundError(f"no object named {name!r} in the space")
+                obj = self._load(name, nkey, raw, kind, codec, meta)
             self._live[nkey] = obj
         elif (kind is not None and obj.kind != kind) or (codec is not None and obj._codec.name != codec):
             self._mismatch(name, kind, obj.kind, codec, obj._codec.name)
         self._remember(obj)
         return obj
 
-    def _load(self, name, nkey: bytes, raw: bytes, kind: str | None, codec: str | None):
-        found, codec_code = L.decode_index(raw, name)
+    def _load(self, name, nkey: bytes, raw: bytes, kind: str | None, codec: str | None, meta=_UNREAD):
+        """The object of index entry ``raw``; ``meta``: its metadata record if read already."""
+        found, codec_code, version = L.decode_index_version(raw, name)
+        if KIND_CLASSES[found].has_meta:
+            if meta is _UNREAD:
+                meta = self._db.get(self._obj_prefix + nkey + L.META)
+            meta = L.unpack_meta(meta, name, found)
+        return self._build(name, nkey, found, codec_code, kind, codec, meta, version < 2)
+
+    def _build(self, name, nkey: bytes, found: str, codec_code: int, kind: str | None, codec: str | None,
+               meta, old: bool):
+        """The handle of a stored object of kind ``found``, checked against the kind and
+        codec asked for; ``old``: a format-1 object (see PersistedObject._collect)."""
         codec_obj = CODECS_BY_CODE.get(codec_code)
         if codec_obj is None:
             raise CorruptionError(f"object {name!r} uses unknown codec code {codec_code}")
         if (kind is not None and found != kind) or (codec is not None and codec_obj.name != codec):
             self._mismatch(name, kind, found, codec, codec_obj.name)
-        cls = KIND_CLASSES[found]
-        meta = None
-        if cls.has_meta:
-            meta = L.unpack_meta(self._db.get(self._obj_prefix + nkey + L.META), name, found)
-        return cls._load(self, name, nkey, codec_obj, meta)
+        obj = KIND_CLASSES[found]._load(self, name, nkey, codec_obj, meta)
+        if old and obj.has_meta:
+            obj._old = True
+        return obj
 
     @staticmethod
     def _mismatch(name, want_kind, kind, want_codec, codec):

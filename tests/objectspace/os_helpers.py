@@ -149,9 +149,22 @@ def render_key(key: bytes, prefix: bytes, kinds: dict) -> str:
     return f"{name} ?{sub!r}"
 
 
+def _meta(raw: bytes, kind) -> str:
+    """A metadata record: its msgpack list, marked when it is not the format-2 record of
+    ``kind`` with codec 1 (``(format 1)`` without the head, else the kind and codec named)."""
+    if raw[:1] != L.META_HEAD_BYTE:
+        return f"{msgpack.unpackb(raw)!r} (format 1)"
+    named = L.KIND_NAMES.get(raw[1])
+    tag = "" if named == kind and raw[2] == 1 else f" ({named} codec={raw[2]})"
+    return f"{msgpack.unpackb(raw[3:])!r}{tag}"
+
+
 def render(log: list, prefix: bytes, kinds: dict) -> list[str]:
     """Readable lines of a write log: ``put foo item 3 = 42``, ``delete foo item 5``."""
     out = []
+    # a meta record is checked against its object's kind: from an index entry of the log,
+    # else from ``kinds`` (names as render_key shows them)
+    named = {(k if isinstance(k, str) else repr(k)): v for k, v in kinds.items()}
     for rec in log:
         if rec[0] == "checkpoint":
             out.append(f"checkpoint {rec[1]}")
@@ -161,8 +174,11 @@ def render(log: list, prefix: bytes, kinds: dict) -> list[str]:
             out.append(f"delete {key}")
         elif key.startswith("index "):
             kind, codec, version = msgpack.unpackb(rec[2])
+            named[key[6:]] = L.KIND_NAMES[kind]
             out.append(f"put {key} = {L.KIND_NAMES[kind]} codec={codec} v{version}")
-        elif " meta" in key or " group " in key or " pel " in key:
+        elif key.endswith(" meta"):
+            out.append(f"put {key} = {_meta(rec[2], named.get(key[:-5]))}")
+        elif " group " in key or " pel " in key:
             out.append(f"put {key} = {msgpack.unpackb(rec[2], strict_map_key=False)!r}")
         elif " link " in key:
             out.append(f"put {key} = {int.from_bytes(rec[2], 'big')}")

@@ -32,7 +32,7 @@ def test_reference_array_example_full_then_differential(env):
     a[5] = 43
     commit(space, full=True)
     assert log(rec, foo="array") == [
-        "put index foo = array codec=1 v1",
+        "put index foo = array codec=1 v2",
         "put foo meta = [8]",
         "put foo item 0 = 0", "put foo item 1 = 0", "put foo item 2 = 0", "put foo item 3 = 42",
         "put foo item 4 = 0", "put foo item 5 = 43", "put foo item 6 = 0", "put foo item 7 = 0",
@@ -49,8 +49,8 @@ def test_reference_array_example_bytes(env):
     commit(space, full=True)
     raw = rec.take()
     # name "foo" = 0x50 "foo" 0x00 0x01; index 0x00, object namespace 0x01, meta 0x00, items 0x01
-    assert raw[0] == ("put", b"app/\x00Pfoo\x00\x01", b"\x93\x02\x01\x01")     # [kind 2, codec 1, v1]
-    assert raw[1] == ("put", b"app/\x01Pfoo\x00\x01\x00", b"\x91\x08")     # meta [8]
+    assert raw[0] == ("put", b"app/\x00Pfoo\x00\x01", b"\x93\x02\x01\x02")     # [kind 2, codec 1, v2]
+    assert raw[1] == ("put", b"app/\x01Pfoo\x00\x01\x00", b"\xc1\x02\x01\x91\x08")     # head C1 kind codec, meta [8]
     assert raw[5] == ("put", b"app/\x01Pfoo\x00\x01\x01\x00\x00\x00\x00\x00\x00\x00\x03", b"\x2a")
 
 
@@ -79,7 +79,7 @@ def test_queue_enqueue_dequeue(env):
     q = space.create_queue("q", [1, 2])
     commit(space)
     assert log(rec, q="queue") == [
-        "put index q = queue codec=1 v1", "put q meta = [0, 2]", "put q item 0 = 1", "put q item 1 = 2",
+        "put index q = queue codec=1 v2", "put q meta = [0, 2]", "put q item 0 = 1", "put q item 1 = 2",
     ]
     q.enqueue(3)
     assert q.dequeue() == 1
@@ -152,7 +152,7 @@ def test_linked_list_insert_and_remove(env):
     ll = space.create_linked_list("ll", ["a", "b", "c"])
     commit(space)
     assert log(rec, ll="linked_list") == [
-        "put index ll = linked_list codec=1 v1", "put ll meta = [1, 3, 3, 4]",
+        "put index ll = linked_list codec=1 v2", "put ll meta = [1, 3, 3, 4]",
         "put ll item 1 = 'a'", "put ll item 2 = 'b'", "put ll item 3 = 'c'",
         "put ll link 1 = 2", "put ll link 2 = 3", "put ll link 3 = 0",
     ]
@@ -209,7 +209,7 @@ def test_delete_then_recreate_same_name_before_a_save(env):
     commit(space)
     assert log(rec, x="dict") == [
         "delete x item 'a'", "delete x item 'b'",
-        "put index x = queue codec=1 v1", "put x meta = [0, 1]", "put x item 0 = 5",
+        "put index x = queue codec=1 v2", "put x meta = [0, 1]", "put x item 0 = 5",
     ]
     again = ObjectSpace(rec.db, prefix=P)
     assert list(again.get_queue("x")) == [5]
@@ -225,8 +225,8 @@ def test_full_checkpoint_writes_clean_objects(env):
     rec.take()
     commit(space, full=True)
     assert log(rec, v="value", q="queue") == [
-        "put index q = queue codec=1 v1", "put q meta = [0, 1]", "put q item 0 = 'x'",
-        "put index v = value codec=1 v1", "put v value = 1",
+        "put index q = queue codec=1 v2", "put q meta = [0, 1]", "put q item 0 = 'x'",
+        "put index v = value codec=1 v2", "put v value = 1",
     ]
 
 
@@ -250,7 +250,7 @@ def test_stream_add_and_group_records(env):
     st.create_group("g", "0")
     commit(space)
     assert log(rec, st="stream") == [
-        "put index st = stream codec=1 v1", "put st meta = [1000, 0, 1]",
+        "put index st = stream codec=1 v2", "put st meta = [1000, 0, 1]",
         "put st entry 1000-0 = {'a': 1}", "put st group 'g' = [0, 0, 0, {}]",
     ]
     st.read_group("g", "c1")
@@ -314,7 +314,7 @@ def test_bounded_queue_stores_its_maxlen(env):
     q = space.create_queue("q", [1, 2, 3], maxlen=2)
     commit(space)
     assert log(rec, q="queue") == [
-        "put index q = queue codec=1 v1", "put q meta = [1, 3, 2]", "put q item 1 = 2", "put q item 2 = 3",
+        "put index q = queue codec=1 v2", "put q meta = [1, 3, 2]", "put q item 1 = 2", "put q item 2 = 3",
     ]
     q.append(4)
     commit(space)

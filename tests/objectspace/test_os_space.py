@@ -95,9 +95,18 @@ def test_get_or_create(space):
     assert space.get_or_create_array("a", 2, fill=7)[1] == 7
 
 
-def test_get_or_create_reads_the_index_once_for_a_new_name(rspace, rec):
+def test_get_or_create_reads_metadata_and_index_once_for_a_new_name(rspace, rec):
     rspace.get_or_create_queue(("user", 1))
-    assert [r[0] for r in rec.reads] == ["get"]
+    assert [r[0] for r in rec.reads] == ["get", "get"]     # no metadata record: is the name another kind's?
+
+
+def test_get_or_create_of_a_stored_object_is_one_read(rspace, rec):
+    rspace.get_or_create_queue(("user", 1)).append(1)
+    rspace.checkpoint(1)
+    again = ObjectSpace(rec, prefix=rspace.prefix)
+    rec.reads.clear()
+    assert list(again.get_or_create_queue(("user", 1))) == [1]
+    assert [r[0] for r in rec.reads] == ["get", "scan"]     # metadata (kind, codec, head, tail); the item
 
 
 def test_tuple_names_and_scopes(space, db):
