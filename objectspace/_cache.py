@@ -2,7 +2,7 @@
 
 An object that is clean (nothing unsaved) stays in memory after use, with the items it
 loaded or wrote, until the budget is spent; then the least recently saved or looked-up
-objects are dropped (their handles reload from the store on next use, two point reads).
+objects are dropped (their handles reload from the store on next use, one point read).
 Sizes are estimates: a fixed cost per object plus a cost per cached item, learned from the
 encoded size of the records the spaces save (a 40-byte msgpack row is a ~400-byte Python
 dict). Dirty objects are never dropped: spark_ops saves them early when a batch is large
@@ -112,8 +112,8 @@ class ObjectCache:
 
     def _evict(self) -> None:
         """Down to 80% of the budget: first the cached items of the least recently used
-        objects (their handles stay: a handle is small, and reloading one costs two point
-        reads where an item costs one), then, if that is not enough, the handles."""
+        objects (their handles stay: a handle is small, and reloading one costs a point
+        read and a new handle, more than an item), then, if that is not enough, the handles."""
         target = self.budget * 4 // 5
         cap = self.max_objects
         lru, heavy, cost, item_bytes = self._lru, self._heavy, self._cost, self.item_bytes

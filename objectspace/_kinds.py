@@ -2,8 +2,9 @@
 
 create_<kind> raises AlreadyExistsError (a ValueError) when the name exists; get_<kind>
 raises ObjectNotFoundError (a KeyError) when it does not and KindMismatchError (a
-TypeError) when it is another kind or codec. get costs two point reads (index entry and
-metadata) unless the object is in memory; items load on demand.
+TypeError) when it is another kind or codec. get costs one point read unless the object
+is in memory (its metadata record, which names kind and codec; a value's index entry);
+items load on demand.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class KindMethods:
         return self._create(name, "value", codec, fill)
 
     def get_value(self, name, *, codec: str | None = None) -> PersistedValue:
-        """The value called name: two point reads (index, metadata) unless in memory.
+        """The value called name: one point read (its index entry) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "value", codec)
 
@@ -71,7 +72,7 @@ class KindMethods:
         return self._create(name, "array", codec, None, length=length, fill_value=fill)
 
     def get_array(self, name, *, codec: str | None = None) -> PersistedArray:
-        """The array called name: two point reads (index, metadata) unless in memory.
+        """The array called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "array", codec)
 
@@ -85,7 +86,7 @@ class KindMethods:
         return self._create(name, "list", codec, _extend(items))
 
     def get_list(self, name, *, codec: str | None = None) -> PersistedList:
-        """The list called name: two point reads (index, metadata) unless in memory.
+        """The list called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "list", codec)
 
@@ -103,7 +104,7 @@ class KindMethods:
         return self._create(name, "queue", codec, _extend(items), maxlen=maxlen)
 
     def get_queue(self, name, *, codec: str | None = None) -> PersistedQueue:
-        """The queue called name: two point reads (index, metadata) unless in memory.
+        """The queue called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "queue", codec)
 
@@ -120,7 +121,7 @@ class KindMethods:
         return self._create(name, "stack", codec, _extend(items))
 
     def get_stack(self, name, *, codec: str | None = None) -> PersistedStack:
-        """The stack called name: two point reads (index, metadata) unless in memory.
+        """The stack called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "stack", codec)
 
@@ -139,7 +140,7 @@ class KindMethods:
         return self._create(name, "linked_list", codec, fill if items else None)
 
     def get_linked_list(self, name, *, codec: str | None = None) -> PersistedLinkedList:
-        """The linked list called name: two point reads (index, metadata) unless in memory.
+        """The linked list called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "linked_list", codec)
 
@@ -154,7 +155,7 @@ class KindMethods:
         return self._create(name, "set", codec, _add_all(items))
 
     def get_set(self, name, *, codec: str | None = None) -> PersistedSet:
-        """The set called name: two point reads (index, metadata) unless in memory.
+        """The set called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "set", codec)
 
@@ -168,7 +169,7 @@ class KindMethods:
         return self._create(name, "sorted_set", codec, _add_all(items))
 
     def get_sorted_set(self, name, *, codec: str | None = None) -> PersistedSortedSet:
-        """The sorted set called name: two point reads (index, metadata) unless in memory.
+        """The sorted set called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "sorted_set", codec)
 
@@ -183,7 +184,7 @@ class KindMethods:
         return self._create(name, "dict", codec, _update(items))
 
     def get_dict(self, name, *, codec: str | None = None) -> PersistedDict:
-        """The dict called name: two point reads (index, metadata) unless in memory.
+        """The dict called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "dict", codec)
 
@@ -197,7 +198,7 @@ class KindMethods:
         return self._create(name, "sorted_dict", codec, _update(items))
 
     def get_sorted_dict(self, name, *, codec: str | None = None) -> PersistedSortedDict:
-        """The sorted dict called name: two point reads (index, metadata) unless in memory.
+        """The sorted dict called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "sorted_dict", codec)
 
@@ -212,7 +213,7 @@ class KindMethods:
         return self._create(name, "stream", codec, None)
 
     def get_stream(self, name, *, codec: str | None = None) -> PersistedStream:
-        """The stream called name: two point reads (index, metadata) unless in memory.
+        """The stream called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "stream", codec)
 
@@ -232,7 +233,7 @@ class KindMethods:
         return self._create(name, "ndarray", "msgpack", None, **check_params(name, shape, dtype, chunks, fill_value))
 
     def get_ndarray(self, name) -> PersistedNDArray:
-        """The ndarray called name: two point reads (index, metadata) unless in memory; chunks
+        """The ndarray called name: one point read (its metadata) unless in memory; chunks
         load as indices cover them. Raises ObjectNotFoundError (a KeyError) or KindMismatchError
         (a TypeError)."""
         return self._lookup(name, "ndarray", None)
