@@ -607,7 +607,9 @@ static PyObject *front_find(PyObject *self, PyObject *args) {
 /* -- bloom filters ---------------------------------------------------------------------- */
 
 #define SEED2 0x9E3779B9u
-static uint32_t crc_table[256];
+/* CRC-32 (zlib's) eight bytes at a time ("slicing-by-8"): the same values as the byte-wise
+   table, ~4x faster on keys of tens of bytes. crc_tables[0] is the byte-wise table. */
+static uint32_t crc_tables[8][256];
 
 static void crc_init(void) {
     for (uint32_t n = 0; n < 256; n++) {
@@ -615,24 +617,64 @@ static void crc_init(void) {
         for (int j = 0; j < 8; j++) {
             c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
         }
-        crc_table[n] = c;
+        crc_tables[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        for (int t = 1; t < 8; t++) {
+            uint32_t c = crc_tables[t - 1][n];
+            crc_tables[t][n] = crc_tables[0][c & 0xff] ^ (c >> 8);
+        }
     }
 }
 
 static uint32_t crc32_of(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
     crc = ~crc;
+    while (n >= 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        crc = crc_tables[7][lo & 0xff] ^ crc_tables[6][(lo >> 8) & 0xff] ^ crc_tables[5][(lo >> 16) & 0xff]
+              ^ crc_tables[4][lo >> 24] ^ crc_tables[3][hi & 0xff] ^ crc_tables[2][(hi >> 8) & 0xff]
+              ^ crc_tables[1][(hi >> 16) & 0xff] ^ crc_tables[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
     while (n-- > 0) {
-        crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        crc = crc_tables[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
     }
     return ~crc;
 }
 
 /* Set the k probe bits (h1 + j * h2) mod m of one key. */
 static inline void set_probes(unsigned char *bits, uint64_t h1, uint64_t h2, Py_ssize_t m, int k) {
+    /* (h1 + j * h2) mod m, stepped: two divisions a key instead of k (h1 + j * h2 < 2**64,
+       so the stepped positions are exactly those) */
+    uint64_t mm = (uint64_t)m, p = h1 % mm, step = h2 % mm;
     for (int j = 0; j < k; j++) {
-        uint64_t p = (h1 + (uint64_t)j * h2) % (uint64_t)m;
         bits[p >> 3] |= (unsigned char)(1u << (p & 7));
+        p += step;
+        if (p >= mm) {
+            p -= mm;
+        }
     }
+}
+
+/* Whether every one of the k probe bits of (h1, h2) is set in an m-bit filter. */
+static inline int all_probes(const unsigned char *bits, uint64_t h1, uint64_t h2, uint64_t m, long k) {
+    uint64_t p = h1 % m;
+    if (k < 1 || !(bits[p >> 3] & (1u << (p & 7)))) {
+        return k < 1;       /* most filters a get probes say no at the first bit: one division */
+    }
+    uint64_t step = h2 % m;
+    for (long j = 1; j < k; j++) {
+        p += step;
+        if (p >= m) {
+            p -= m;
+        }
+        if (!(bits[p >> 3] & (1u << (p & 7)))) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* The two CRC-32s a bloom filter probes with for key (h2 made odd); -1 with a TypeError when
@@ -756,11 +798,8 @@ static PyObject *bloom_check(PyObject *self, PyObject *const *args, Py_ssize_t n
     const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(args[2]);
     Py_ssize_t len = PyBytes_GET_SIZE(args[2]);
     uint64_t h1 = crc32_of(0, s, len), h2 = crc32_of(SEED2, s, len) | 1u;
-    for (long j = 0; j < k; j++) {
-        uint64_t p = (h1 + (uint64_t)j * h2) % m;
-        if (!(bits[p >> 3] & (1u << (p & 7)))) {
-            Py_RETURN_FALSE;
-        }
+    if (!all_probes(bits, h1, h2, m, k)) {
+        Py_RETURN_FALSE;
     }
     Py_RETURN_TRUE;
 }
@@ -800,13 +839,7 @@ static PyObject *bloom_candidates(PyObject *self, PyObject *const *args, Py_ssiz
             PyObject *b = PyTuple_GET_ITEM(f, 0);
             const unsigned char *bits = (const unsigned char *)PyBytes_AS_STRING(b);
             uint64_t m = (uint64_t)PyBytes_GET_SIZE(b) * 8;
-            for (long j = 0; m && j < k; j++) {
-                uint64_t p = (h1 + (uint64_t)j * h2) % m;
-                if (!(bits[p >> 3] & (1u << (p & 7)))) {
-                    may = 0;
-                    break;
-                }
-            }
+            may = m == 0 || all_probes(bits, h1, h2, m, k);
         }
         if (may) {
             PyObject *v = PyLong_FromSsize_t(i);

@@ -297,14 +297,17 @@ def test_a_version_1_table_reads_through_the_engine():
 
 
 @pytest.mark.skipif(bloom._c_build is None, reason="the C helpers were not built (no compiler)")
-def test_bloom_built_and_probed_in_c_has_the_pure_python_bits():
+@pytest.mark.parametrize("bits_per_key", [2, 10, 20, 60])       # k = 1, 5, 10, 30 probes
+def test_bloom_built_and_probed_in_c_has_the_pure_python_bits(bits_per_key):
+    """C hashes eight bytes at a time and steps the probe positions (two divisions a key):
+    the bits are still those of zlib's CRC-32 and (h1 + i * h2) mod m, key lengths 0-59."""
     rng = random.Random(11)
     keys = [rng.randbytes(rng.randrange(0, 60)) for _ in range(4000)]
-    fast = bloom.build(keys)
+    fast = bloom.build(keys, bits_per_key)
     saved_c, saved_np = bloom._c_build, bloom._np
     bloom._c_build = bloom._np = None
     try:
-        assert bloom.build(keys) == fast
+        assert bloom.build(keys, bits_per_key) == fast
     finally:
         bloom._c_build, bloom._np = saved_c, saved_np
     f = bloom.Bloom(fast)
