@@ -165,7 +165,7 @@ class ObjectSpace(KindMethods):
         if obj is None:
             if nkey in self._graves:
                 raise ObjectNotFoundError(f"no object named {name!r} in the space")
-            meta = None
+            meta = _UNREAD
             if kind is None or KIND_CLASSES[kind].has_meta:
                 meta = self._db.get(self._obj_prefix + nkey + L.META)
                 if meta is not None and meta[:1] == L.META_HEAD_BYTE:

@@ -86,6 +86,24 @@ def test_kind_mismatch_is_found_from_the_metadata_alone(space):
     assert list(fresh.get_queue("q")) == [1]
 
 
+@pytest.mark.parametrize("fmt", [1, 2])
+def test_asking_for_a_value_by_the_name_of_a_kind_with_metadata_is_a_mismatch(space, fmt):
+    """A value has no metadata, so its lookup reads the index entry first: the object found
+    there is checked, its metadata read (a queue), and the mismatch named."""
+    if fmt == 1:
+        _put_format1(space._db, "q", "queue", [0, 1], {_slot(0): "a"})
+        space._db.checkpoint(1)
+    else:
+        space.create_queue("q", ["a"])
+        commit(space)
+    fresh = ObjectSpace(space._db, prefix=P)
+    with pytest.raises(KindMismatchError, match="'q' is a queue, not a value"):
+        fresh.get_value("q")
+    with pytest.raises(KindMismatchError, match="'q' is a queue, not a value"):
+        fresh.get_or_create_value("q", 1)
+    assert list(fresh.get_queue("q")) == ["a"]
+
+
 @pytest.mark.parametrize("head, match", [
     (b"\xc1\x63\x01", "metadata of 'q' is unreadable"),           # unknown kind code
     (b"\xc1", "metadata of 'q' is unreadable"),                   # cut short
