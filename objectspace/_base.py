@@ -224,9 +224,10 @@ class PersistedObject:
             # whose element was removed and re-added), unless a save is unconfirmed.
             packed = self._mlast = self._mhead + L.pack_meta(self._meta())
             if full or packed != self._msaved or self._pflags & F_META:
-                if self._old and not (full or flags & F_INDEX):
+                if self._old and self._msaved is None and not (full or flags & F_INDEX):
                     # Format-1 object: metadata with its head moves it to format 2, and
-                    # the index entry says so (a format-1 reader then refuses it).
+                    # the index entry says so (a format-1 reader then refuses it); once
+                    # committed (_msaved set), that is done.
                     out.append((self._space._index_prefix + self._nkey, L.encode_index(self.kind, self._codec.code)))
                 out.append((self._ns + L.META, packed))
         self._collect_items(out, full)

@@ -7,8 +7,8 @@ for ``ObjectSpace.open``, one space per key group for spark_ops' operators.
 Under a space prefix ``P``::
 
     P 0x00 <name>                      index entry: msgpack [kind, codec, format version]
-    P 0x01 <name> 0x00                 metadata of the object: C1 <kind> <codec> then the
-                                       kind's msgpack (format 2; format 1: the msgpack alone)
+    P 0x01 <name> 0x00                 metadata of the object: C1 <version> <kind> <codec>, then
+                                       the kind's msgpack (format 2; format 1: the msgpack alone)
     P 0x01 <name> 0x01 <slot|key>      items: 8-byte big-endian slot, or an encoded key
                                        (ndarray: one chunk per slot, see _ndlayout)
     P 0x01 <name> 0x02 <node>          linked list: next-node links (8-byte node ids)
@@ -25,8 +25,9 @@ import msgpack
 from .errors import CorruptionError, StreamIdError
 
 FORMAT_VERSION = 2
-"""Format 2 (RFC 0005 decision 12): a metadata record starts with META_HEAD, the object's
-kind and its codec, so loading an object with metadata is one point read. Format-1 objects
+"""Format 2 (RFC 0005 decision 12): a metadata record starts with META_HEAD, the format
+version, the object's kind and its codec, so loading an object with metadata is one point
+read. Format-1 objects
 (metadata without the head) still read, with the index entry first; their next metadata
 write rewrites both as format 2."""
 
@@ -34,6 +35,7 @@ META_HEAD = 0xC1
 """The first byte of a format-2 metadata record: a byte msgpack never uses, so it cannot
 begin a format-1 record."""
 META_HEAD_BYTE = bytes((META_HEAD,))
+HEAD_BYTES = 4
 
 SCHEMA_STATE = 0x00
 """The schema byte (the third key byte, after the key group) of object spaces' records."""
@@ -53,6 +55,7 @@ KIND_CODES = {
     "set": 7, "sorted_set": 8, "dict": 9, "sorted_dict": 10, "stream": 11, "ndarray": 12,
 }
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
+KINDS_WITHOUT_META = frozenset({"value"})
 
 
 def slot_key(items_prefix: bytes, slot: int) -> bytes:
@@ -78,6 +81,8 @@ def decode_index_version(raw: bytes, name) -> tuple[str, int, int]:
     """(kind, codec code, format version) from an index entry; see decode_index."""
     try:
         kind_code, codec_code, version = msgpack.unpackb(raw)[:3]
+        if type(kind_code) is not int or type(codec_code) is not int or type(version) is not int:
+            raise TypeError("kind, codec and version must be ints")
     except Exception as e:  # noqa: BLE001 - any decoding failure is corruption
         raise CorruptionError(f"index entry of {name!r} is unreadable: {raw!r:.40}") from e
     if version > FORMAT_VERSION:
@@ -96,32 +101,48 @@ _HEADS: dict = {}
 
 
 def meta_head(kind: str, codec_code: int) -> bytes:
-    """The three bytes a format-2 metadata record starts with: META_HEAD, kind, codec."""
+    """The HEAD_BYTES a format-2 metadata record starts with: META_HEAD, version, kind, codec."""
     head = _HEADS.get((kind, codec_code))
     if head is None:
-        head = _HEADS[kind, codec_code] = bytes((META_HEAD, KIND_CODES[kind], codec_code))
+        head = _HEADS[kind, codec_code] = bytes((META_HEAD, FORMAT_VERSION, KIND_CODES[kind], codec_code))
     return head
 
 
 def split_meta(raw: bytes, name) -> tuple[str, int, list]:
     """(kind, codec code, metadata) of a format-2 metadata record (one that starts with
-    META_HEAD). Raises CorruptionError for an unknown kind or unreadable metadata."""
-    kind = KIND_NAMES.get(raw[1]) if len(raw) > 3 else None
-    if kind is None:
+    META_HEAD): the object as one read gives it, its index entry unread. Raises
+    CorruptionError for a newer format version, a kind that has no metadata or is
+    unknown, or unreadable metadata."""
+    if len(raw) <= HEAD_BYTES or raw[1] < 2:
         raise CorruptionError(f"metadata of {name!r} is unreadable: {raw!r:.40}")
-    return kind, raw[2], unpack_meta(raw, name, kind)
+    if raw[1] > FORMAT_VERSION:
+        raise CorruptionError(f"object {name!r} has format version {raw[1]}; this objectspace "
+                              f"reads up to {FORMAT_VERSION} (upgrade objectspace)")
+    kind = KIND_NAMES.get(raw[2])
+    if kind is None or kind in KINDS_WITHOUT_META:
+        raise CorruptionError(f"metadata of {name!r} names kind code {raw[2]}, which has no metadata")
+    return kind, raw[3], unpack_meta(raw, name, kind)
 
 
-def unpack_meta(raw: bytes | None, name, kind: str):
-    """The metadata list of a record of either format (the head, if any, must name ``kind``)."""
+def unpack_meta(raw: bytes | None, name, kind: str, codec_code: int | None = None):
+    """The metadata list of a record of either format (a head must name ``kind``, and
+    ``codec_code`` when given: the index entry's)."""
     if raw is None:
         raise CorruptionError(f"{kind} {name!r} has an index entry but no metadata record")
     try:
         if raw[0] == META_HEAD:
-            if raw[1] != KIND_CODES[kind]:
-                raise CorruptionError(f"metadata of {kind} {name!r} names kind code {raw[1]}")
-            return msgpack.unpackb(memoryview(raw)[3:])
-        return msgpack.unpackb(raw)
+            if len(raw) <= HEAD_BYTES or not 2 <= raw[1] <= FORMAT_VERSION:
+                raise CorruptionError(f"metadata of {kind} {name!r} is unreadable: {raw!r:.40}")
+            if raw[2] != KIND_CODES[kind]:
+                raise CorruptionError(f"metadata of {kind} {name!r} names kind code {raw[2]}")
+            if codec_code is not None and raw[3] != codec_code:
+                raise CorruptionError(f"metadata of {kind} {name!r} names codec {raw[3]}, its index entry {codec_code}")
+            meta = msgpack.unpackb(memoryview(raw)[HEAD_BYTES:])
+        else:
+            meta = msgpack.unpackb(raw)
+        if type(meta) is not list:
+            raise TypeError(f"a list expected, got {type(meta).__name__}")
+        return meta
     except CorruptionError:
         raise
     except Exception as e:  # noqa: BLE001

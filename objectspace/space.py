@@ -188,7 +188,7 @@ class ObjectSpace(KindMethods):
         if KIND_CLASSES[found].has_meta:
             if meta is _UNREAD:
                 meta = self._db.get(self._obj_prefix + nkey + L.META)
-            meta = L.unpack_meta(meta, name, found)
+            meta = L.unpack_meta(meta, name, found, codec_code)
         return self._build(name, nkey, found, codec_code, kind, codec, meta, version < 2)
 
     def _build(self, name, nkey: bytes, found: str, codec_code: int, kind: str | None, codec: str | None,
@@ -200,7 +200,10 @@ class ObjectSpace(KindMethods):
             raise CorruptionError(f"object {name!r} uses unknown codec code {codec_code}")
         if (kind is not None and found != kind) or (codec is not None and codec_obj.name != codec):
             self._mismatch(name, kind, found, codec, codec_obj.name)
-        obj = KIND_CLASSES[found]._load(self, name, nkey, codec_obj, meta)
+        try:
+            obj = KIND_CLASSES[found]._load(self, name, nkey, codec_obj, meta)
+        except (TypeError, ValueError, IndexError, KeyError) as e:     # metadata of the wrong shape
+            raise CorruptionError(f"metadata of {found} {name!r} is unreadable: {meta!r:.60} ({e})") from e
         if old and obj.has_meta:
             obj._old = True
         return obj

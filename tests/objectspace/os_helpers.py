@@ -154,9 +154,10 @@ def _meta(raw: bytes, kind) -> str:
     ``kind`` with codec 1 (``(format 1)`` without the head, else the kind and codec named)."""
     if raw[:1] != L.META_HEAD_BYTE:
         return f"{msgpack.unpackb(raw)!r} (format 1)"
-    named = L.KIND_NAMES.get(raw[1])
-    tag = "" if named == kind and raw[2] == 1 else f" ({named} codec={raw[2]})"
-    return f"{msgpack.unpackb(raw[3:])!r}{tag}"
+    assert raw[1] == L.FORMAT_VERSION, raw
+    named = L.KIND_NAMES.get(raw[2])
+    tag = "" if named == kind and raw[3] == 1 else f" ({named} codec={raw[3]})"
+    return f"{msgpack.unpackb(raw[L.HEAD_BYTES:])!r}{tag}"
 
 
 def render(log: list, prefix: bytes, kinds: dict) -> list[str]:

@@ -60,6 +60,18 @@ def test_format1_objects_read_and_move_to_format2_on_their_next_metadata_write(o
     assert again.get_dict("d") == {"k": 1} and again.get_value("v").value == 8
 
 
+def test_a_format1_object_rewrites_its_index_entry_once(old_store):
+    rec = RecordingDB(old_store)
+    space = ObjectSpace(rec, prefix=P)
+    q = space.get_queue("q")
+    for i in range(3):
+        q.append(i)
+        commit(space)
+    lines = render([r for r in rec.take() if r[0] != "checkpoint"], P, {"q": "queue"})
+    assert [line for line in lines if line.startswith("put index")] == ["put index q = queue codec=1 v2"]
+    assert lines[-2:] == ["put q meta = [0, 5]", "put q item 4 = 2"]
+
+
 def test_a_format1_object_unchanged_writes_nothing(old_store):
     rec = RecordingDB(old_store)
     space = ObjectSpace(rec, prefix=P)
@@ -104,17 +116,44 @@ def test_asking_for_a_value_by_the_name_of_a_kind_with_metadata_is_a_mismatch(sp
     assert list(fresh.get_queue("q")) == ["a"]
 
 
-@pytest.mark.parametrize("head, match", [
-    (b"\xc1\x63\x01", "metadata of 'q' is unreadable"),           # unknown kind code
-    (b"\xc1", "metadata of 'q' is unreadable"),                   # cut short
+@pytest.mark.parametrize("record, match", [
+    (b"\xc1\x02\x63\x01\x92\x00\x01", "names kind code 99, which has no metadata"),   # unknown kind
+    (b"\xc1\x02\x01\x01\x92\x00\x01", "names kind code 1, which has no metadata"),    # a value's
+    (b"\xc1\x03\x04\x01\x92\x00\x01", "format version 3; this objectspace reads up to 2"),
+    (b"\xc1\x01\x04\x01\x92\x00\x01", "metadata of 'q' is unreadable"),               # version 1 has no head
+    (b"\xc1", "metadata of 'q' is unreadable"),                                        # cut short
+    (b"\xc1\x02\x04\x01", "metadata of 'q' is unreadable"),                            # a head alone
+    (b"\xc1\x02\x04\x01\x92\x00", "metadata of queue 'q' is unreadable"),               # truncated body
+    (b"\xc1\x02\x04\x01\x05", "metadata of queue 'q' is unreadable"),                    # not a list
+    (b"\xc1\x02\x04\x01\x91\x00", "metadata of queue 'q' is unreadable"),                # a list too short
+    (b"\x91\x00", "metadata of queue 'q' is unreadable"),                                # the same in format 1
 ])
-def test_a_bad_metadata_head_is_reported_as_corruption(space, head, match):
+def test_a_bad_metadata_record_is_reported_as_corruption(space, record, match):
     space.create_queue("q", [1])
     commit(space)
-    space._db.put(P + L.OBJECTS + encode_name("q") + L.META, head + msgpack.packb([0, 1]) if len(head) > 1 else head)
+    space._db.put(P + L.OBJECTS + encode_name("q") + L.META, record)
     space._db.checkpoint(2)
-    with pytest.raises(CorruptionError, match=match):
-        ObjectSpace(space._db, prefix=P).get_queue("q")
+    for get in (lambda s: s.get_queue("q"), lambda s: s.get("q"), lambda s: s.get_or_create_queue("q")):
+        with pytest.raises(CorruptionError, match=match):
+            get(ObjectSpace(space._db, prefix=P))
+
+
+@pytest.mark.parametrize("index", [[4, 1, "2"], [[4], 1, 2], [4, None, 2]])
+def test_an_index_entry_with_fields_of_the_wrong_type_is_corruption(db, index):
+    db.put(P + L.INDEX + encode_name("v"), msgpack.packb(index))
+    with pytest.raises(CorruptionError, match="index entry of 'v' is unreadable"):
+        ObjectSpace(db, prefix=P).get_value("v")
+
+
+def test_a_head_whose_codec_contradicts_the_index_entry_is_corruption_where_both_are_read(space):
+    """One read trusts the head (the index entry is not read); the index path, a full save
+    and the inspection tools read both and report the contradiction."""
+    space.create_queue("q", [1])
+    commit(space)
+    nkey = encode_name("q")
+    space._db.put(P + L.OBJECTS + nkey + L.META, L.meta_head("queue", 2) + msgpack.packb([0, 1]))
+    with pytest.raises(CorruptionError, match="names codec 2, its index entry 1"):
+        ObjectSpace(space._db, prefix=P)._load("q", nkey, space._db.get(P + L.INDEX + nkey), None, None)
 
 
 def test_a_head_that_contradicts_the_index_entry_is_corruption(db):

@@ -50,7 +50,7 @@ def test_reference_array_example_bytes(env):
     raw = rec.take()
     # name "foo" = 0x50 "foo" 0x00 0x01; index 0x00, object namespace 0x01, meta 0x00, items 0x01
     assert raw[0] == ("put", b"app/\x00Pfoo\x00\x01", b"\x93\x02\x01\x02")     # [kind 2, codec 1, v2]
-    assert raw[1] == ("put", b"app/\x01Pfoo\x00\x01\x00", b"\xc1\x02\x01\x91\x08")     # head C1 kind codec, meta [8]
+    assert raw[1] == ("put", b"app/\x01Pfoo\x00\x01\x00", b"\xc1\x02\x02\x01\x91\x08")     # head C1 version kind codec, meta [8]
     assert raw[5] == ("put", b"app/\x01Pfoo\x00\x01\x01\x00\x00\x00\x00\x00\x00\x00\x03", b"\x2a")
 
 
