@@ -56,6 +56,7 @@ KIND_CODES = {
 }
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
 KINDS_WITHOUT_META = frozenset({"value"})
+"""Kinds that write no metadata record (their index entry is all there is to load)."""
 
 
 def slot_key(items_prefix: bytes, slot: int) -> bytes:
@@ -113,15 +114,11 @@ def split_meta(raw: bytes, name) -> tuple[str, int, list]:
     META_HEAD): the object as one read gives it, its index entry unread. Raises
     CorruptionError for a newer format version, a kind that has no metadata or is
     unknown, or unreadable metadata."""
-    if len(raw) <= HEAD_BYTES or raw[1] < 2:
-        raise CorruptionError(f"metadata of {name!r} is unreadable: {raw!r:.40}")
-    if raw[1] > FORMAT_VERSION:
-        raise CorruptionError(f"object {name!r} has format version {raw[1]}; this objectspace "
-                              f"reads up to {FORMAT_VERSION} (upgrade objectspace)")
+    _check_head(raw, name)
     kind = KIND_NAMES.get(raw[2])
     if kind is None or kind in KINDS_WITHOUT_META:
         raise CorruptionError(f"metadata of {name!r} names kind code {raw[2]}, which has no metadata")
-    return kind, raw[3], unpack_meta(raw, name, kind)
+    return kind, raw[3], _meta_list(raw, HEAD_BYTES, name, kind)
 
 
 def unpack_meta(raw: bytes | None, name, kind: str, codec_code: int | None = None):
@@ -129,24 +126,34 @@ def unpack_meta(raw: bytes | None, name, kind: str, codec_code: int | None = Non
     ``codec_code`` when given: the index entry's)."""
     if raw is None:
         raise CorruptionError(f"{kind} {name!r} has an index entry but no metadata record")
+    if raw[:1] != META_HEAD_BYTE:
+        return _meta_list(raw, 0, name, kind)
+    _check_head(raw, name)
+    if raw[2] != KIND_CODES[kind]:
+        raise CorruptionError(f"metadata of {kind} {name!r} names kind code {raw[2]}")
+    if codec_code is not None and raw[3] != codec_code:
+        raise CorruptionError(f"metadata of {kind} {name!r} names codec {raw[3]}, its index entry {codec_code}")
+    return _meta_list(raw, HEAD_BYTES, name, kind)
+
+
+def _check_head(raw: bytes, name) -> None:
+    """A format-2 head is whole and of a version this objectspace reads."""
+    if len(raw) <= HEAD_BYTES or raw[1] < 2:
+        raise CorruptionError(f"metadata of {name!r} is unreadable: {raw!r:.40}")
+    if raw[1] > FORMAT_VERSION:
+        raise CorruptionError(f"object {name!r} has format version {raw[1]}; this objectspace "
+                              f"reads up to {FORMAT_VERSION} (upgrade objectspace)")
+
+
+def _meta_list(raw: bytes, start: int, name, kind: str) -> list:
+    """The msgpack list of a metadata record from ``start`` (after its head, if any)."""
     try:
-        if raw[0] == META_HEAD:
-            if len(raw) <= HEAD_BYTES or not 2 <= raw[1] <= FORMAT_VERSION:
-                raise CorruptionError(f"metadata of {kind} {name!r} is unreadable: {raw!r:.40}")
-            if raw[2] != KIND_CODES[kind]:
-                raise CorruptionError(f"metadata of {kind} {name!r} names kind code {raw[2]}")
-            if codec_code is not None and raw[3] != codec_code:
-                raise CorruptionError(f"metadata of {kind} {name!r} names codec {raw[3]}, its index entry {codec_code}")
-            meta = msgpack.unpackb(memoryview(raw)[HEAD_BYTES:])
-        else:
-            meta = msgpack.unpackb(raw)
-        if type(meta) is not list:
-            raise TypeError(f"a list expected, got {type(meta).__name__}")
-        return meta
-    except CorruptionError:
-        raise
-    except Exception as e:  # noqa: BLE001
+        meta = msgpack.unpackb(memoryview(raw)[start:] if start else raw)
+    except Exception as e:  # noqa: BLE001 - any decoding failure is corruption
         raise CorruptionError(f"metadata of {kind} {name!r} is unreadable: {raw!r:.40}") from e
+    if type(meta) is not list:
+        raise CorruptionError(f"metadata of {kind} {name!r} is unreadable (not a list): {raw!r:.40}")
+    return meta
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

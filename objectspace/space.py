@@ -166,7 +166,7 @@ class ObjectSpace(KindMethods):
             if nkey in self._graves:
                 raise ObjectNotFoundError(f"no object named {name!r} in the space")
             meta = _UNREAD
-            if kind is None or KIND_CLASSES[kind].has_meta:
+            if kind not in L.KINDS_WITHOUT_META:
                 meta = self._db.get(self._obj_prefix + nkey + L.META)
                 if meta is not None and meta[:1] == L.META_HEAD_BYTE:
                     found, code, meta = L.split_meta(meta, name)
@@ -185,7 +185,7 @@ class ObjectSpace(KindMethods):
     def _load(self, name, nkey: bytes, raw: bytes, kind: str | None, codec: str | None, meta=_UNREAD):
         """The object of index entry ``raw``; ``meta``: its metadata record if read already."""
         found, codec_code, version = L.decode_index_version(raw, name)
-        if KIND_CLASSES[found].has_meta:
+        if found not in L.KINDS_WITHOUT_META:
             if meta is _UNREAD:
                 meta = self._db.get(self._obj_prefix + nkey + L.META)
             meta = L.unpack_meta(meta, name, found, codec_code)

@@ -152,7 +152,7 @@ def _index_entry(db, space_prefix: bytes, nkey: bytes, name):
 
 
 def _meta(db, ns: bytes, kind: str, name):
-    if kind == "value":
+    if kind in L.KINDS_WITHOUT_META:
         return None
     return L.unpack_meta(db.get(ns + L.META), name, kind)
 
@@ -186,7 +186,7 @@ def list_objects(space, *, scope=None, sizes: bool = True, progress: Progress | 
                 records += 1
                 nbytes += len(k) + len(v)
                 ahead = next(ns_records, None)
-            meta = L.unpack_meta(meta_raw, name, kind) if kind != "value" else None
+            meta = L.unpack_meta(meta_raw, name, kind) if kind not in L.KINDS_WITHOUT_META else None
         else:
             meta = _meta(db, ns, kind, name)
         n += 1
@@ -351,7 +351,7 @@ def walk_slots(space, *, progress: Progress | None = None, keys: bool = False) -
         while ahead is not None and ahead[0] < ns:
             ahead = next(records, None)
         meta = None
-        if kind != "value":
+        if kind not in L.KINDS_WITHOUT_META:
             if ahead is None or ahead[0] != ns + L.META:
                 raise CorruptionError(f"{kind} {name!r} has an index entry but no metadata record")
             meta = L.unpack_meta(ahead[1], name, kind)
