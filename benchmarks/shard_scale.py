@@ -110,6 +110,16 @@ def peak_rss_mb() -> float:
     return 0.0
 
 
+def reset_peak_rss() -> bool:
+    """Start a new peak RSS (Linux: writing 5 to clear_refs resets VmHWM); False if not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def run(args) -> dict:
     root = Path(args.dir or tempfile.mkdtemp(prefix="shard-scale-"))
     state = root / "state"
@@ -135,11 +145,13 @@ def run(args) -> dict:
 
     def convert(rows):       # the output to Arrow as it piles up, as in a shard host
         return rows_to_arrow(rows, out_schema)
-    baseline = rss_mb()
+    pa.array([0])           # pyarrow imports pandas on a host's first conversion (its check for
+    baseline = rss_mb()     # pandas objects): a fixed cost of every host, so part of the baseline
     gc.disable()            # as in a shard host (spark_ops/_host.py): no GC inside a batch
     seen: dict = {}
     batches = []
     seq = 0
+    run_peak = 0.0
     emitted_total = 0
     full_rows = True
     profiler = None
@@ -150,6 +162,8 @@ def run(args) -> dict:
         events = BatchEvents(b, mine, args.count, args.events_per_key, args.prefill, seq)
         seq += len(events)
         prof = profiler if profiler is not None and b >= args.warmup else None
+        run_peak = max(run_peak, peak_rss_mb())
+        per_batch_peak = reset_peak_rss()
         t0 = time.perf_counter()
         if prof is not None:
             prof.enable()
@@ -168,7 +182,8 @@ def run(args) -> dict:
         sst_files = [s for p, s in now.items() if p.endswith(".sst")]
         rec = {"batch": b, "events": len(events), "ms": ms, "bytes": sum(added.values()),
                "objects": len(added), "manifest_bytes": manifest, "emitted": sum(rb.num_rows for rb in emitted),
-               "rss_mb": rss_mb(), "live_ssts": len(sst_files),
+               "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb() if per_batch_peak else None,
+               "live_ssts": len(sst_files),
                "live_sst_mb": sum(sst_files) / 2**20,
                "wal_segments": sum(1 for p in now if p.endswith(".wal")),
                **{k: metrics.get(k) for k in ("dirty_slots", "wal_bytes", "sst_bytes", "save_ms", "write_ms",
@@ -178,7 +193,8 @@ def run(args) -> dict:
             print(f"batch {b:3d}: {len(events):>9,} ev {ms:8.0f} ms  {rec['bytes'] / 1024:9.1f} KB "
                   f"({rec['bytes'] / max(1, len(events)):6.1f} B/ev) {rec['objects']:4d} obj "
                   f"manifest {manifest:6d} B  ssts {len(sst_files):5d} ({rec['live_sst_mb']:7.1f} MB) "
-                  f"wal {rec['wal_segments']:3d}  rss {rec['rss_mb']:7.0f} MB", file=sys.stderr, flush=True)
+                  f"wal {rec['wal_segments']:3d}  rss {rec['rss_mb']:5.0f} MB"
+                  + (f" (peak {rec['peak_rss_mb']:.0f})" if per_batch_peak else ""), file=sys.stderr, flush=True)
     # The model: key i has had (i % count if prefilled) + per_key x steady batches events, and
     # the buffer emitted count items for every full count of them.
     n = args.batches
@@ -197,7 +213,8 @@ def run(args) -> dict:
         "us_per_event": 1000 * sum(times) / ev, "bytes_per_event": sum(r["bytes"] for r in steady) / ev,
         "objects_per_batch": statistics.mean(r["objects"] for r in steady),
         "manifest_max": max(r["manifest_bytes"] for r in steady),
-        "rss_baseline_mb": baseline, "peak_rss_mb": peak_rss_mb(), "emitted_items": emitted_total,
+        "rss_baseline_mb": baseline, "peak_rss_mb": max(run_peak, peak_rss_mb()),
+        "steady_peak_rss_mb": max((r["peak_rss_mb"] or 0) for r in steady) or None, "emitted_items": emitted_total,
         "expected_items": expected, "output_ok": emitted_total == expected and full_rows,
     }
     if not args.dir:
@@ -206,9 +223,10 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> int:
-    if argv is None and "MALLOC_ARENA_MAX" not in os.environ:
-        # As a shard host runs (spark_ops/_host.py sets it when it starts one).
-        os.environ["MALLOC_ARENA_MAX"] = "2"
+    if argv is None and any(name not in os.environ for name in _host.HOST_ENV):
+        # Allocators set as a shard host's are (spark_ops/_host.py sets them when it starts one).
+        for name, value in _host.HOST_ENV.items():
+            os.environ.setdefault(name, value)
         os.execv(sys.executable, [sys.executable] + sys.argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keys", type=int, default=100_000, help="keys of the operator (all shards)")
@@ -235,8 +253,9 @@ def main(argv=None) -> int:
           f"{s['ms_per_batch']:.0f} ms/batch (median {s['median_ms']:.0f}, max {s['max_ms']:.0f} = "
           f"{s['max_ms'] / s['median_ms']:.2f}x), {s['us_per_event']:.2f} us/event, "
           f"{s['bytes_per_event']:.1f} B/event, {s['objects_per_batch']:.1f} objects/batch, "
-          f"manifest max {s['manifest_max']:,} B, RSS peak {s['peak_rss_mb']:.0f} MB "
-          f"(baseline {s['rss_baseline_mb']:.0f} MB); output "
+          f"manifest max {s['manifest_max']:,} B, RSS peak {s['peak_rss_mb']:.0f} MB"
+          + (f" (steady batches {s['steady_peak_rss_mb']:.0f})" if s["steady_peak_rss_mb"] else "")
+          + f", baseline {s['rss_baseline_mb']:.0f} MB; output "
           f"{'matches the model' if s['output_ok'] else 'DIFFERS from the model'} "
           f"({s['emitted_items']:,} items emitted, {s['expected_items']:,} expected)")
     if args.json:

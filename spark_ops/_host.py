@@ -187,6 +187,19 @@ def _connect(path: str, wait: float = 0.0, proc=None):
             time.sleep(0.02)
 
 
+# How a host's memory allocators are set (a variable already set is left as it is). Measured
+# at 1,000,000 keys with memory="64m" (benchmarks/shard_scale.py; RFC 0005, decision 13):
+# - glibc gives every thread that allocates its own heap arena (the store's flush, compaction
+#   and upload threads), and arenas keep what they freed: two keep a host near its budget;
+# - glibc's threshold for giving a large block its own mapping grows, by default, to the size
+#   of the largest block freed (up to 32 MiB), after which a flush's segments, a compaction's
+#   reads and blocks all come from the heap and leave it fragmented: a fixed 128 KiB gives them
+#   back when freed (free heap after malloc_trim 65 -> 10 MB, RSS after a batch 445 -> 405 MB);
+# - Arrow's own allocator (jemalloc) keeps pages it freed for later: the system allocator gives
+#   a batch's input and output buffers back (RSS after a batch 405 -> 352 MB, peak 441 -> 408).
+HOST_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072", "ARROW_DEFAULT_MEMORY_POOL": "system"}
+
+
 def _start(sock_path: str, owner: int) -> subprocess.Popen:
     for p in list(_CHILDREN):       # reap hosts that exited (idle or orphaned)
         if p.poll() is not None:
@@ -195,9 +208,8 @@ def _start(sock_path: str, owner: int) -> subprocess.Popen:
         os.unlink(sock_path)        # a host that died; we hold its slot lock
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)   # what this worker can import
-    # glibc gives every thread that allocates its own heap arena (the store's flush, compaction
-    # and upload threads), and arenas keep what they freed: two keep a host near its budget.
-    env.setdefault("MALLOC_ARENA_MAX", "2")
+    for name, value in HOST_ENV.items():
+        env.setdefault(name, value)
     idle = os.environ.get("SPARK_OPS_HOST_IDLE", str(IDLE_SECONDS))
     with open(sock_path[:-5] + ".log", "ab") as err:
         proc = subprocess.Popen(
