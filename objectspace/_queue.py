@@ -324,12 +324,12 @@ class PersistedQueue(SlotSequence, Sequence):
         """Reverse in place. O(n); dirties the slots whose item changed."""
         items = self._all_values()
         items.reverse()
+        self._touch()
         vals, dirty = self._vals, self._dirty
         for s, v in zip(range(self._head, self._tail), items):
             if vals[s] is not v:
                 vals[s] = v
                 dirty.add(s)
-        self._touch()
 
     def clear(self) -> None:
         """Remove everything. O(1) now; the save deletes the stored slots."""
