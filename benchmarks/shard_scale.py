@@ -171,17 +171,19 @@ def run(args) -> dict:
         if prof is not None:
             prof.disable()
         ms = (time.perf_counter() - t0) * 1000
-        _host._tidy_heap(b + 1)
         emitted_total += sum(pc.sum(pc.list_value_length(rb.column("items"))).as_py() or 0 for rb in emitted)
         full_rows &= all(pc.all(pc.equal(pc.list_value_length(rb.column("items")), args.count)).as_py() in (True, None)
                          for rb in emitted)
+        emitted_rows = sum(rb.num_rows for rb in emitted)
+        emitted = None          # a host has sent its output before it tidies up and takes the next task
+        _host._tidy_heap(b + 1)
         now = folder_sizes(state)
         added = grown(seen, now)
         seen = now
         manifest = sum(s for p, s in added.items() if "/manifest/" in p)
         sst_files = [s for p, s in now.items() if p.endswith(".sst")]
         rec = {"batch": b, "events": len(events), "ms": ms, "bytes": sum(added.values()),
-               "objects": len(added), "manifest_bytes": manifest, "emitted": sum(rb.num_rows for rb in emitted),
+               "objects": len(added), "manifest_bytes": manifest, "emitted": emitted_rows,
                "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb() if per_batch_peak else None,
                "live_ssts": len(sst_files),
                "live_sst_mb": sum(sst_files) / 2**20,

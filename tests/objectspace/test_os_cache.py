@@ -135,3 +135,62 @@ def test_a_fenced_checkpoint_says_the_changes_cannot_follow(tmp_path):
     assert "another writer opened this store" in notes and "next successful" not in notes
     assert list(second.get_queue("q")) == [1]
     second.close()
+
+
+# Every way a list, queue, stack or array changes, each applied to a handle that was just
+# loaded or whose items the cache just dropped (a clean handle shares one empty frozenset
+# for its dirty and pending slots; its first change gives it its own sets).
+_CHANGES = {
+    "list": [lambda h, m: (h.append(7), m.append(7)), lambda h, m: h.__setitem__(0, "x") or m.__setitem__(0, "x"),
+             lambda h, m: (h.insert(1, "i"), m.insert(1, "i")), lambda h, m: (h.pop(), m.pop()),
+             lambda h, m: h.__delitem__(0) or m.__delitem__(0), lambda h, m: (h.reverse(), m.reverse()),
+             lambda h, m: h.__setitem__(slice(0, 2), ["a", "b", "c"]) or m.__setitem__(slice(0, 2), ["a", "b", "c"]),
+             lambda h, m: (h.sort(key=str), m.sort(key=str)), lambda h, m: (h.clear(), m.clear()),
+             lambda h, m: (h.extend([1, 2, 3]), m.extend([1, 2, 3]))],
+    "queue": [lambda h, m: (h.append(7), m.append(7)), lambda h, m: (h.appendleft(6), m.appendleft(6)),
+              lambda h, m: (h.popleft(), m.popleft()), lambda h, m: (h.pop(), m.pop()),
+              lambda h, m: h.__setitem__(1, "x") or m.__setitem__(1, "x"), lambda h, m: (h.insert(1, "i"), m.insert(1, "i")),
+              lambda h, m: h.__delitem__(1) or m.__delitem__(1), lambda h, m: (h.reverse(), m.reverse()),
+              lambda h, m: (h.rotate(2), m.rotate(2)), lambda h, m: (h.clear(), m.clear()),
+              lambda h, m: (h.extend([1, 2, 3, 4]), m.extend([1, 2, 3, 4]))],
+    "stack": [lambda h, m: (h.push(7), m.append(7)), lambda h, m: (h.pop(), m.pop()),
+              lambda h, m: (h.extend([8, 9]), m.extend([8, 9])), lambda h, m: (h.clear(), m.clear()),
+              lambda h, m: (h.push(1), m.append(1))],
+    "array": [lambda h, m: h.__setitem__(0, "x") or m.__setitem__(0, "x"),
+              lambda h, m: h.__setitem__(-1, 5) or m.__setitem__(-1, 5),
+              lambda h, m: h.__setitem__(slice(1, 3), ["p", "q"]) or m.__setitem__(slice(1, 3), ["p", "q"])],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_CHANGES))
+def test_a_clean_handle_holds_no_slot_sets_and_any_change_after_a_load_or_a_drop_is_saved(kind, tmp_path):
+    from collections import deque
+
+    from objectspace._slots import NO_SLOTS
+    db = dkv.open(str(tmp_path), background=False, fsync=False)
+    space = ObjectSpace(db, cache=ObjectCache(1))       # every saved object's items are dropped
+    start = [0, 1, 2, 3, 4]
+    if kind == "array":
+        h = space.create_array("a", 5)
+        for i, v in enumerate(start):
+            h[i] = v
+    else:
+        h = getattr(space, f"create_{kind}")("a", start)
+    model = deque(start) if kind == "queue" else list(start)
+    seen = (lambda m: list(reversed(m))) if kind == "stack" else list     # a stack iterates from the top
+    epoch = 1
+    space.checkpoint(epoch)
+    for reload in (False, True):
+        for change in _CHANGES[kind]:
+            if reload:              # a handle loaded from the store
+                space.close()
+                space = ObjectSpace(db, cache=ObjectCache(1))
+            h = getattr(space, f"get_{kind}")("a")
+            assert h._dirty is NO_SLOTS and h._pending is NO_SLOTS, "a clean handle made its own sets"
+            change(h, model)
+            assert list(h) == seen(model)
+            epoch += 1
+            space.checkpoint(epoch)
+            assert h._dirty is NO_SLOTS, "a saved handle whose items were dropped kept its sets"
+            assert list(getattr(ObjectSpace(db), f"get_{kind}")("a")) == seen(model)
+    db.close()

@@ -65,6 +65,18 @@ def test_a_call_runs_in_a_host_process_that_stays(owner):
     assert _host.call(0, math.hypot, (3, 4), owner=owner.pid) == 5.0
 
 
+def test_a_host_starts_with_its_allocator_settings_unless_the_worker_sets_them(owner, monkeypatch):
+    """glibc's arenas and mmap threshold and Arrow's allocator, as RFC 0005 decision 13 set
+    them; a variable the worker's environment sets is left as it is."""
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    got = {name: _host.call(0, os.getenv, (name,), owner=owner.pid) for name in _host.HOST_ENV}
+    assert got == {**_host.HOST_ENV, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    assert _host.HOST_ENV == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
+                              "ARROW_DEFAULT_MEMORY_POOL": "system"}
+
+
 def test_the_task_error_comes_back_with_its_type_and_message(owner):
     with pytest.raises(ValueError, match="math domain error") as info:
         _host.call(0, math.sqrt, (-1,), owner=owner.pid)
