@@ -66,6 +66,10 @@ class PersistedObject:
 
     kind = "object"
     has_meta = True
+    # What a loaded handle holds besides its items: the object, its name and keys, its empty
+    # containers, the space's and the cache's entries for it. Each kind sets its own, measured
+    # with tracemalloc (tests/objectspace/test_os_cache.py holds them to it).
+    _handle_bytes = OBJECT_BYTES
     __slots__ = ("_space", "_name", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags",
                  "_listed", "_dead", "_msaved", "_mlast", "_mhead", "_old", "__weakref__")
 
@@ -263,7 +267,7 @@ class PersistedObject:
 
     def _mem_estimate(self, item_bytes: int) -> int:
         """Estimated bytes this object holds in memory (handle and cached items). O(1)."""
-        return OBJECT_BYTES
+        return self._handle_bytes
 
     def _evict_clean(self) -> None:
         """Forget cached items that are saved (they reload from the store). O(cached)."""

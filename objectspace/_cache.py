@@ -3,9 +3,9 @@
 An object that is clean (nothing unsaved) stays in memory after use, with the items it
 loaded or wrote, until the budget is spent; then the least recently saved or looked-up
 objects are dropped (their handles reload from the store on next use, one point read).
-Sizes are estimates: a fixed cost per object plus a cost per cached item, learned from the
-encoded size of the records the spaces save (a 40-byte msgpack row is a ~400-byte Python
-dict). Dirty objects are never dropped: spark_ops saves them early when a batch is large
+Sizes are estimates: a handle's cost, measured for its kind, plus a cost per cached item,
+learned from the encoded size of the records the spaces save (a 40-byte msgpack row is a
+~400-byte Python dict). Dirty objects are never dropped: spark_ops saves them early when a batch is large
 (see spark_ops/_runtime.py), and a notebook bounds them by checkpointing.
 
     >>> cache = ObjectCache(64 << 20)          # share it: ObjectSpace(db, prefix, cache=cache)
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-OBJECT_BYTES = 1200       # a handle: the object, its name and key bytes, its containers
+OBJECT_BYTES = 1200       # a handle: the object, its name and key bytes, its containers (each kind
+                          # sets its own _handle_bytes, measured; this is the default)
 ITEM_BYTES = 100          # per cached item, besides the value's own estimate
 DEFAULT_ITEM = 400        # per-item cost before any save has been seen
 SAMPLE = 32               # records sampled per save to learn the item cost
@@ -82,7 +83,7 @@ class ObjectCache:
     def _add(self, key, obj) -> None:
         self._lru[key] = obj
         cost = self._cost[key] = obj._mem_estimate(self.item_bytes)
-        if cost > OBJECT_BYTES:
+        if cost > obj._handle_bytes:
             self._heavy[key] = obj
         self.nbytes += cost
         if self.nbytes > self.budget or (self.max_objects is not None and len(self._lru) > self.max_objects):
@@ -92,7 +93,7 @@ class ObjectCache:
         cost = obj._mem_estimate(self.item_bytes)
         self.nbytes += cost - self._cost[key]
         self._cost[key] = cost
-        if cost > OBJECT_BYTES:
+        if cost > obj._handle_bytes:
             self._heavy[key] = obj
             self._heavy.move_to_end(key)
         if self.nbytes > self.budget:

@@ -3,7 +3,6 @@ stored at ``items/<encoded key>``, metadata ``[count]``."""
 from __future__ import annotations
 
 from ._base import F_META, PersistedObject
-from ._cache import OBJECT_BYTES
 
 ENTRY_BYTES = 80        # per cached entry: its encoded key and dict slot (see _cache.py)
 from ._keycodec import _SHORT_STRS, decode_key, encode_key
@@ -13,6 +12,7 @@ from .errors import EncodingError
 
 class KeyedObject(PersistedObject):
     sorted_kind = False
+    _handle_bytes = 1700
     __slots__ = ("_t",)
 
     @classmethod
@@ -81,7 +81,7 @@ class KeyedObject(PersistedObject):
     # -- save -------------------------------------------------------------------------------
 
     def _mem_estimate(self, item_bytes: int) -> int:
-        return OBJECT_BYTES + len(self._t.vals) * (item_bytes + ENTRY_BYTES)
+        return self._handle_bytes + len(self._t.vals) * (item_bytes + ENTRY_BYTES)
 
     def _evict_clean(self) -> None:
         self._t.evict(0)

@@ -12,7 +12,6 @@ from collections.abc import Collection
 
 from . import _layout as L
 from ._base import F_META, PersistedObject
-from ._cache import OBJECT_BYTES
 from .errors import CorruptionError
 
 _ID = 8
@@ -67,6 +66,7 @@ class PersistedLinkedList(PersistedObject, Collection):
     """A persisted linked list. add_* and remove are O(1) given a node; find is O(n)."""
 
     kind = "linked_list"
+    _handle_bytes = 2400
     __slots__ = ("_first", "_last", "_count", "_next_id", "_nodes", "_meta0", "_dv", "_pv",
                  "_dl", "_pl", "_gone", "_pgone", "_born", "_version")
 
@@ -325,7 +325,7 @@ class PersistedLinkedList(PersistedObject, Collection):
                 out.append((lp + nid.to_bytes(_ID, "big"), (nxt._id if nxt else 0).to_bytes(_ID, "big")))
 
     def _mem_estimate(self, item_bytes: int) -> int:
-        return OBJECT_BYTES + (len(self._nodes) * (item_bytes + NODE_BYTES) if self._nodes else 0)
+        return self._handle_bytes + (len(self._nodes) * (item_bytes + NODE_BYTES) if self._nodes else 0)
 
     # _evict_clean keeps the nodes: a caller's LinkedListNode handles must stay the list's
     # own. The cache drops its reference to the list; unreferenced, list and nodes go.

@@ -23,7 +23,6 @@ from itertools import product
 from . import _layout as L
 from . import _ndlayout as N
 from ._base import F_META, F_REPLACE, MISSING, PersistedObject
-from ._cache import OBJECT_BYTES
 from ._ndindex import axis_runs, int_index, select
 
 _slot_key = L.slot_key
@@ -49,6 +48,7 @@ class PersistedNDArray(PersistedObject):
     """
 
     kind = "ndarray"
+    _handle_bytes = 1900
     _twin_name = "numpy.ndarray"
     __slots__ = ("_shape", "_dtype", "_le", "_chunks", "_fillb", "_fill", "_grid", "_rowlen", "_strides",
                  "_cells", "_cbytes", "_dirty", "_pending", "_valid", "_hi", "_cut", "_snap")
@@ -517,7 +517,7 @@ class PersistedNDArray(PersistedObject):
     # -- memory -------------------------------------------------------------------------------------
 
     def _mem_estimate(self, item_bytes: int) -> int:
-        return OBJECT_BYTES + self._cbytes
+        return self._handle_bytes + self._cbytes
 
     def _evict_clean(self) -> None:
         self._evict(0)

@@ -23,7 +23,6 @@ from operator import eq as _eq, ne as _ne
 
 from . import _layout as L
 from ._base import F_META, F_REPLACE, MISSING, PersistedObject
-from ._cache import OBJECT_BYTES
 from .errors import CorruptionError
 
 _slot_key = L.slot_key
@@ -47,6 +46,7 @@ def repeat_in_place(self, n):
 
 
 class SlotSequence(PersistedObject):
+    _handle_bytes = 900
     __slots__ = ("_vals", "_dirty", "_pending", "_head", "_tail", "_lo", "_hi", "_snap",
                  "_complete", "_version")
 
@@ -232,7 +232,7 @@ class SlotSequence(PersistedObject):
         return op(n, m)
 
     def _mem_estimate(self, item_bytes: int) -> int:
-        return OBJECT_BYTES + len(self._vals) * item_bytes
+        return self._handle_bytes + len(self._vals) * item_bytes
 
     def _evict_clean(self) -> None:
         self._evict(0)

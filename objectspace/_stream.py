@@ -12,7 +12,6 @@ from collections.abc import Collection, Mapping
 from ._base import F_META, MISSING, PersistedObject
 from ._groups import GroupsMixin
 from ._layout import MAX_SEQ, format_id, id_key, key_id, parse_id, range_bound
-from ._cache import OBJECT_BYTES
 from ._keyed import ENTRY_BYTES
 from ._table import Table
 from .errors import StreamIdError
@@ -23,6 +22,7 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
     """
 
     kind = "stream"
+    _handle_bytes = 2100
     __slots__ = ("_t", "_last", "_groups", "_dead_groups")
 
     @classmethod
@@ -253,7 +253,7 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
 
     def _mem_estimate(self, item_bytes: int) -> int:
         pels = sum(len(g.pel.vals) for g in (self._groups or {}).values())
-        return OBJECT_BYTES + len(self._t.vals) * (item_bytes + ENTRY_BYTES) + pels * ENTRY_BYTES * 2
+        return self._handle_bytes + len(self._t.vals) * (item_bytes + ENTRY_BYTES) + pels * ENTRY_BYTES * 2
 
     def _evict_clean(self) -> None:
         self._t.evict(0)

@@ -4,7 +4,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._base import F_VALUE, MISSING, PersistedObject, plain
-from ._cache import OBJECT_BYTES
 from ._slots import SlotSequence
 from .errors import CorruptionError
 
@@ -17,6 +16,7 @@ class PersistedValue(PersistedObject):
     """
 
     kind = "value"
+    _handle_bytes = 700
     has_meta = False
     __slots__ = ("_value",)
 
@@ -87,7 +87,7 @@ class PersistedValue(PersistedObject):
         return plain(self.value)
 
     def _mem_estimate(self, item_bytes: int) -> int:
-        return OBJECT_BYTES + (0 if self._value is MISSING else item_bytes)
+        return self._handle_bytes + (0 if self._value is MISSING else item_bytes)
 
     def _evict_clean(self) -> None:
         if not (self._flags | self._pflags) & F_VALUE:
