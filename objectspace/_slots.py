@@ -13,8 +13,9 @@ old tail slots.
 A clean object holds no sets of dirty and pending slots (both are ``NO_SLOTS``, one shared
 empty frozenset): two empty sets are 432 bytes, a third of a handle, and at 1,000,000 keys
 most handles in memory are clean. ``_touch``, which every change calls before it marks a
-slot, gives an object its sets; a load, and dropping the cached items of a saved object,
-take them back.
+slot, gives an object its sets; a load, the cache dropping a clean object's items, and a
+save confirmed under memory pressure (after which the object is unlisted) take them back,
+never an object that is listed or being saved.
 """
 from __future__ import annotations
 
@@ -236,6 +237,8 @@ class SlotSequence(PersistedObject):
 
     def _evict_clean(self) -> None:
         self._evict(0)
+        if not self._listed:            # the cache drops only clean objects: the sets go too
+            self._dirty = self._pending = NO_SLOTS
 
     def _evict(self, limit: int | None = None) -> None:
         """Drop clean cached slots down to ``limit`` (half of cache_items). O(len(_vals))."""
@@ -246,8 +249,6 @@ class SlotSequence(PersistedObject):
         if not limit and not self._dirty and not self._pending:
             self._vals.clear()          # in place: a running iterator holds this dict
             self._complete = self._head == self._tail
-            if not self._flags:         # saved and unchanged since: the sets go too
-                self._dirty = self._pending = NO_SLOTS
             return
         pinned = self._dirty | self._pending
         vals = self._vals
@@ -352,8 +353,13 @@ class SlotSequence(PersistedObject):
         self._pflags = 0
         self._pending.clear()
         self._lo, self._hi = self._snap
-        if self._space._cache.pressed():
+        pressed = self._space._cache.pressed()
+        if pressed:
             self._evict(0)      # under memory pressure, saved items are not kept (write-around)
         elif len(self._vals) > self._space._cache_items:
             self._evict()
-        return not self._flags and not self._dirty
+        if self._flags or self._dirty:
+            return False
+        if pressed:             # clean, and on_saved unlists it: its sets go too
+            self._dirty = self._pending = NO_SLOTS
+        return True

@@ -239,3 +239,41 @@ def test_each_kind_counts_what_a_loaded_handle_holds(tmp_path):
         ratios[kind] = round(fresh._cache.nbytes / used, 2)
     assert all(0.8 <= r <= 1.25 for r in ratios.values()), ratios
     db.close()
+
+
+def test_a_read_that_drops_items_inside_a_change_or_a_save_leaves_the_slot_sets_alone(tmp_path):
+    """With cache_items=1 a read drops every other cached slot, even between a change's
+    _touch and its marking of a slot (pop, popleft, rotate) or while a save is in flight: the
+    object is listed then and must keep its own sets (the review of b229ee7 found both)."""
+    db = dkv.open(str(tmp_path), background=False, fsync=False)
+
+    def fresh():
+        return ObjectSpace(db, cache_items=1, cache=ObjectCache(1 << 30))
+
+    space = fresh()
+    space.create_list("l", [0, 1, 2, 3])
+    space.create_queue("q", [0, 1, 2, 3])
+    space.create_stack("s", [0, 1, 2, 3])
+    space.checkpoint(1)
+    space = fresh()
+    lst, q, st = space.get_list("l"), space.get_queue("q"), space.get_stack("s")
+    lst[0]
+    assert lst.pop() == 3
+    q[3]
+    assert q.popleft() == 0
+    q[1]
+    q.rotate(1)
+    st.peek()
+    assert st.pop() == 3
+    assert (list(lst), list(q), list(st)) == ([0, 1, 2], [3, 1, 2], [2, 1, 0])
+    lst.pop()                                   # a save in flight, then reads
+    db.write(space.save())
+    lst[0], lst[1]
+    assert lst._listed and type(lst._dirty) is set
+    lst[0] = "x"                                # changed again before the save is confirmed
+    space.on_saved()
+    space.checkpoint(3)
+    again = ObjectSpace(db)
+    assert (list(again.get_list("l")), list(again.get_queue("q")), list(again.get_stack("s"))) == \
+        (["x", 1], [3, 1, 2], [2, 1, 0])
+    db.close()
