@@ -5,8 +5,8 @@ loaded or wrote, until the budget is spent; then the least recently saved or loo
 objects are dropped (their handles reload from the store on next use, one point read).
 Sizes are estimates: a handle's cost, measured for its kind, plus a cost per cached item,
 learned from the encoded size of the records the spaces save (a 40-byte msgpack row is a
-~400-byte Python dict). Dirty objects are never dropped: spark_ops saves them early when a batch is large
-(see spark_ops/_runtime.py), and a notebook bounds them by checkpointing.
+~400-byte Python dict). Dirty objects are never dropped: spark_ops saves them early when a
+batch is large (see spark_ops/_runtime.py), and a notebook bounds them by checkpointing.
 
     >>> cache = ObjectCache(64 << 20)          # share it: ObjectSpace(db, prefix, cache=cache)
 """

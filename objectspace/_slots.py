@@ -71,11 +71,7 @@ class SlotSequence(PersistedObject):
         if self._dirty is NO_SLOTS:
             self._dirty = set()
             self._pending = set()
-        if self._dead:
-            self._raise_dead()
-        if not self._listed:
-            self._space._touched[self._nkey] = self
-            self._listed = True
+        PersistedObject._touch(self)
 
     # Kinds that keep only a length (list, stack, array) share these; queue overrides them.
     @classmethod

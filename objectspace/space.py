@@ -204,7 +204,7 @@ class ObjectSpace(KindMethods):
             obj = KIND_CLASSES[found]._load(self, name, nkey, codec_obj, meta)
         except (TypeError, ValueError, IndexError, KeyError) as e:     # metadata of the wrong shape
             raise CorruptionError(f"metadata of {found} {name!r} is unreadable: {meta!r:.60} ({e})") from e
-        if old and obj.has_meta:
+        if old and found not in L.KINDS_WITHOUT_META:
             obj._old = True
         return obj
 

@@ -660,9 +660,12 @@ static inline void set_probes(unsigned char *bits, uint64_t h1, uint64_t h2, Py_
 
 /* Whether every one of the k probe bits of (h1, h2) is set in an m-bit filter. */
 static inline int all_probes(const unsigned char *bits, uint64_t h1, uint64_t h2, uint64_t m, long k) {
+    if (k < 1) {
+        return 1;
+    }
     uint64_t p = h1 % m;
-    if (k < 1 || !(bits[p >> 3] & (1u << (p & 7)))) {
-        return k < 1;       /* most filters a get probes say no at the first bit: one division */
+    if (!(bits[p >> 3] & (1u << (p & 7)))) {
+        return 0;           /* most filters a get probes say no at the first bit: one division */
     }
     uint64_t step = h2 % m;
     for (long j = 1; j < k; j++) {
@@ -798,10 +801,7 @@ static PyObject *bloom_check(PyObject *self, PyObject *const *args, Py_ssize_t n
     const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(args[2]);
     Py_ssize_t len = PyBytes_GET_SIZE(args[2]);
     uint64_t h1 = crc32_of(0, s, len), h2 = crc32_of(SEED2, s, len) | 1u;
-    if (!all_probes(bits, h1, h2, m, k)) {
-        Py_RETURN_FALSE;
-    }
-    Py_RETURN_TRUE;
+    return PyBool_FromLong(all_probes(bits, h1, h2, m, k));
 }
 
 /* bloom_candidates(key: bytes, filters: tuple) -> list[int]: the positions i of filters

@@ -162,3 +162,11 @@ def test_a_head_that_contradicts_the_index_entry_is_corruption(db):
     db.put(P + L.OBJECTS + nkey + L.META, L.meta_head("dict", 1) + msgpack.packb([0]))
     with pytest.raises(CorruptionError, match="metadata of queue 'q' names kind code 9"):
         ObjectSpace(db, prefix=P)._load("q", nkey, db.get(P + L.INDEX + nkey), None, None)
+
+
+def test_the_layout_and_the_kinds_agree_on_which_kinds_write_no_metadata():
+    """The format's KINDS_WITHOUT_META (lookups, loads, inspection) and each kind's own
+    has_meta (what its saves write) name the same kinds, and every kind has a code."""
+    from objectspace._kinds import KIND_CLASSES
+    assert {k for k, cls in KIND_CLASSES.items() if not cls.has_meta} == L.KINDS_WITHOUT_META
+    assert set(KIND_CLASSES) == set(L.KIND_CODES)
