@@ -109,11 +109,12 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 self.store, self.ns = root.store, root.ns
                 timeline = Timeline(self.store, self.ns)
         if sources is not None:
-            restored = _recovery.load_sources(self.store, list(sources), self.groups, self._cache, self._tables)
+            restored = _recovery.load_sources(self.store, list(sources), self.groups, self._cache, self._tables,
+                                              self.opts.bloom_strip)
             start = -1
         else:
             restored = _recovery.load_checkpoint(self.store, self.ns, checkpoint, self._cache, self._tables, timeline,
-                                                 manifest=manifest)
+                                                 manifest=manifest, strip=self.opts.bloom_strip)
             start = restored.info.epoch if restored.info is not None else -1
             if restored.manifest is not None and self.groups == ALL_KEY_GROUPS:
                 self.groups = tuple(restored.manifest.groups)
@@ -574,6 +575,6 @@ def _filters(sources: tuple) -> tuple:
     out = []
     for src in sources:
         bloom = None if type(src) is Memtable else src.meta().bloom
-        out.append(None if bloom is None or type(bloom.bits) is not bytes else (bloom.bits, bloom.k))
+        out.append(None if bloom is None else bloom.probe())
     return tuple(out)
 

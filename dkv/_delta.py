@@ -37,11 +37,11 @@ class Delta(Table):
     """A WAL segment as a read source. ``keys``: its keys when the caller has them (a
     sealed memtable), so the bloom filter needs no decoding."""
 
-    __slots__ = ("max_seq", "index", "_keys")
+    __slots__ = ("max_seq", "index", "_keys", "_strip")
     read_ahead = False
 
     def __init__(self, name: str, data: bytes, index: wal.SegmentIndex, cache, groups=ALL_KEY_GROUPS,
-                 keys: list | None = None) -> None:
+                 keys: list | None = None, strip: tuple | None = None) -> None:
         if index.first_keys and index.first_keys[0] is None:       # one unblocked record batch
             k, _, _ = wal.decode_block(data[index.offsets[0]:index.offsets[0] + index.lengths[0]], name,
                                        index.version)
@@ -53,6 +53,7 @@ class Delta(Table):
         self.max_seq = index.max_seq
         self.index = index
         self._keys = keys
+        self._strip = strip         # the bloom filter's strip rule (the store's bloom_strip)
 
     @property
     def nbytes(self) -> int:
@@ -65,7 +66,8 @@ class Delta(Table):
         if keys is None:
             keys = [k for ks, _ in self.records() for k in ks]
         self._keys = None       # only the filter needs them
-        filt = bloom.Bloom(bloom.build(keys)) if keys else None
+        strip = self._strip
+        filt = bloom.Bloom(bloom.build(keys, strip=strip), strip) if keys else None
         return sst.SstMeta(ix.count, 0, ix.min_key, ix.last_key, ix.max_seq, ix.max_seq, self.ref.size, filt,
                            ix.first_keys, ix.offsets, ix.lengths, [None] * len(ix.offsets))
 
@@ -98,22 +100,23 @@ class Delta(Table):
         return self.index.count == 0
 
 
-def load(name: str, data: bytes, cache, groups=ALL_KEY_GROUPS, skip: int = -1) -> tuple[int, Delta | None]:
+def load(name: str, data: bytes, cache, groups=ALL_KEY_GROUPS, skip: int = -1,
+         strip: tuple | None = None) -> tuple[int, Delta | None]:
     """(max_seq, Delta) of segment bytes read back from storage; the Delta is None for an
     empty segment or one whose records a flush covers (max_seq <= skip). Raises
     CorruptionError when the bytes do not check out."""
     index = wal.parse(data, f"WAL segment {name}")
     if index.count == 0 or index.max_seq <= skip:
         return index.max_seq, None
-    return index.max_seq, Delta(name, data, index, cache, groups)
+    return index.max_seq, Delta(name, data, index, cache, groups, strip=strip)
 
 
 def encode(name: str, keys: list, values: list, max_seq: int, cache, groups, level: int,
-           block_bytes: int) -> tuple[bytes, Delta | None]:
+           block_bytes: int, strip: tuple | None = None) -> tuple[bytes, Delta | None]:
     """The segment bytes of sorted records and the Delta over them."""
     data = wal.encode(keys, values, max_seq, level, block_bytes)
     if not keys:
         return data, None
-    delta = Delta(name, data, wal.parse(data, name), cache, groups, keys)
+    delta = Delta(name, data, wal.parse(data, name), cache, groups, keys, strip)
     delta.meta()        # the bloom filter now, while the keys are at hand
     return data, delta

@@ -83,7 +83,7 @@ class FlushMixin:
             return
         keys, values = mem.columns_sorted()
         data, delta = _delta.encode(seg.name, keys, values, seg.max_seq, self._cache, self.groups,
-                                    self.opts.wal_zstd_level, self.opts.wal_block_bytes)
+                                    self.opts.wal_zstd_level, self.opts.wal_block_bytes, self.opts.bloom_strip)
         with self._lock:
             seg.data = data
             if delta is None:       # nothing but... an empty memtable is never sealed
@@ -244,7 +244,7 @@ class FlushMixin:
         tables: list = []
 
         def builder():
-            b = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level)
+            b = SstBuilder(self.opts.block_bytes, self.opts.sst_zstd_level, strip=self.opts.bloom_strip)
             if self._pacer.enabled:
                 b.on_block = self._pacer.take
             return b

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from .format.bloom import check_strip
+
 KiB = 1 << 10
 MiB = 1 << 20
 
@@ -31,6 +33,8 @@ class Options:
     inline_segment_bytes: int = 0         # >0: a WAL segment this small goes inside the manifest,
                                           # carried by later ones while live (RFC 0007); 0: files
     inline_manifest_bytes: int = 12 * KiB  # ... while one manifest's inline segments stay within this
+    bloom_strip: tuple | None = None      # (tag, n): keys whose last n bytes follow byte tag (slots
+                                          # read by range scans) share one bloom entry, their prefix
     wal_zstd_level: int = 3
     sst_zstd_level: int = 1
     background: bool = True               # flush and compact on background threads
@@ -63,6 +67,7 @@ class Options:
                 raise ValueError(f"dkv option {name} must be an int >= 0, got {value!r}")
         if not isinstance(opts.pace, (int, float)) or isinstance(opts.pace, bool) or not 0 <= opts.pace < float("inf"):
             raise ValueError(f"dkv option pace must be a number >= 0, got {opts.pace!r}")
+        opts.bloom_strip = check_strip(opts.bloom_strip, "dkv option bloom_strip")
         if opts.l0_trigger < 2:
             raise ValueError("dkv option l0_trigger must be at least 2")
         return opts

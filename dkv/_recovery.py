@@ -36,9 +36,10 @@ def intersect(a: tuple, b: tuple) -> tuple | None:
 
 
 def load_checkpoint(store, ns: str, epoch: int | None, cache, tables: dict, timeline: Timeline,
-                    manifest: mf.Manifest | None = None) -> Restored:
+                    manifest: mf.Manifest | None = None, strip: tuple | None = None) -> Restored:
     """State of instance ``ns`` at checkpoint ``epoch`` (latest when None). ``manifest``:
-    that checkpoint's manifest when the caller has read it already."""
+    that checkpoint's manifest when the caller has read it already; ``strip``: the bloom
+    strip rule of the segments' in-memory filters (the store's ``bloom_strip``)."""
     r = Restored()
     info = timeline.find(epoch)
     if info is None:
@@ -52,13 +53,13 @@ def load_checkpoint(store, ns: str, epoch: int | None, cache, tables: dict, time
     else:
         m = mf.decode(store.get(info.name), info.name)
     r.manifest, r.info = m, info
-    _apply(r, m, m.groups, store, cache, tables, info.name)
+    _apply(r, m, m.groups, store, cache, tables, info.name, strip)
     # Segments of other instances (after a rescale) count sequence numbers of their own.
     r.flushed_seq = max((s.skip for s in r.segments if s.ns == ns.strip("/")), default=0)
     return r
 
 
-def load_sources(store, sources: list, groups: tuple, cache, tables: dict) -> Restored:
+def load_sources(store, sources: list, groups: tuple, cache, tables: dict, strip: tuple | None = None) -> Restored:
     """State merged from ``[(ns, epoch), ...]`` restricted to key groups ``groups``. A
     source may be ``(ns, epoch, (first, end))`` to take only those key groups from it;
     sources must not overlap in the key groups they contribute."""
@@ -81,11 +82,12 @@ def load_sources(store, sources: list, groups: tuple, cache, tables: dict) -> Re
         if any(intersect(part, t) for t in taken):
             raise ValueError(f"sources overlap in key groups {part}: {sources!r}")
         taken.append(part)
-        _apply(r, m, part, store, cache, tables, info.name)
+        _apply(r, m, part, store, cache, tables, info.name, strip)
     return r
 
 
-def _apply(r: Restored, m: mf.Manifest, groups: tuple, store, cache, tables: dict, where: str) -> None:
+def _apply(r: Restored, m: mf.Manifest, groups: tuple, store, cache, tables: dict, where: str,
+           strip: tuple | None) -> None:
     l0 = list(r.version.l0)
     levels = [list(lv) for lv in r.version.levels]
     for i, level in enumerate(m.levels):
@@ -107,7 +109,7 @@ def _apply(r: Restored, m: mf.Manifest, groups: tuple, store, cache, tables: dic
                 levels[i - 1].append(t)
     r.version = Version(l0, levels)
     r.last_seq = max(r.last_seq, m.last_seq)
-    _replay(r, m.wal, groups, store, cache, where)
+    _replay(r, m.wal, groups, store, cache, where, strip)
 
 
 def _range_overlaps(ref: mf.TableRef, groups: tuple) -> bool:
@@ -133,12 +135,12 @@ def segments_of(ranges: list, groups: tuple = mf.ALL_KEY_GROUPS) -> list:
     return todo
 
 
-def _replay(r: Restored, ranges: list, groups: tuple, store, cache, where: str) -> None:
+def _replay(r: Restored, ranges: list, groups: tuple, store, cache, where: str, strip: tuple | None) -> None:
     todo = segments_of(ranges, groups)
     if not todo:
         return
     for seg, blob in zip(todo, fetch(store, todo)):
-        seg.source = load_segment(seg, blob, cache, where)
+        seg.source = load_segment(seg, blob, cache, where, strip)
         r.segments.append(seg)
         if seg.source is not None:
             r.sources = (seg.source,) + r.sources
@@ -153,12 +155,13 @@ def fetch(store, segments: list) -> list:
     return [s.data if s.state == "inline" else next(got) for s in segments]
 
 
-def load_segment(seg: Segment, blob: bytes, cache, where: str = ""):
+def load_segment(seg: Segment, blob: bytes, cache, where: str = "", strip: tuple | None = None):
     """A read source over a segment's bytes (sets ``seg.max_seq`` from its header), or None
     when a flush already covers it (max_seq <= skip) or it holds no records. ``where``:
-    the manifest that carries an inline segment, named when its bytes are damaged."""
+    the manifest that carries an inline segment, named when its bytes are damaged;
+    ``strip``: its bloom filter's strip rule."""
     try:
-        seg.max_seq, delta = _delta.load(seg.name, blob, cache, seg.groups, seg.skip)
+        seg.max_seq, delta = _delta.load(seg.name, blob, cache, seg.groups, seg.skip, strip)
     except CorruptionError as e:
         if seg.state != "inline":
             raise

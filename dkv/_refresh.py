@@ -115,7 +115,7 @@ class RefreshMixin:
         changed: list = []
         added: tuple = ()
         for seg, blob in zip(segments, fetch(self.store, segments)):
-            seg.source = load_segment(seg, blob, self._cache, where)
+            seg.source = load_segment(seg, blob, self._cache, where, self.opts.bloom_strip)
             if seg.source is not None:
                 added = (seg.source,) + added
                 for keys, _ in seg.source.records():

@@ -18,7 +18,7 @@ from ._codec import register_type, unregister_type
 from ._dict import PersistedDict, PersistedSortedDict
 from ._groups import PendingEntry
 from ._keycodec import decode_key, encode_key, encode_name
-from ._layout import SCHEMA_STATE
+from ._layout import BLOOM_STRIP, SCHEMA_STATE
 from ._linked import LinkedListNode, PersistedLinkedList
 from ._list import PersistedList
 from ._ndarray import PersistedNDArray
@@ -51,7 +51,7 @@ def __dir__():
     return sorted(set(globals()) | set(_INSPECTION))
 
 __all__ = [
-    "ObjectSpace", "DEFAULT_PREFIX", "SCHEMA_STATE", "ObjectCache",
+    "ObjectSpace", "DEFAULT_PREFIX", "SCHEMA_STATE", "BLOOM_STRIP", "ObjectCache",
     "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
     "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
     "PersistedDict", "PersistedSortedDict", "PersistedStream", "PersistedNDArray", "PendingEntry",

@@ -50,6 +50,13 @@ PEL = b"\x04"
 
 SLOT_BYTES = 8
 
+BLOOM_STRIP = (ITEMS[0], SLOT_BYTES)
+"""The dkv ``bloom_strip`` rule for object spaces (RFC 0005 decision 14): the slot records
+of a list, queue, stack, array or ndarray (``ITEMS`` then an 8-byte slot) enter a table's
+bloom filter once per object, as their items prefix. They are read by range scans; a point
+read of one slot still skips the tables that hold none of its object's items. Point reads
+of metadata, index and value records keep their own entries."""
+
 KIND_CODES = {
     "value": 1, "array": 2, "list": 3, "queue": 4, "stack": 5, "linked_list": 6,
     "set": 7, "sorted_set": 8, "dict": 9, "sorted_dict": 10, "stream": 11, "ndarray": 12,

@@ -124,6 +124,7 @@ class ObjectSpace(KindMethods):
         per checkpoint (fewer bytes written when many small checkpoints stay live)."""
         dkv_options.setdefault("max_replay_bytes", NOTEBOOK_REPLAY_BYTES)
         dkv_options.setdefault("inline_segment_bytes", NOTEBOOK_INLINE_BYTES)
+        dkv_options.setdefault("bloom_strip", L.BLOOM_STRIP)
         db = dkv.open(location, checkpoint=checkpoint, **dkv_options)
         space = cls(db, prefix, cache_items=cache_items, cache_objects=cache_objects, cache_bytes=cache_bytes,
                     clock=clock)

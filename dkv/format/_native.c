@@ -724,31 +724,78 @@ static PyObject *bloom_build(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* bloom_hashes(keys: list[bytes]) -> bytes: per key its two CRC-32s (h1, then h2 | 1), each
- * a little-endian u32; what bloom_build_hashed makes a filter of, 8 bytes a key. */
-static PyObject *bloom_hashes(PyObject *self, PyObject *keys) {
-    if (!PyList_Check(keys)) {
-        PyErr_SetString(PyExc_TypeError, "bloom_hashes(keys: list[bytes])");
+/* The length of key's bloom entry under a strip rule (tag, n): a key whose last n bytes
+ * follow the byte tag enters the filter without them (its prefix), any other key whole.
+ * tag < 0: no rule. */
+static inline Py_ssize_t bloom_len(const unsigned char *s, Py_ssize_t len, long tag, long n) {
+    return (tag >= 0 && len > n && s[len - n - 1] == (unsigned char)tag) ? len - n : len;
+}
+
+/* The (tag, n) of a strip rule from two Python ints; tag -1 and n 0 mean none. */
+static int strip_rule(PyObject *tag_obj, PyObject *n_obj, long *tag, long *n) {
+    *tag = PyLong_AsLong(tag_obj);
+    if (*tag == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *n = PyLong_AsLong(n_obj);
+    if (*n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (*tag < -1 || *tag > 255 || *n < 0 || (*tag >= 0 && *n < 1)) {
+        PyErr_SetString(PyExc_ValueError, "a bloom strip rule is a tag in 0..255 and a length >= 1");
+        return -1;
+    }
+    return 0;
+}
+
+/* bloom_hashes(keys: list[bytes][, tag: int, n: int]) -> bytes: per key its two CRC-32s (h1,
+ * then h2 | 1), each a little-endian u32; what bloom_build_hashed makes a filter of, 8 bytes
+ * a key. With a strip rule, of each key's bloom entry (bloom_len), and a run of keys with the
+ * same entry (a collection's slots, sorted together) gives it once. */
+static PyObject *bloom_hashes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long tag = -1, n = 0;
+    if ((nargs != 1 && nargs != 3) || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "bloom_hashes(keys: list[bytes][, tag: int, n: int])");
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(keys);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (nargs == 3 && strip_rule(args[1], args[2], &tag, &n) < 0) {
+        return NULL;
+    }
+    PyObject *keys = args[0];
+    Py_ssize_t count = PyList_GET_SIZE(keys);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * 8);
     if (out == NULL) {
         return NULL;
     }
     unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t h[2];
-        if (key_hashes(PyList_GET_ITEM(keys, i), &h[0], &h[1]) < 0) {
+    const unsigned char *prev = NULL;
+    Py_ssize_t prev_len = -1, w = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (!PyBytes_CheckExact(key)) {
             Py_DECREF(out);
+            PyErr_SetString(PyExc_TypeError, "keys must be bytes");
             return NULL;
         }
-        for (int j = 0; j < 2; j++) {
-            o[8 * i + 4 * j] = (unsigned char)h[j];
-            o[8 * i + 4 * j + 1] = (unsigned char)(h[j] >> 8);
-            o[8 * i + 4 * j + 2] = (unsigned char)(h[j] >> 16);
-            o[8 * i + 4 * j + 3] = (unsigned char)(h[j] >> 24);
+        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(key);
+        Py_ssize_t len = bloom_len(s, PyBytes_GET_SIZE(key), tag, n);
+        if (tag >= 0) {
+            if (len == prev_len && memcmp(s, prev, (size_t)len) == 0) {
+                continue;
+            }
+            prev = s;
+            prev_len = len;
         }
+        uint32_t h[2] = {crc32_of(0, s, len), crc32_of(SEED2, s, len) | 1u};
+        for (int j = 0; j < 2; j++, w += 4) {
+            o[w] = (unsigned char)h[j];
+            o[w + 1] = (unsigned char)(h[j] >> 8);
+            o[w + 2] = (unsigned char)(h[j] >> 16);
+            o[w + 3] = (unsigned char)(h[j] >> 24);
+        }
+    }
+    if (w < count * 8 && _PyBytes_Resize(&out, w) < 0) {
+        return NULL;
     }
     return out;
 }
@@ -783,14 +830,19 @@ static PyObject *bloom_build_hashed(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* bloom_check(bits: bytes, k: int, key: bytes) -> bool */
+/* bloom_check(bits: bytes, k: int[, tag: int, n: int], key: bytes) -> bool: whether the
+ * filter may hold key (its bloom entry under the strip rule, when one is given). */
 static PyObject *bloom_check(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "bloom_check(bits: bytes, k: int, key: bytes)");
+    long tag = -1, n = 0;
+    if ((nargs != 3 && nargs != 5) || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[nargs - 1])) {
+        PyErr_SetString(PyExc_TypeError, "bloom_check(bits: bytes, k: int[, tag: int, n: int], key: bytes)");
         return NULL;
     }
     long k = PyLong_AsLong(args[1]);
     if (k == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (nargs == 5 && strip_rule(args[2], args[3], &tag, &n) < 0) {
         return NULL;
     }
     const unsigned char *bits = (const unsigned char *)PyBytes_AS_STRING(args[0]);
@@ -798,15 +850,16 @@ static PyObject *bloom_check(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (m == 0) {
         Py_RETURN_TRUE;
     }
-    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(args[2]);
-    Py_ssize_t len = PyBytes_GET_SIZE(args[2]);
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(args[nargs - 1]);
+    Py_ssize_t len = bloom_len(s, PyBytes_GET_SIZE(args[nargs - 1]), tag, n);
     uint64_t h1 = crc32_of(0, s, len), h2 = crc32_of(SEED2, s, len) | 1u;
     return PyBool_FromLong(all_probes(bits, h1, h2, m, k));
 }
 
 /* bloom_candidates(key: bytes, filters: tuple) -> list[int]: the positions i of filters
- * (each None, or a (bits: bytes, k: int) pair as bloom_check takes them) whose filter may
- * contain key; None may contain anything. The key's hashes are computed once for all:
+ * (each None, or a (bits: bytes, k: int) pair as bloom_check takes them, or (bits, k, tag, n)
+ * for a filter of stripped entries) whose filter may contain key; None may contain anything.
+ * The key's hashes are computed once for all (twice with a strip rule: whole and stripped):
  * a get over many sealed segments probes them all in one call. */
 static PyObject *bloom_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
@@ -816,30 +869,45 @@ static PyObject *bloom_candidates(PyObject *self, PyObject *const *args, Py_ssiz
     const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(args[0]);
     Py_ssize_t len = PyBytes_GET_SIZE(args[0]);
     uint64_t h1 = crc32_of(0, s, len), h2 = crc32_of(SEED2, s, len) | 1u;
+    Py_ssize_t slen = -1;       /* the stripped length the hashes sh1, sh2 are of */
+    uint64_t sh1 = 0, sh2 = 0;
     PyObject *filters = args[1];
-    Py_ssize_t n = PyTuple_GET_SIZE(filters);
+    Py_ssize_t count = PyTuple_GET_SIZE(filters);
     PyObject *out = PyList_New(0);
     if (out == NULL) {
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *f = PyTuple_GET_ITEM(filters, i);
         int may = 1;
         if (f != Py_None) {
-            if (!PyTuple_CheckExact(f) || PyTuple_GET_SIZE(f) != 2 || !PyBytes_CheckExact(PyTuple_GET_ITEM(f, 0))) {
+            Py_ssize_t fn = PyTuple_CheckExact(f) ? PyTuple_GET_SIZE(f) : 0;
+            if ((fn != 2 && fn != 4) || !PyBytes_CheckExact(PyTuple_GET_ITEM(f, 0))) {
                 Py_DECREF(out);
-                PyErr_SetString(PyExc_TypeError, "bloom_candidates: a filter is None or (bits: bytes, k: int)");
+                PyErr_SetString(PyExc_TypeError, "bloom_candidates: a filter is None, (bits: bytes, k: int) "
+                                "or (bits, k, tag: int, n: int)");
                 return NULL;
             }
-            long k = PyLong_AsLong(PyTuple_GET_ITEM(f, 1));
-            if (k == -1 && PyErr_Occurred()) {
+            long k = PyLong_AsLong(PyTuple_GET_ITEM(f, 1)), tag = -1, n = 0;
+            if ((k == -1 && PyErr_Occurred())
+                || (fn == 4 && strip_rule(PyTuple_GET_ITEM(f, 2), PyTuple_GET_ITEM(f, 3), &tag, &n) < 0)) {
                 Py_DECREF(out);
                 return NULL;
             }
             PyObject *b = PyTuple_GET_ITEM(f, 0);
             const unsigned char *bits = (const unsigned char *)PyBytes_AS_STRING(b);
             uint64_t m = (uint64_t)PyBytes_GET_SIZE(b) * 8;
-            may = m == 0 || all_probes(bits, h1, h2, m, k);
+            Py_ssize_t blen = bloom_len(s, len, tag, n);
+            if (blen == len) {
+                may = m == 0 || all_probes(bits, h1, h2, m, k);
+            } else {
+                if (blen != slen) {
+                    slen = blen;
+                    sh1 = crc32_of(0, s, blen);
+                    sh2 = crc32_of(SEED2, s, blen) | 1u;
+                }
+                may = m == 0 || all_probes(bits, sh1, sh2, m, k);
+            }
         }
         if (may) {
             PyObject *v = PyLong_FromSsize_t(i);
@@ -859,7 +927,7 @@ static PyMethodDef methods[] = {
     {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos in [lo, hi) (with index() hints)."},
     {"find", front_find, METH_VARARGS, "(found, value) of one key in front-coded records (with index() hints)."},
     {"index", front_index, METH_VARARGS, "Restart hints of front-coded records, every n-th record (in memory only)."},
-    {"bloom_hashes", bloom_hashes, METH_O, "Two CRC-32s per key (8 bytes a key) for bloom_build_hashed."},
+    {"bloom_hashes", (PyCFunction)(void (*)(void))bloom_hashes, METH_FASTCALL, "Two CRC-32s per bloom entry (8 bytes an entry) for bloom_build_hashed."},
     {"bloom_build_hashed", bloom_build_hashed, METH_VARARGS, "The bit array of a bloom filter from bloom_hashes."},
     {"bloom_build", bloom_build, METH_VARARGS, "The bit array of a bloom filter over keys (m bits, k probes)."},
     {"bloom_check", (PyCFunction)(void (*)(void))bloom_check, METH_FASTCALL, "Whether key may be in the filter."},

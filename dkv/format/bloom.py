@@ -4,6 +4,13 @@ Probe positions use double hashing over two CRC-32s of the key (CRC is in C via 
 and stable across processes, unlike Python's ``hash``): ``(h1 + i*h2) mod m``.
 Serialized as one byte ``k`` followed by the bit array (bit ``p`` is bit ``p & 7`` of
 byte ``p >> 3``).
+
+A filter may have a strip rule ``(tag, n)`` (dkv's ``bloom_strip`` option): a key whose
+last ``n`` bytes follow the byte ``tag`` enters it as its prefix without those bytes, so a
+run of such keys (the slots of one collection, read by range scans) takes one entry instead
+of one each, and a get of such a key probes the prefix: it still skips every table that
+holds none of the collection. Writer and reader apply the same rule (a table names its
+own), so the rule never causes a false negative, whatever keys match it.
 """
 from __future__ import annotations
 
@@ -49,12 +56,45 @@ def _shape(n: int, bits_per_key: int) -> tuple[int, int]:
     return (m + 7) & ~7, max(1, min(30, round(bits_per_key * 0.5)))
 
 
-def hashes(keys: list) -> bytes:
-    """The two CRC-32s of each key (h1, h2 | 1; little-endian u32s, 8 bytes a key): what a
-    builder keeps instead of the keys, for ``build_hashed``."""
+def entry(key: bytes, strip: tuple | None) -> bytes:
+    """What stands for ``key`` in a filter with strip rule ``strip`` (None: the key)."""
+    if strip is not None:
+        tag, n = strip
+        if len(key) > n and key[-n - 1] == tag:
+            return key[:-n]
+    return key
+
+
+def check_strip(strip, what: str = "bloom_strip") -> tuple | None:
+    """``strip`` as a (tag, n) tuple, or None; ValueError naming ``what`` if it is neither."""
+    if strip is None:
+        return None
+    try:
+        tag, n = strip
+        ok = all(type(v) is int for v in (tag, n)) and 0 <= tag <= 255 and 1 <= n <= 255
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{what} must be None or (tag, n) with a tag byte 0..255 and a length "
+                         f"1..255, got {strip!r}")
+    return (tag, n)
+
+
+def hashes(keys: list, strip: tuple | None = None) -> bytes:
+    """The two CRC-32s of each key's entry (h1, h2 | 1; little-endian u32s, 8 bytes an
+    entry): what a builder keeps instead of the keys, for ``build_hashed``. With a strip
+    rule, a run of sorted keys with one entry gives it once."""
     if _c_hashes is not None:
-        return _c_hashes(keys)
-    return b"".join(_PAIR.pack(crc32(key), crc32(key, SEED2) | 1) for key in keys)
+        return _c_hashes(keys) if strip is None else _c_hashes(keys, *strip)
+    out, prev = [], None
+    for key in keys:
+        key = entry(key, strip)
+        if strip is not None:
+            if key == prev:
+                continue
+            prev = key
+        out.append(_PAIR.pack(crc32(key), crc32(key, SEED2) | 1))
+    return b"".join(out)
 
 
 def build_hashed(hashed, bits_per_key: int = BITS_PER_KEY) -> bytes:
@@ -70,8 +110,10 @@ def build_hashed(hashed, bits_per_key: int = BITS_PER_KEY) -> bytes:
     return bytes((k,)) + bytes(bits)
 
 
-def build(keys, bits_per_key: int = BITS_PER_KEY) -> bytes:
-    """Serialized filter over ``keys``. O(n * k)."""
+def build(keys, bits_per_key: int = BITS_PER_KEY, strip: tuple | None = None) -> bytes:
+    """Serialized filter over ``keys`` (sorted when ``strip`` is given). O(n * k)."""
+    if strip is not None:
+        return build_hashed(hashes(list(keys), strip), bits_per_key)
     n = max(1, len(keys))
     m, k = _shape(len(keys), bits_per_key)
     if _c_build is not None and type(keys) is list:
@@ -102,16 +144,19 @@ def _build_np(keys, m: int, k: int) -> bytes:
 
 
 class Bloom:
-    """A parsed filter. ``may_contain`` is O(k) and never gives a false negative."""
+    """A parsed filter (with its strip rule, None or (tag, n)). ``may_contain`` is O(k)
+    and never gives a false negative."""
 
-    __slots__ = ("k", "m", "bits")
+    __slots__ = ("k", "m", "bits", "strip")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, strip: tuple | None = None) -> None:
         self.k = data[0]
         self.bits = data[1:]
         self.m = len(self.bits) * 8
+        self.strip = strip
 
     def may_contain(self, key: bytes) -> bool:
+        key = entry(key, self.strip)
         bits, m = self.bits, self.m
         h1 = crc32(key)
         h2 = crc32(key, SEED2) | 1
@@ -123,6 +168,7 @@ class Bloom:
 
     def may_contain_5(self, key: bytes) -> bool:
         """may_contain unrolled for k == 5 (the default): about 40% faster in CPython."""
+        key = entry(key, self.strip)
         bits, m = self.bits, self.m
         h = crc32(key)
         d = crc32(key, SEED2) | 1
@@ -141,24 +187,34 @@ class Bloom:
         p = (h + 4 * d) % m
         return bool(bits[p >> 3] & (1 << (p & 7)))
 
+    def probe(self):
+        """This filter as ``candidates`` takes it (None when its bits are not bytes)."""
+        if type(self.bits) is not bytes:
+            return None
+        return (self.bits, self.k) if self.strip is None else (self.bits, self.k, *self.strip)
+
     def checker(self):
         """The fastest membership function for this filter."""
         if _c_check is not None and type(self.bits) is bytes:
+            if self.strip is not None:
+                return _partial(_c_check, self.bits, self.k, *self.strip)
             return _partial(_c_check, self.bits, self.k)
         return self.may_contain_5 if self.k == 5 else self.may_contain
 
 
 def candidates(key: bytes, filters: tuple) -> list:
-    """Positions i of ``filters`` (each None, or a ``(bits, k)`` pair of a Bloom's fields)
-    whose filter may hold ``key`` (None: may hold anything), in order. One call for all:
-    the key is hashed once, and in C no filter costs a Python call."""
+    """Positions i of ``filters`` (each None, or ``probe()`` of a Bloom: ``(bits, k)``, or
+    ``(bits, k, tag, n)`` with a strip rule) whose filter may hold ``key`` (None: may hold
+    anything), in order. One call for all: the key is hashed once (twice with strip rules),
+    and in C no filter costs a Python call."""
     if _c_candidates is not None:
         return _c_candidates(key, filters)
     out = []
-    h1, h2 = crc32(key), crc32(key, SEED2) | 1
     for i, f in enumerate(filters):
         if f is not None:
-            bits, k = f
+            bits, k = f[:2]
+            e = entry(key, f[2:] or None)
+            h1, h2 = crc32(e), crc32(e, SEED2) | 1
             m = len(bits) * 8
             if not all(bits[p >> 3] & (1 << (p & 7)) for p in ((h1 + j * h2) % m for j in range(k))):
                 continue

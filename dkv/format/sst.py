@@ -35,7 +35,8 @@ from ._codec import (check_crc, compress, crc32, decompress, pack_block, pack_ob
 
 MAGIC = b"DKVSST\x00\x01"
 VERSION = 2         # 1: a list of seqs in every block and always a bloom filter
-READABLE = (1, 2)
+STRIP_VERSION = 3   # version 2 with a bloom filter of stripped entries (its rule in "bs")
+READABLE = (1, 2, 3)
 _FOOTER = struct.Struct("<QIIHHI8s")
 FOOTER_SIZE = _FOOTER.size  # 32
 BLOCK_SIZE = 16 << 10       # target uncompressed bytes per data block
@@ -63,13 +64,17 @@ class SstBuilder:
     """Accumulates records in ascending key order and returns the table's bytes.
 
     ``add`` is amortised O(1); ``finish`` builds the bloom filter (O(n * k)) unless
-    ``bloom=False``.
+    ``bloom=False``; with ``strip`` (tag, n) over entries stripped by that rule (bloom.py),
+    and the table is written as version 3 so that a reader that does not know the rule
+    refuses it instead of missing keys.
     """
 
-    def __init__(self, block_size: int = BLOCK_SIZE, level: int = 1, bloom: bool = True) -> None:
+    def __init__(self, block_size: int = BLOCK_SIZE, level: int = 1, bloom: bool = True,
+                 strip: tuple | None = None) -> None:
         self.block_size = block_size
         self.level = level
         self.bloom = bloom
+        self.strip = strip if bloom else None
         self._parts: list[bytes] = []
         self._offset = 0
         self._hashes = bytearray()    # the bloom filter's hashes of the keys so far (8 bytes a key)
@@ -171,9 +176,13 @@ class SstBuilder:
             frame = raw         # incompressible (e.g. random values): skip decompression on reads
         fk, off, ln, cr = self._index
         fk.append(self._bk[0])
-        self._last = self._bk[-1]
         if self.bloom:      # a hash pair per key, not the keys: a big table's keys stay out of memory
-            self._hashes += bloom.hashes(self._bk)
+            hashed = bloom.hashes(self._bk, self.strip)
+            if self.strip is not None:      # a run of one entry across blocks counts once
+                if self._hashes and bloom.entry(self._bk[0], self.strip) == bloom.entry(self._last, self.strip):
+                    hashed = hashed[8:]
+            self._hashes += hashed
+        self._last = self._bk[-1]
         off.append(self._offset)
         ln.append(len(frame))
         cr.append(crc32(frame))
@@ -195,8 +204,11 @@ class SstBuilder:
         }
         if self.bloom:
             meta["bf"] = bloom.build_hashed(self._hashes)
+        if self.strip is not None:
+            meta["bs"] = list(self.strip)
         meta_bytes = compress(pack_obj(meta), 1)
-        footer_head = _FOOTER.pack(self._offset, len(meta_bytes), crc32(meta_bytes), VERSION, 0, 0, MAGIC)
+        version = VERSION if self.strip is None else STRIP_VERSION
+        footer_head = _FOOTER.pack(self._offset, len(meta_bytes), crc32(meta_bytes), version, 0, 0, MAGIC)
         footer = footer_head[:20] + struct.pack("<I", crc32(footer_head[:20])) + MAGIC
         return b"".join(self._parts) + meta_bytes + footer
 
@@ -225,10 +237,15 @@ def parse_meta(data: bytes, crc: int, what: str, version: int = VERSION) -> SstM
     m = unpack_obj(decompress(data, what), what)
     try:
         bf = m.get("bf")
+        strip = None
+        if version >= STRIP_VERSION:
+            strip = bloom.check_strip(tuple(m["bs"]), "its bloom strip rule")
         return SstMeta(m["n"], m["t"], m["lo"], m["hi"], m["s0"], m["s1"], m["rb"],
-                       None if bf is None else bloom.Bloom(bf), m["ik"], m["io"], m["il"], m["ic"], version)
+                       None if bf is None else bloom.Bloom(bf, strip), m["ik"], m["io"], m["il"], m["ic"], version)
     except (KeyError, TypeError, IndexError) as e:
         raise CorruptionError(f"{what}: metadata is missing a field ({e})") from None
+    except ValueError as e:
+        raise CorruptionError(f"{what}: {e}") from None
 
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

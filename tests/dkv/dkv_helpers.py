@@ -366,22 +366,23 @@ class Harness:
         self._finish_pending()
 
 
-def run_random(h: Harness, rng: random.Random, steps: int, space: int = 80) -> None:
-    """Drive ``h`` with ``steps`` random operations (the seeded twin of the stateful test)."""
+def run_random(h: Harness, rng: random.Random, steps: int, space: int = 80, keys=random_key) -> None:
+    """Drive ``h`` with ``steps`` random operations (the seeded twin of the stateful test);
+    ``keys(rng, space)`` makes the keys."""
     for step in range(steps):
         r = rng.random()
-        key = random_key(rng, space)
+        key = keys(rng, space)
         if r < 0.40:
             h.put(key, random_value(rng))
         elif r < 0.52:
             h.delete(key)
         elif r < 0.60:
-            h.batch([(random_key(rng, space), random_value(rng) if rng.random() < 0.7 else None)
+            h.batch([(keys(rng, space), random_value(rng) if rng.random() < 0.7 else None)
                      for _ in range(rng.randrange(1, 8))])
         elif r < 0.72:
             h.check_get(key)
         elif r < 0.76:
-            a, b = sorted((random_key(rng, space), random_key(rng, space)))
+            a, b = sorted((keys(rng, space), keys(rng, space)))
             h.check_scan(a if rng.random() < 0.8 else None, b if rng.random() < 0.8 else None)
         elif r < 0.79:
             h.check_prefix(b"k%d" % rng.randrange(10) if rng.random() < 0.8 else rng.choice(SPECIAL_KEYS))

@@ -274,10 +274,10 @@ def test_version_1_tables_still_read():
     assert got == list(zip(keys, values, seqs))
     assert all(meta.bloom.may_contain(k) for k in keys)
     footer = bytearray(old[-32:])
-    struct.pack_into("<H", footer, 16, 3)
+    struct.pack_into("<H", footer, 16, 4)
     struct.pack_into("<I", footer, 20, zlib.crc32(bytes(footer[:20])))
-    with pytest.raises(dkv.CorruptionError, match="version 3"):
-        sst.parse_footer(old[:-32] + bytes(footer), "v3")
+    with pytest.raises(dkv.CorruptionError, match="version 4"):
+        sst.parse_footer(old[:-32] + bytes(footer), "v4")
 
 
 def test_a_version_1_table_reads_through_the_engine():

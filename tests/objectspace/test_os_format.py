@@ -170,3 +170,48 @@ def test_the_layout_and_the_kinds_agree_on_which_kinds_write_no_metadata():
     from objectspace._kinds import KIND_CLASSES
     assert {k for k, cls in KIND_CLASSES.items() if not cls.has_meta} == L.KINDS_WITHOUT_META
     assert set(KIND_CLASSES) == set(L.KIND_CODES)
+
+
+def test_spaces_write_tables_whose_filters_hold_an_entry_per_object_not_per_slot(tmp_path):
+    """ObjectSpace.open sets dkv's bloom_strip to BLOOM_STRIP (RFC 0005 decision 14): the
+    slots of a queue or list share their object's filter entry, and every read still finds
+    its record (range scans, a big list's point reads of single slots, dicts, values)."""
+    import random
+
+    from dkv.format import sst
+    from objectspace import BLOOM_STRIP
+    path = str(tmp_path / "s")
+    model = {}
+    with ObjectSpace.open(path, cache_items=8, max_replay_bytes=1) as s:
+        assert s._db.opts.bloom_strip == BLOOM_STRIP
+        for i in range(60):
+            s.create_queue(f"q{i}", [i * 100 + j for j in range(20)])
+            model[f"q{i}"] = [i * 100 + j for j in range(20)]
+        s.create_list("big", list(range(500)))
+        s.create_dict("d", {(k, k + 1): k for k in range(50)})       # 8-byte encoded keys: stripped too
+        s.create_value("v", "x")
+        s.checkpoint()
+        for i in range(0, 60, 3):
+            s.get_queue(f"q{i}").popleft()
+            model[f"q{i}"].pop(0)
+        s.checkpoint()
+    versions = {sst.footer_version(p.read_bytes()) for p in (tmp_path / "s").rglob("*.sst")}
+    assert versions == {3}
+    metas = []
+    for p in (tmp_path / "s").rglob("*.sst"):
+        data = p.read_bytes()
+        off, length, crc = sst.parse_footer(data, p.name)
+        metas.append(sst.parse_meta(data[off:off + length], crc, p.name, 3))
+    records = sum(m.count for m in metas)
+    entries = sum(len(m.bloom.bits) * 8 // 10 for m in metas)
+    assert entries * 5 < records
+    rng = random.Random(5)
+    with ObjectSpace.open(path, cache_items=8) as s:
+        for name, items in model.items():
+            assert list(s.get_queue(name)) == items
+        big = s.get_list("big")
+        for i in rng.sample(range(500), 40):        # point reads of single slots (500 > cache_items)
+            assert big[i] == i
+        assert dict(s.get_dict("d")) == {(k, k + 1): k for k in range(50)}
+        assert (3, 9) not in s.get_dict("d")
+        assert s.get_value("v").get() == "x"

@@ -26,7 +26,7 @@ def create(space, kind, name):
 
 def test_public_names_are_pinned():
     assert sorted(objectspace.__all__) == sorted([
-        "ObjectSpace", "DEFAULT_PREFIX", "SCHEMA_STATE", "ObjectCache",
+        "ObjectSpace", "DEFAULT_PREFIX", "SCHEMA_STATE", "BLOOM_STRIP", "ObjectCache",
         "PersistedValue", "PersistedArray", "PersistedList", "PersistedQueue", "PersistedStack",
         "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
         "PersistedDict", "PersistedSortedDict", "PersistedStream", "PersistedNDArray", "PendingEntry",
