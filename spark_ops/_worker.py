@@ -111,8 +111,7 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
     t0 = time.perf_counter()
     if run is not None and not final:
         _runs.check(_store(spec.state, spec.dkv_options), spec.state, run, batch_id, shard)
-    table = _sort_rows(table, keys, columns, order)
-    events = EventChunks(table, keys, columns, spec.event_time, instants)
+    events = EventChunks(table, keys, columns, spec.event_time, instants, _sort_order(table, keys, columns, order))
     heartbeat = events.heartbeat()
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
     emitted, metrics = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
@@ -130,20 +129,23 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
 
 
 class EventChunks:
-    """A task's sorted rows as event lists of at most ``size`` rows (run_shard_batch's
-    chunks), converted when reached; iterable again (a fenced shard runs its batch again)."""
+    """A task's rows as event lists of at most ``size`` rows (run_shard_batch's chunks) in
+    processing order, converted when reached; iterable again (a fenced shard runs its batch
+    again). ``order``: the rows' processing order (indices, see _sort_order) when the table
+    is not in it: each chunk takes its rows, so no sorted copy of the whole table is made."""
 
-    def __init__(self, table, keys, columns, event_time, instants, size: int = 1 << 14) -> None:
+    def __init__(self, table, keys, columns, event_time, instants, order=None, size: int = 1 << 14) -> None:
         self.table, self.keys, self.columns, self.event_time = table, keys, columns, event_time
-        self.instants, self.size = instants, size
+        self.instants, self.order, self.size = instants, order, size
 
     def __iter__(self):
         from ._keys import to_parts
-        table = self.table
+        table, order = self.table, self.order
         if table is None or not table.num_rows:
             return
         for start in range(0, table.num_rows, self.size):
-            pdf = _arrow_to_pandas(table.slice(start, self.size), self.instants)
+            rows = table.slice(start, self.size) if order is None else table.take(order.slice(start, self.size))
+            pdf = _arrow_to_pandas(rows, self.instants)
             yield _events(pdf, self.keys, self.columns, self.event_time, to_parts, self.instants)[0]
 
     def heartbeat(self):
@@ -207,21 +209,21 @@ def _arrow_to_pandas(table, instants: dict):
     return table.to_pandas(maps_as_pydicts="strict")
 
 
-def _sort_rows(table, keys, columns, order):
-    """A task's rows (Arrow) in processing order: by key group, key, the ``order`` columns,
-    then every other column of a plain type, so that ties break the same way on every run
-    (the shuffle delivers rows in no fixed order); nulls first (then NaNs)."""
+def _sort_order(table, keys, columns, order):
+    """The processing order of a task's rows (Arrow; indices, None without rows): by key
+    group, key, the ``order`` columns, then every other column of a plain type, so that
+    ties break the same way on every run (the shuffle delivers rows in no fixed order);
+    nulls first (then NaNs)."""
     if table is None or not table.num_rows:
-        return table
+        return None
     import pyarrow as pa
     import pyarrow.compute as pc
     ties = [c for c in columns if c not in keys and c not in order and not pa.types.is_nested(table.schema.field(c).type)]
     by = [KG] + list(keys) + list(order) + ties
     try:
-        idx = pc.sort_indices(table, options=_sort_options(by))
+        return pc.sort_indices(table, options=_sort_options(by))
     except (pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:     # apply_operator checks the types
         raise TypeError(f"spark_ops: cannot order the rows by {by[1:len(keys) + len(order) + 1]}: {e}") from e
-    return table.take(idx)
 
 
 def _sort_options(by: list):
@@ -235,7 +237,7 @@ def _sort_options(by: list):
 
 
 def _events(pdf, keys, columns, event_time, to_parts, instants):
-    """Rows (``pdf``, in processing order: see _sort_rows) as (key group, key parts, event
+    """Rows (``pdf``, in processing order: see _sort_order) as (key group, key parts, event
     ms, row dict), and the largest event time (ms) of rows with a null key, or None. Those
     rows (a heartbeat) are dropped, but their event times advance the watermark."""
     if pdf is None:

@@ -205,17 +205,46 @@ def test_a_frame_above_the_limit_is_dropped_unread_and_the_host_goes_on(owner, t
 
 
 def test_frames_above_the_read_step_arrive_whole(monkeypatch):
-    """A frame longer than the buffer step is read in steps and joined, byte for byte; one
-    above the limit is a FrameError (an EOFError: the connection is dropped)."""
+    """A frame longer than the buffer step is read in steps, byte for byte; one above the
+    limit is a FrameError (an EOFError: the connection is dropped)."""
     import socket
     a, b = socket.socketpair()
     monkeypatch.setattr(_host, "_READ_STEP", 1000)
     data = os.urandom(4321)
     _host._send(a, data)
-    assert _host._recv(b) == data
+    assert _host._recv(b) == (data, [])
     monkeypatch.setattr(_host, "MAX_FRAME", 4000)
     _host._send(a, data)
     with pytest.raises(_host.FrameError, match="4,321 bytes announced"):
+        _host._recv(b)
+    a.close()
+    b.close()
+
+
+def test_arrow_travels_as_out_of_band_buffers_and_is_rebuilt_over_them(monkeypatch):
+    """A pickle of Arrow data carries none of its bytes: they follow as buffers of their own
+    (read in steps like any frame) and the table is rebuilt over the received bytearrays,
+    equal to what was sent. Buffers that claim more bytes than the frame are a FrameError."""
+    import socket
+    import threading
+
+    import pyarrow as pa
+    monkeypatch.setattr(_host, "_READ_STEP", 1 << 12)
+    table = pa.table({"k": pa.array([f"key{i}" for i in range(20_000)]), "v": pa.array(range(20_000))})
+    a, b = socket.socketpair()
+    data, buffers = _host._dumps(("ok", [table, b"small"]))
+    assert len(data) < 2000 and sum(memoryview(x).nbytes for x in buffers) >= table.nbytes
+    sender = threading.Thread(target=_host._send, args=(a, data, buffers))   # frames beyond the socket's buffer
+    sender.start()
+    got = _host._recv(b)
+    sender.join()
+    assert all(type(x) is bytearray for x in got[1])
+    status, (back, small) = _host._loads(got)
+    assert status == "ok" and back.equals(table) and small == b"small"
+    col = back.column("v").chunk(0).buffers()[1]
+    assert any(col.address == pa.py_buffer(x).address for x in got[1])     # in place, not copied
+    a.sendall(_host._HEADER.pack(10) + _host._COUNT.pack(1) + _host._HEADER.pack(11))
+    with pytest.raises(_host.FrameError, match="buffers of 11 bytes"):
         _host._recv(b)
     a.close()
     b.close()

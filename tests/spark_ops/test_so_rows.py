@@ -13,7 +13,7 @@ from spark_ops._keys import to_parts
 from spark_ops import _output
 from spark_ops._output import rows_to_arrow
 from spark_ops._shards import TOKEN
-from spark_ops._worker import KG, _arrow_to_pandas, _events, _sort_rows
+from spark_ops._worker import KG, _arrow_to_pandas, _events, _sort_order
 
 UTC = dt.timezone.utc
 INSTANTS = {"ts": "__spark_ops_us0"}
@@ -44,7 +44,7 @@ def _rows(seed: int, n: int = 300, nan: bool = True) -> list:
 
 def _events_of(table, keys=("k",)):
     cols = ["k", "ts", "v", "s", "nested"]
-    pdf = _arrow_to_pandas(_sort_rows(table, list(keys), cols, ["ts"]), INSTANTS)
+    pdf = _arrow_to_pandas(table.take(_sort_order(table, list(keys), cols, ["ts"])), INSTANTS)
     return _events(pdf, list(keys), cols, "ts", to_parts, INSTANTS)[0]
 
 
@@ -69,7 +69,7 @@ def test_a_key_that_has_no_order_is_a_clear_error():
     rows = [{"k": [i % 3], "kg": 0, "ts": dt.datetime(2024, 1, 1, tzinfo=UTC), "v": float(i), "s": "x"}
             for i in range(5)]
     with pytest.raises(TypeError, match=r"cannot order the rows by \['k', 'ts'\]"):
-        _sort_rows(_table(rows, key_type=pa.list_(pa.int64())), ["k"], ["k", "ts", "v", "s", "nested"], ["ts"])
+        _sort_order(_table(rows, key_type=pa.list_(pa.int64())), ["k"], ["k", "ts", "v", "s", "nested"], ["ts"])
 
 
 # ------------------------------------------------------------------ emitted rows to Arrow
