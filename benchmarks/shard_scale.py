@@ -145,6 +145,13 @@ def run(args) -> dict:
 
     def convert(rows):       # the output to Arrow as it piles up, as in a shard host
         return rows_to_arrow(rows, out_schema)
+
+    tally = [0, 0, True]     # output rows, items, every row full: counted, not kept
+
+    def count(rb):
+        tally[0] += rb.num_rows
+        tally[1] += pc.sum(pc.list_value_length(rb.column("items"))).as_py() or 0
+        tally[2] &= pc.all(pc.equal(pc.list_value_length(rb.column("items")), args.count)).as_py() in (True, None)
     pa.array([0])           # pyarrow imports pandas on a host's first conversion (its check for
     baseline = rss_mb()     # pandas objects): a fixed cost of every host, so part of the baseline
     gc.disable()            # as in a shard host (spark_ops/_host.py): no GC inside a batch
@@ -167,15 +174,19 @@ def run(args) -> dict:
         t0 = time.perf_counter()
         if prof is not None:
             prof.enable()
-        emitted, metrics = run_shard_batch(spec, b, 0, events, batch_time=b * 1000, convert=convert)
+        # A host sends the parts of the output on as the batch makes them (the sink) and the
+        # rest with its answer: both are counted here and dropped.
+        emitted, metrics = run_shard_batch(spec, b, 0, events, batch_time=b * 1000, convert=convert, sink=count)
         if prof is not None:
             prof.disable()
         ms = (time.perf_counter() - t0) * 1000
-        emitted_total += sum(pc.sum(pc.list_value_length(rb.column("items"))).as_py() or 0 for rb in emitted)
-        full_rows &= all(pc.all(pc.equal(pc.list_value_length(rb.column("items")), args.count)).as_py() in (True, None)
-                         for rb in emitted)
-        emitted_rows = sum(rb.num_rows for rb in emitted)
-        emitted = None          # a host has sent its output before it tidies up and takes the next task
+        for rb in emitted:
+            count(rb)
+        emitted = None
+        emitted_rows, items, full = tally
+        emitted_total += items
+        full_rows &= full
+        tally[:] = [0, 0, True]
         _host._tidy_heap(b + 1)
         now = folder_sizes(state)
         added = grown(seen, now)

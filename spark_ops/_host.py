@@ -20,7 +20,8 @@ and the buffers: Arrow tables and batches travel as their own buffers, sent from
 rebuilt over the bytes they occupy, not copied into the pickle and out again (a copy of a
 task's rows or output was a host's and a worker's largest transient). Requests are
 ``(function, args)`` pickled with cloudpickle (the operator may be defined in a notebook);
-replies are ``("ok", result)`` or ``("error", exception or None, traceback text)``.
+replies are ``("ok", result)`` or ``("error", exception or None, traceback text)``, after
+any number of ``("part", output)`` frames that the request sent while it ran (part_sink).
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ _PEERCRED = struct.Struct("3i")          # struct ucred: pid, uid, gid (Linux)
 MAX_FRAME = int(os.environ.get("SPARK_OPS_HOST_MAX_FRAME", 4 << 30))   # bytes of one request or reply
 _READ_STEP = 64 << 20                    # a frame's buffer grows by this as its bytes arrive
 _CHILDREN: list = []        # hosts this process started (reaped when they exit)
+_PARTS = None               # in a host, during a request: see part_sink
 
 
 class HostError(RuntimeError):
@@ -92,6 +94,35 @@ def call(shard: int, fn, args: tuple, *, owner: int | None = None, max_slots: in
     """Run ``fn(*args)`` in the host of ``shard`` (started if needed) and return its result.
     ``fn`` must be importable by the host (a module-level function). Raises what ``fn``
     raised, or HostError when no host could run it."""
+    return _result(_call(shard, fn, args, owner, max_slots))
+
+
+def call_parts(shard: int, fn, args: tuple, *, owner: int | None = None, max_slots: int = 64):
+    """``call`` for a function that sends output while it runs (``part_sink``): yields each
+    part as it arrives, then the items of the function's result. Closed early, it reads
+    the rest unused, so that the host finishes its request (its batch commits) before this
+    worker lets another request take the host's slot."""
+    stream = _call(shard, fn, args, owner, max_slots)
+    done = False
+    try:
+        for kind, value in stream:
+            if kind == "ok":
+                done = True
+                yield from value
+                return
+            yield value
+    finally:
+        if not done:
+            try:
+                for _ in stream:
+                    pass
+            except Exception as e:  # noqa: BLE001 - the caller is gone; the host logged it
+                log.warning("a shard host request closed early ended with %r", e)
+
+
+def _call(shard: int, fn, args: tuple, owner: int | None, max_slots: int):
+    """The frames of ``fn(*args)`` run in the host of ``shard``: ("part", x) for each part
+    it sends, then ("ok", result)."""
     owner = os.getppid() if owner is None else owner
     payload = _dumps((fn, args), _cloudpickle())
     for slot in range(max_slots):
@@ -102,10 +133,25 @@ def call(shard: int, fn, args: tuple, *, owner: int | None = None, max_slots: in
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue            # another task uses this host: try the next slot
-            return _request(sock_path, owner, payload)
+            yield from _request(sock_path, owner, payload)
+            return
         finally:
             lock.close()            # closing releases the lock
     raise HostError(f"all {max_slots} host slots of shard {shard} are busy")
+
+
+def _result(stream):
+    for kind, value in stream:
+        if kind == "ok":
+            return value
+        raise HostError("the shard host sent output parts to a call that takes none")
+
+
+def part_sink():
+    """In a shard host, while it runs a request: a function that sends an output part to
+    the waiting worker at once (``call_parts`` yields it there); None anywhere else. If the
+    worker is gone, parts are dropped and the request goes on (its batch still commits)."""
+    return _PARTS
 
 
 def first_run_in_task(state: str, shard: int, attempt: int, *, owner: int | None = None) -> bool:
@@ -139,7 +185,7 @@ def _cloudpickle():
 
 def call_at(sock_path: str, fn, args: tuple = ()):
     """Run ``fn(*args)`` in the host listening at ``sock_path``, without starting one."""
-    return _request(sock_path, None, _dumps((fn, args), _cloudpickle()))
+    return _result(_request(sock_path, None, _dumps((fn, args), _cloudpickle())))
 
 
 def _dumps(obj, pickler=pickle) -> tuple[bytes, list]:
@@ -165,12 +211,17 @@ def _request(sock_path: str, owner: int | None, payload: tuple[bytes, list]):
     with conn:
         try:
             _send(conn, *payload)
-            reply = _loads(_recv(conn))
+            while True:
+                reply = _loads(_recv(conn))
+                if reply[0] != "part":
+                    break
+                yield reply
         except (OSError, EOFError) as e:
             raise HostError(f"the shard host at {sock_path} failed while running the request ({e}); "
                             f"see {sock_path[:-5]}.log") from e
     if reply[0] == "ok":
-        return reply[1]
+        yield reply
+        return
     _, exc, text, where = reply
     if exc is None:
         raise HostError(f"the shard host raised an exception that cannot be sent back:\n{text}")
@@ -406,14 +457,34 @@ def _handle(conn) -> None:
     except Exception as e:  # noqa: BLE001 - cannot unpickle: tell the client
         reply = _error_reply(e)
     else:
+        global _PARTS
+        _PARTS = _part_sender(conn)
         try:
             reply = _dumps(("ok", fn(*args)))
         except Exception as e:  # noqa: BLE001 - the task's error goes back to its worker
             reply = _error_reply(e)
+        finally:
+            _PARTS = None
     try:
         _send(conn, *reply)
     except OSError as e:
         log.warning("the worker went away before the reply: %s", e)
+
+
+def _part_sender(conn):
+    """The part_sink of a request on ``conn``."""
+    gone = []
+
+    def send(part) -> None:
+        if gone:
+            return
+        try:
+            _send(conn, *_dumps(("part", part)))
+        except OSError as e:
+            gone.append(e)
+            log.warning("the worker went away during its request (%s): the rest of its output is dropped, "
+                        "the request goes on", e)
+    return send
 
 
 _OURS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + name + os.sep

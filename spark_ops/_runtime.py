@@ -98,6 +98,8 @@ class ShardState:
         self.epoch = plan.checkpoint if plan.checkpoint is not None else -1
         self.spaces: dict[int, ObjectSpace] = {}
         self.converted: list = []
+        self.sink = None            # during a batch with a sink: where converted output goes
+        self.sent = 0               # ... and how many parts went there
         self.timers = TimerService(self.db, self.key_groups)
         self.ttl = TtlService(self)     # state TTL: expiry index and refresh on write (RFC 0009)
         self.emitted: list = []
@@ -135,12 +137,18 @@ class ShardState:
 
     def convert_emitted(self, convert) -> int:
         """Once OUT_CHUNK emitted rows are pending, convert them (``convert``: None keeps them
-        as rows) so that a batch that emits much holds them converted; returns how many."""
+        as rows) so that a batch that emits much holds them converted, or hands them to the
+        batch's sink; returns how many."""
         if convert is None or len(self.emitted) < OUT_CHUNK:
             return 0
         n = len(self.emitted)
-        self.converted.append(convert(self.emitted))
+        part = convert(self.emitted)
         self.emitted = []
+        if self.sink is None:
+            self.converted.append(part)
+        else:
+            self.sink(part)
+            self.sent += 1
         return n
 
     def spill(self) -> None:
@@ -289,12 +297,15 @@ def evict_idle(seconds: float) -> None:
 def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_time: int | None = None,
                     watermark: int | None = None, processing_time: int | None = None,
                     end_of_input: bool = False, heartbeat_time: int | None = None,
-                    prepare_ms: float | None = None, convert=None) -> tuple[list, dict]:
+                    prepare_ms: float | None = None, convert=None, sink=None) -> tuple[list, dict]:
     """Run one shard of one batch. ``events``: (key group, key parts, event ms or None, row)
     sorted in processing order, as a list or as a re-iterable of lists (chunks a caller
     converts when reached). Returns (emitted rows, metrics), or with ``convert`` (a
     function of a list of rows) (the list of its results, metrics): emitted rows are
-    converted as they pile up, the rest while the checkpoint uploads.
+    converted as they pile up, the rest while the checkpoint uploads. With ``sink`` too,
+    each part converted during the batch goes to ``sink(part)`` at once (a shard host
+    sends it on: the output is not held) and the returned list holds the rest; a batch
+    fenced after a part went out then fails instead of running again.
 
     The watermark and processing time come from the previous batch's records unless given
     (the test harness gives them); without such records (a first batch) the processing
@@ -334,8 +345,12 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
         st = _shard_state(spec, store, groups, batch, shard, fresh=attempt > 0)
         open_ms = (time.perf_counter() - t_open) * 1000
         try:
-            emitted, metrics, finish = _process(st, spec, batch, shard, _chunked(events), watermark,
-                                                processing_time, end_of_input, new_basis, convert)
+            st.sink, st.sent = (sink if convert is not None else None), 0
+            try:
+                emitted, metrics, finish = _process(st, spec, batch, shard, _chunked(events), watermark,
+                                                    processing_time, end_of_input, new_basis, convert)
+            finally:
+                st.sink = None
             n_emitted = metrics.pop("emitted")
             # While the checkpoint uploads: the caller's conversion of the rest of the output.
             if convert is not None:
@@ -344,11 +359,12 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
             metrics.update(finish())
             break
         except dkv.FencedError as e:
-            # Another worker ran this shard meanwhile: reopen at batch - 1 and run again.
-            log.warning("shard %d batch %d fenced (%s); running the batch again", shard, batch, e)
+            # Another worker ran this shard meanwhile: reopen at batch - 1 and run again,
+            # unless output went to the sink already (the task fails; Spark runs it again).
             st.close()
-            if attempt == 2:
+            if attempt == 2 or st.sent:
                 raise
+            log.warning("shard %d batch %d fenced (%s); running the batch again", shard, batch, e)
     st.last_used = time.monotonic()
     with _LOCK:
         _SHARDS[(spec.state, shard, spec.shards)] = st

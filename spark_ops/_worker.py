@@ -68,7 +68,7 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
             batch_id = int(batch)
         args = (local, batch_id, shard, table, keys, columns, order, instants, final, out_schema, started,
                 metrics_schema, name, run)
-        emitted = None
+        ran = False
         if shard_host and not final:
             if not isolated and not _host.first_run_in_task(local.state, shard, ctx.taskAttemptId()):
                 # Several partitions ran in this one task (a coalesce after the operator,
@@ -76,11 +76,17 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
                 raise RuntimeError(f"spark_ops: partition {shard} ran twice in one Spark task: the "
                                    f"operator's stage was merged with another (coalesce/union) — "
                                    f"pass isolate=True")
+            sent = 0
             try:
-                emitted = _host.call(shard, run_task, args)
+                # The host sends the output as it converts it (run_task's sink): each part
+                # goes on to Spark while the batch runs, and neither process holds it all.
+                for part in _host.call_parts(shard, run_task, args):
+                    sent += 1
+                    yield part
+                ran = True
             except _host.HostError as e:
-                if not isolated:    # only a host can tell a merged stage apart: fail the task
-                    raise
+                if not isolated or sent:    # only a host can tell a merged stage apart; or output
+                    raise                   # went out already: fail the task (Spark runs it again)
                 log.warning("spark_ops: running shard %d in this worker: %s", shard, e)
             except Exception as e:
                 if getattr(e, "_spark_ops_remote", False):
@@ -88,9 +94,8 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
                     # raised; the frames of the call to the host would only hide that.
                     raise e.with_traceback(None) from None
                 raise
-        if emitted is None:
-            emitted = run_task(*args)
-        yield from emitted
+        if not ran:
+            yield from run_task(*args)
     return run
 
 
@@ -114,9 +119,13 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
     events = EventChunks(table, keys, columns, spec.event_time, instants, _sort_order(table, keys, columns, order))
     heartbeat = events.heartbeat()
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
+    send = _host.part_sink()        # in a shard host: output parts go to the worker as they are made
+    sink = send
+    if send is not None and metrics_schema is not None:
+        sink = lambda part: send(_progress.with_null_metrics(part, metrics_schema))  # noqa: E731
     emitted, metrics = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
                                        heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000,
-                                       convert=convert)
+                                       convert=convert, sink=sink)
     if _progress.log.isEnabledFor(logging.INFO):
         _progress.log.info("%s", _progress.summary_line(operator or type(spec.operator).__name__.lower(), metrics))
     if metrics_schema is not None and out_schema is not None:      # per output batch, not per row

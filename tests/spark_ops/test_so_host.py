@@ -263,3 +263,48 @@ def test_a_peer_of_another_user_is_refused(monkeypatch, caplog):
     assert f"of uid {me} (this host serves uid {me + 1} only)" in caplog.text
     a.close()
     b.close()
+
+
+def test_a_request_streams_its_parts_then_its_result(owner, tmp_path):
+    """call_parts yields each part the host's part_sink sends, as it comes, then the items
+    of the result; a plain call refuses parts; outside a request there is no sink."""
+    from host_parts import has_sink, send_parts
+    marker = tmp_path / "m"
+    assert list(_host.call_parts(0, send_parts, (3, str(marker)), owner=owner.pid)) == [0, 1, 2, "rest"]
+    assert marker.read_text() == "done"
+    assert _host.call(0, has_sink, (), owner=owner.pid) is True
+    assert _host.part_sink() is None
+    with pytest.raises(_host.HostError, match="parts"):
+        _host.call(0, send_parts, (1, str(marker)), owner=owner.pid)
+
+
+def test_a_stream_closed_early_lets_the_request_finish_before_the_slot_is_free(owner, tmp_path):
+    """A consumer that stops after the first part (a Spark task that stops reading): the
+    worker reads the rest unused, so the host's request ends (its batch commits) before the
+    slot's lock is released; the same host then serves the next call."""
+    from host_parts import send_parts
+    pid = _host.call(0, os.getpid, (), owner=owner.pid)
+    marker = tmp_path / "m"
+    parts = _host.call_parts(0, send_parts, (20, str(marker), 0.02), owner=owner.pid)
+    assert next(parts) == 0
+    parts.close()
+    assert marker.read_text() == "done"
+    assert _host.call(0, os.getpid, (), owner=owner.pid) == pid
+
+
+def test_a_worker_gone_mid_stream_does_not_stop_the_request(owner, tmp_path):
+    """The worker's connection closes while the host sends parts: the host drops the rest
+    of the output, finishes the request and goes on serving."""
+    import socket
+
+    from host_parts import send_parts
+    pid = _host.call(0, os.getpid, (), owner=owner.pid)
+    [sock] = (tmp_path / "hosts").glob("*.sock")
+    marker = tmp_path / "m"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(sock))
+    _host._send(s, *_host._dumps((send_parts, (200, str(marker), 0.005)), _host._cloudpickle()))
+    s.close()
+    _wait_for(marker.exists, "the request to finish")
+    assert _host.call(0, os.getpid, (), owner=owner.pid) == pid
+    assert "the worker went away during its request" in sock.with_suffix(".log").read_text()

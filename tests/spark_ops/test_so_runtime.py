@@ -569,3 +569,69 @@ def test_struct_and_array_values_become_plain_python_values():
     for given, want in cases:
         got = _plain(given)
         assert got == want and types(got) == types(want), given     # same values, same types all the way down
+
+
+# ------------------------------------------------------------------------- output parts to a sink
+
+
+def _events_for(n: int, groups: int = 8) -> list:
+    rows = [(i % groups, (f"k{i:05d}",), None, {"k": f"k{i:05d}", "v": i}) for i in range(n)]
+    return sorted(rows, key=lambda e: (e[0], e[1]))
+
+
+def test_a_sink_gets_the_output_in_parts_while_the_batch_runs(tmp_path):
+    """With convert and sink, the rows a chunk of events emitted go to the sink as one
+    converted part once OUT_CHUNK of them wait, during the batch (a shard host sends them
+    on); the returned list holds the rest, and parts plus rest are the output of the same
+    batch run without a sink."""
+    from spark_ops import _runtime
+    from spark_ops._runtime import OUT_CHUNK, ShardSpec, run_shard_batch
+    size = OUT_CHUNK + 76
+    events = _events_for(2 * size + 500)
+    chunks = tuple(events[i:i + size] for i in range(0, len(events), size))     # as EventChunks gives them
+    parts, committed = [], []
+
+    def sink(part):
+        parts.append(part)
+        committed.append((str(tmp_path / "a"), 0, 1) in _runtime._SHARDS)
+
+    def run(state, sink):
+        spec = ShardSpec(state=str(tmp_path / state), operator=Buffer(count=1, key_columns=("k",)), groups=8,
+                         shards=1)
+        return run_shard_batch(spec, 0, 0, chunks, convert=list, sink=sink)[0]
+    rest = run("a", sink)
+    assert [len(p) for p in parts] == [size, size] and not any(committed)
+    assert [len(p) for p in rest] == [500]
+    assert [r for p in parts + rest for r in p] == [r for p in run("b", None) for r in p]
+    _runtime.drop_cached()
+
+
+def test_a_batch_fenced_after_a_part_went_out_fails_instead_of_running_again(tmp_path, monkeypatch):
+    """A fenced batch runs again (reopened at the previous checkpoint), unless some of its
+    output already went to the sink: then the FencedError goes up (the Spark task fails and
+    Spark runs it again), so no row is sent twice."""
+    from spark_ops import _runtime
+    from spark_ops._runtime import ShardSpec, run_shard_batch
+    real, calls = _runtime._process, []
+
+    def fenced_once(st, *args):
+        calls.append(1)
+        if len(calls) == 1:
+            if st.sink is not None:
+                st.sink(["a part"])
+                st.sent += 1
+            raise dkv.FencedError("another writer took the shard")
+        return real(st, *args)
+    monkeypatch.setattr(_runtime, "_process", fenced_once)
+    for state, sink in (("no-sink", None), ("sink", [].append)):
+        calls.clear()
+        spec = ShardSpec(state=str(tmp_path / state), operator=Buffer(count=1, key_columns=("k",)), groups=8,
+                         shards=1)
+        if sink is None:
+            out, _ = run_shard_batch(spec, 0, 0, _events_for(10), convert=list, sink=sink)
+            assert len(calls) == 2 and sum(map(len, out)) == 10
+        else:
+            with pytest.raises(dkv.FencedError):
+                run_shard_batch(spec, 0, 0, _events_for(10), convert=list, sink=sink)
+            assert len(calls) == 1
+    _runtime.drop_cached()

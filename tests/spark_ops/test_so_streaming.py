@@ -283,3 +283,21 @@ def test_a_heartbeat_keeps_timers_firing_on_an_idle_stream(utc_spark, tmp_path):
     assert sorted((r["k"], r["timeout_at"]) for r in got[2]) == [("a", at(6_000)), ("b", at(7_000))]
     recs = spark_ops.read_metrics(str(tmp_path / "state"))
     assert sum(r["rows"] for r in recs) == 2 and sum(r["timers_fired"] for r in recs) == 2
+
+
+def test_a_batch_emitting_more_than_a_part_streams_it_from_the_shard_host(utc_spark, tmp_path):
+    """Each shard emits more than OUT_CHUNK rows in a batch (2,000 of them, count=1): the host
+    sends the output in parts while the batch runs, and the sink gets every row once."""
+    from spark_ops._runtime import OUT_CHUNK
+    n = 4000
+    assert n // 2 > OUT_CHUNK
+    batches = [[{"k": f"k{i:04d}", "ts": at(b * 10_000 + i), "v": b * n + i} for i in range(n)] for b in range(2)]
+    write_batch_files(tmp_path / "src", batches)
+    run_stream(spark_ops.buffer(read_stream(utc_spark, tmp_path / "src"), "k", count=1, state=str(tmp_path / "state")),
+               tmp_path / "out", tmp_path / "cp")
+    got = read_sink(tmp_path / "out")
+    expected = run_model(BufferModel(["k"], count=1), batches, keys=["k"])
+    assert sorted(got) == [0, 1]
+    for b in range(2):
+        assert len(got[b]) == n
+        assert bag_by_key(got[b], "k") == bag_by_key(expected[b], "k"), f"batch {b}"
