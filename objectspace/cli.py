@@ -21,6 +21,8 @@ import codecs
 import datetime as _dt
 import json
 import math
+import os
+import shlex
 import sys
 from contextlib import ExitStack
 
@@ -335,6 +337,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _swapped_hint(args, error) -> str:
+    """For ``show NAME LOCATION`` (the name where the location goes): the order to use."""
+    name = getattr(args, "name", None)
+    if not isinstance(error, dkv.NotAStoreError) or name is None:
+        return ""
+    if not (os.path.isdir(name) or name.startswith(("s3://", "memory://"))):
+        return ""
+    return (f"\n(the location comes first, then the name: python -m objectspace show {shlex.quote(name)} "
+            f"{shlex.quote(args.location)} ...)")
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "offset", 0) < 0 or getattr(args, "limit", 1) < 0:
@@ -343,7 +356,7 @@ def main(argv=None) -> int:
     try:
         data, text = args.fn(args)
     except (ObjectSpaceError, dkv.DkvError, ValueError, TypeError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}{_swapped_hint(args, e)}", file=sys.stderr)
         return 1
     print(json.dumps(data, indent=2, ensure_ascii=False, default=str) if args.json else text)
     return 0

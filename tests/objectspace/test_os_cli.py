@@ -200,3 +200,13 @@ def test_what_is_not_a_store_is_an_error_and_stays_untouched(tmp_path, capsys):
     assert sorted(os.listdir(other)) == ["todo.txt"]
     rc, _, err = run(capsys, "ls", f"memory://never-{os.getpid()}")
     assert rc == 1 and "it holds no objects" in err
+
+
+def test_show_with_the_name_first_says_the_order(history, capsys):
+    """``show NAME LOCATION`` (the name where the location goes) is an error that gives the
+    order to use; a location that is simply missing gets no such hint."""
+    rc, _, err = run(capsys, "show", '["user-1","items"]', history)
+    assert rc == 1 and "no dkv store at" in err
+    assert f"the location comes first, then the name: python -m objectspace show {history} " in err
+    rc, _, err = run(capsys, "show", "/no/such/folder", "q")
+    assert rc == 1 and "location comes first" not in err
