@@ -45,6 +45,19 @@ def write_json(path: str, data) -> None:
         json.dump(data, f, indent=2, default=str)
 
 
+def status_kb(pid, field_name: str) -> int | None:
+    """A field of /proc/<pid>/status in KiB (VmRSS, VmHWM, ...; pid "self" for this
+    process), or None where there is none (not Linux, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def folder_sizes(root) -> dict:
     """{path: size} of every file under ``root`` (a file removed while walking is skipped)."""
     out = {}

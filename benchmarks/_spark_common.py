@@ -30,6 +30,8 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from _report import status_kb
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 T0_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z, the event time of batch 0
 
@@ -328,17 +330,6 @@ HOST_MARK = "spark_ops._host"   # in the command line of a shard host (spark_ops
 CLASSES = ("workers", "hosts")
 
 
-def _status_kb(pid: int, field_name: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
-
-
 class ProcessSampler:
     """RSS of the Python processes that hold state: the PySpark workers (Python processes
     under the Spark JVM: pyspark.daemon and the workers it forks) and, with `hosts`, the
@@ -427,7 +418,7 @@ class ProcessSampler:
                 cmd = " ".join(p.cmdline())
             except self._psutil.Error:
                 continue
-            hwm = _status_kb(pid, "VmHWM")
+            hwm = status_kb(pid, "VmHWM")
             hwm = max(rss, hwm * 1024) if hwm is not None else rss
             entry = self.peaks.setdefault(pid, {"pid": pid, "class": cls, "peak": 0, "cmd": cmd[-120:]})
             entry["peak"] = max(entry["peak"], hwm)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _memory_buffer import MemoryBuffer  # noqa: E402
-from _report import folder_sizes, grown  # noqa: E402
+from _report import folder_sizes, grown, status_kb  # noqa: E402
 from spark_ops import _host, _runtime  # noqa: E402
 from spark_ops._runtime import ShardSpec, run_shard_batch  # noqa: E402
 from spark_ops._shards import shard_of  # noqa: E402
@@ -95,19 +95,11 @@ class BatchEvents:
 
 
 def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    return (status_kb("self", "VmRSS") or 0) / 1024
 
 
 def peak_rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    return (status_kb("self", "VmHWM") or 0) / 1024
 
 
 def reset_peak_rss() -> bool:

@@ -113,7 +113,7 @@ def build_hashed(hashed, bits_per_key: int = BITS_PER_KEY) -> bytes:
 def build(keys, bits_per_key: int = BITS_PER_KEY, strip: tuple | None = None) -> bytes:
     """Serialized filter over ``keys`` (sorted when ``strip`` is given). O(n * k)."""
     if strip is not None:
-        return build_hashed(hashes(list(keys), strip), bits_per_key)
+        return build_hashed(hashes(keys if type(keys) is list else list(keys), strip), bits_per_key)
     n = max(1, len(keys))
     m, k = _shape(len(keys), bits_per_key)
     if _c_build is not None and type(keys) is list:
