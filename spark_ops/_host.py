@@ -14,14 +14,11 @@ index at once) it takes slot 1, and so on. A host exits when its owner is gone o
 been idle for ``SPARK_OPS_HOST_IDLE`` seconds (default 600). If a host cannot be started
 the worker runs the shard itself, as it would without hosts.
 
-Frames on the Unix socket: the frame's length (8 bytes, big-endian), the number of
-out-of-band buffers (4 bytes) and each one's length (8 bytes), then a pickle (protocol 5)
-and the buffers: Arrow tables and batches travel as their own buffers, sent from and
-rebuilt over the bytes they occupy, not copied into the pickle and out again (a copy of a
-task's rows or output was a host's and a worker's largest transient). Requests are
-``(function, args)`` pickled with cloudpickle (the operator may be defined in a notebook);
-replies are ``("ok", result)`` or ``("error", exception or None, traceback text)``, after
-any number of ``("part", output)`` frames that the request sent while it ran (part_sink).
+Requests and replies travel as frames (``_frames.py``: a pickle, with Arrow's buffers out
+of band). Requests are ``(function, args)`` pickled with cloudpickle (the operator may be
+defined in a notebook); replies are ``("ok", result)`` or ``("error", exception or None,
+traceback text)``, after any number of ``("part", output)`` frames that the request sent
+while it ran (part_sink).
 """
 from __future__ import annotations
 
@@ -30,7 +27,6 @@ import gc
 import hashlib
 import logging
 import os
-import pickle
 import socket
 import struct
 import subprocess
@@ -38,6 +34,8 @@ import sys
 import tempfile
 import time
 import traceback
+
+from . import _frames
 
 try:
     import fcntl
@@ -49,11 +47,7 @@ log = logging.getLogger(__name__)
 IDLE_SECONDS = 600.0
 FULL_GC_EVERY = 200
 START_SECONDS = 60.0
-_HEADER = struct.Struct(">Q")
-_COUNT = struct.Struct(">I")
 _PEERCRED = struct.Struct("3i")          # struct ucred: pid, uid, gid (Linux)
-MAX_FRAME = int(os.environ.get("SPARK_OPS_HOST_MAX_FRAME", 4 << 30))   # bytes of one request or reply
-_READ_STEP = 64 << 20                    # a frame's buffer grows by this as its bytes arrive
 _CHILDREN: list = []        # hosts this process started (reaped when they exit)
 _PARTS = None               # in a host, during a request: see part_sink
 
@@ -124,7 +118,7 @@ def _call(shard: int, fn, args: tuple, owner: int | None, max_slots: int):
     """The frames of ``fn(*args)`` run in the host of ``shard``: ("part", x) for each part
     it sends, then ("ok", result)."""
     owner = os.getppid() if owner is None else owner
-    payload = _dumps((fn, args), _cloudpickle())
+    payload = _frames.dumps((fn, args), _cloudpickle())
     for slot in range(max_slots):
         sock_path, lock_path = _paths(owner, shard, slot)
         lock = open(lock_path, "a+b")
@@ -185,18 +179,7 @@ def _cloudpickle():
 
 def call_at(sock_path: str, fn, args: tuple = ()):
     """Run ``fn(*args)`` in the host listening at ``sock_path``, without starting one."""
-    return _result(_request(sock_path, None, _dumps((fn, args), _cloudpickle())))
-
-
-def _dumps(obj, pickler=pickle) -> tuple[bytes, list]:
-    """(pickle, out-of-band buffers) of ``obj``, as _send takes them."""
-    buffers: list = []
-    return pickler.dumps(obj, protocol=5, buffer_callback=buffers.append), buffers
-
-
-def _loads(frame: tuple[bytearray, list]):
-    data, buffers = frame
-    return pickle.loads(data, buffers=buffers)
+    return _result(_request(sock_path, None, _frames.dumps((fn, args), _cloudpickle())))
 
 
 def _request(sock_path: str, owner: int | None, payload: tuple[bytes, list]):
@@ -210,9 +193,9 @@ def _request(sock_path: str, owner: int | None, payload: tuple[bytes, list]):
             raise HostError(f"the shard host at {sock_path} did not start; see {sock_path[:-5]}.log")
     with conn:
         try:
-            _send(conn, *payload)
+            _frames.send(conn, *payload)
             while True:
-                reply = _loads(_recv(conn))
+                reply = _frames.loads(_frames.recv(conn))
                 if reply[0] != "part":
                     break
                 yield reply
@@ -287,56 +270,6 @@ def _start(sock_path: str, owner: int) -> subprocess.Popen:
     _CHILDREN.append(proc)
     log.info("started shard host %s for owner %d", sock_path, owner)
     return proc
-
-
-def _send(conn, data: bytes, buffers: list = ()) -> None:
-    """One frame: ``data`` (a pickle) and its out-of-band ``buffers`` (PickleBuffers or
-    anything with a contiguous buffer), each sent from where it lies."""
-    views = [memoryview(b).cast("B") for b in buffers]
-    head = [_HEADER.pack(len(data) + sum(v.nbytes for v in views)), _COUNT.pack(len(views))]
-    head += [_HEADER.pack(v.nbytes) for v in views]
-    conn.sendall(b"".join(head))
-    conn.sendall(data)
-    for v in views:
-        conn.sendall(v)
-
-
-def _recv(conn) -> tuple[bytearray, list]:
-    """One frame as (pickle, buffers): its 8-byte length, the buffers' count and lengths,
-    then the bytes. A length above MAX_FRAME is an error before anything is read, and each
-    buffer grows as its bytes arrive (by _READ_STEP), so a bogus length allocates nothing it
-    has not received. Each out-of-band buffer arrives in a bytearray of its own, which the
-    unpickled object then uses in place."""
-    (n,) = _HEADER.unpack(_read(conn, _HEADER.size))
-    if n > MAX_FRAME:
-        raise FrameError(f"a frame of {n:,} bytes announced, above the limit of {MAX_FRAME:,} "
-                         f"(SPARK_OPS_HOST_MAX_FRAME)")
-    (count,) = _COUNT.unpack(_read(conn, _COUNT.size))
-    lengths = [ln for (ln,) in _HEADER.iter_unpack(_read(conn, count * _HEADER.size))]
-    if sum(lengths) > n:
-        raise FrameError(f"a frame of {n:,} bytes announced buffers of {sum(lengths):,} bytes")
-    data = _read(conn, n - sum(lengths))
-    return data, [_read(conn, ln) for ln in lengths]
-
-
-class FrameError(EOFError):
-    """A frame announced a length above MAX_FRAME: the connection is dropped unread."""
-
-
-def _read(conn, n: int) -> bytearray:
-    """``n`` bytes from ``conn`` in a bytearray that grows by _READ_STEP as they arrive."""
-    buf = bytearray(min(n, _READ_STEP))
-    got = 0
-    while True:
-        with memoryview(buf) as view:
-            while got < len(buf):
-                k = conn.recv_into(view[got:], len(buf) - got)
-                if k == 0:
-                    raise EOFError(f"connection closed after {got} of {n} bytes")
-                got += k
-        if got == n:
-            return buf
-        buf += bytes(min(_READ_STEP, n - got))
 
 
 def _peer_ok(conn) -> bool:
@@ -450,7 +383,7 @@ def _trim() -> None:
 
 def _handle(conn) -> None:
     try:
-        fn, args = _loads(_recv(conn))
+        fn, args = _frames.loads(_frames.recv(conn))
     except (OSError, EOFError) as e:
         log.warning("dropped a request: %s", e)
         return
@@ -460,13 +393,13 @@ def _handle(conn) -> None:
         global _PARTS
         _PARTS = _part_sender(conn)
         try:
-            reply = _dumps(("ok", fn(*args)))
+            reply = _frames.dumps(("ok", fn(*args)))
         except Exception as e:  # noqa: BLE001 - the task's error goes back to its worker
             reply = _error_reply(e)
         finally:
             _PARTS = None
     try:
-        _send(conn, *reply)
+        _frames.send(conn, *reply)
     except OSError as e:
         log.warning("the worker went away before the reply: %s", e)
 
@@ -479,7 +412,7 @@ def _part_sender(conn):
         if gone:
             return
         try:
-            _send(conn, *_dumps(("part", part)))
+            _frames.send(conn, *_frames.dumps(("part", part)))
         except OSError as e:
             gone.append(e)
             log.warning("the worker went away during its request (%s): the rest of its output is dropped, "
@@ -504,9 +437,9 @@ def _error_reply(e: BaseException) -> tuple[bytes, list]:
     log.warning("a request failed:\n%s", text)       # the whole story stays in the host's log
     where = _where(e.__traceback__)
     try:
-        return _dumps(("error", e, text, where))
+        return _frames.dumps(("error", e, text, where))
     except Exception:  # noqa: BLE001 - the exception itself does not pickle
-        return _dumps(("error", None, text, where))
+        return _frames.dumps(("error", None, text, where))
 
 
 def main(argv=None) -> None:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from spark_ops import _host
+from spark_ops import _frames, _host
 from spark_ops._runtime import ShardSpec, drop_cached
 from spark_ops._worker import run_task
 from spark_ops.operators import Buffer
@@ -192,7 +192,7 @@ def test_a_frame_above_the_limit_is_dropped_unread_and_the_host_goes_on(owner, t
     [sock] = (tmp_path / "hosts").glob("*.sock")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(str(sock))
-    s.sendall(_host._HEADER.pack(1 << 40) + b"x" * 100)
+    s.sendall(_frames.HEADER.pack(1 << 40) + b"x" * 100)
     s.settimeout(10)
     try:
         assert s.recv(1) == b""             # closed without an answer ...
@@ -209,14 +209,14 @@ def test_frames_above_the_read_step_arrive_whole(monkeypatch):
     limit is a FrameError (an EOFError: the connection is dropped)."""
     import socket
     a, b = socket.socketpair()
-    monkeypatch.setattr(_host, "_READ_STEP", 1000)
+    monkeypatch.setattr(_frames, "READ_STEP", 1000)
     data = os.urandom(4321)
-    _host._send(a, data)
-    assert _host._recv(b) == (data, [])
-    monkeypatch.setattr(_host, "MAX_FRAME", 4000)
-    _host._send(a, data)
-    with pytest.raises(_host.FrameError, match="4,321 bytes announced"):
-        _host._recv(b)
+    _frames.send(a, data)
+    assert _frames.recv(b) == (data, [])
+    monkeypatch.setattr(_frames, "MAX_FRAME", 4000)
+    _frames.send(a, data)
+    with pytest.raises(_frames.FrameError, match="4,321 bytes announced"):
+        _frames.recv(b)
     a.close()
     b.close()
 
@@ -229,23 +229,23 @@ def test_arrow_travels_as_out_of_band_buffers_and_is_rebuilt_over_them(monkeypat
     import threading
 
     import pyarrow as pa
-    monkeypatch.setattr(_host, "_READ_STEP", 1 << 12)
+    monkeypatch.setattr(_frames, "READ_STEP", 1 << 12)
     table = pa.table({"k": pa.array([f"key{i}" for i in range(20_000)]), "v": pa.array(range(20_000))})
     a, b = socket.socketpair()
-    data, buffers = _host._dumps(("ok", [table, b"small"]))
+    data, buffers = _frames.dumps(("ok", [table, b"small"]))
     assert len(data) < 2000 and sum(memoryview(x).nbytes for x in buffers) >= table.nbytes
-    sender = threading.Thread(target=_host._send, args=(a, data, buffers))   # frames beyond the socket's buffer
+    sender = threading.Thread(target=_frames.send, args=(a, data, buffers))   # frames beyond the socket's buffer
     sender.start()
-    got = _host._recv(b)
+    got = _frames.recv(b)
     sender.join()
     assert all(type(x) is bytearray for x in got[1])
-    status, (back, small) = _host._loads(got)
+    status, (back, small) = _frames.loads(got)
     assert status == "ok" and back.equals(table) and small == b"small"
     col = back.column("v").chunk(0).buffers()[1]
     assert any(col.address == pa.py_buffer(x).address for x in got[1])     # in place, not copied
-    a.sendall(_host._HEADER.pack(10) + _host._COUNT.pack(1) + _host._HEADER.pack(11))
-    with pytest.raises(_host.FrameError, match="buffers of 11 bytes"):
-        _host._recv(b)
+    a.sendall(_frames.HEADER.pack(10) + _frames.COUNT.pack(1) + _frames.HEADER.pack(11))
+    with pytest.raises(_frames.FrameError, match="buffers of 11 bytes"):
+        _frames.recv(b)
     a.close()
     b.close()
 
@@ -303,7 +303,7 @@ def test_a_worker_gone_mid_stream_does_not_stop_the_request(owner, tmp_path):
     marker = tmp_path / "m"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(str(sock))
-    _host._send(s, *_host._dumps((send_parts, (200, str(marker), 0.005)), _host._cloudpickle()))
+    _frames.send(s, *_frames.dumps((send_parts, (200, str(marker), 0.005)), _host._cloudpickle()))
     s.close()
     _wait_for(marker.exists, "the request to finish")
     assert _host.call(0, os.getpid, (), owner=owner.pid) == pid
