@@ -16,6 +16,7 @@ from . import _layout
 from ._api import buffer, combine_latest, delay, session_window, timeout
 from ._inspect import read_timers
 from ._metrics import read_metrics, snapshot_bytes
+from ._output import UnknownKeyError
 from ._plan import apply_operator
 from ._progress import metrics_listener, progress_metrics
 from ._runs import StaleRunError
@@ -27,4 +28,5 @@ _objectspace.register_family_rule(_layout.FAMILY_RULE)     # inspection knows op
 
 __all__ = ["buffer", "combine_latest", "delay", "timeout", "session_window", "apply_operator",
            "Operator", "Context", "Timer", "read_metrics", "read_timers", "snapshot_bytes",
-           "register_datasource", "metrics_listener", "progress_metrics", "StaleRunError"]
+           "register_datasource", "metrics_listener", "progress_metrics", "StaleRunError",
+           "UnknownKeyError"]

@@ -57,7 +57,8 @@ def rows_to_arrow(rows: list, schema):
 
 
 class UnknownKeyError(TypeError):
-    """An emitted dict holds a key that names no output column (or struct field)."""
+    """An emitted dict holds a key that names no output column (or struct field): a
+    TypeError that names the key (``spark_ops.UnknownKeyError``)."""
 
 
 def _as_dict(row, names: list) -> dict:

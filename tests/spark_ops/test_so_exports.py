@@ -9,10 +9,12 @@ def test_public_names():
     assert sorted(spark_ops.__all__) == sorted(["buffer", "combine_latest", "delay", "timeout", "session_window",
                                                 "apply_operator", "Operator", "Context", "Timer", "read_metrics",
                                                 "read_timers", "snapshot_bytes", "register_datasource",
-                                                "metrics_listener", "progress_metrics", "StaleRunError"])
+                                                "metrics_listener", "progress_metrics", "StaleRunError",
+                                                "UnknownKeyError"])
     for name in spark_ops.__all__:
         assert getattr(spark_ops, name).__doc__, f"{name} has no docstring"
     assert spark_ops.testing.__all__ == ["OperatorHarness"]
+    assert issubclass(spark_ops.UnknownKeyError, TypeError)     # caught as the TypeError it was
 
 
 def test_operator_hooks_have_defaults():

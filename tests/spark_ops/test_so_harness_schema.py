@@ -10,7 +10,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_ops import Operator
 from spark_ops._ddl import parse_schema
-from spark_ops._output import UnknownKeyError
+from spark_ops import UnknownKeyError
 from spark_ops.testing import OperatorHarness
 
 SCHEMA = "user string, total double"
