@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -385,6 +386,20 @@ class ProcessSampler:
                     found[p.pid] = ("hosts", p)
         return found
 
+    def drop_host_states(self) -> None:
+        """Close the states that shard hosts keep from earlier runs (a new query in a new
+        application would find none), so that a run's peak is its own state's. The hosts
+        would close them after a minute idle (spark_ops/_runtime.py evict_idle); runs
+        follow each other sooner."""
+        from spark_ops import _host, _runtime
+
+        for _, p in (v for v in self.processes().values() if v[0] == "hosts"):
+            try:
+                cmd = p.cmdline()
+                _host.call_at(cmd[cmd.index("--socket") + 1], _runtime.drop_cached)
+            except (self._psutil.Error, ValueError, IndexError, _host.HostError) as e:
+                print(f"note: could not clear a shard host's states ({e})", file=sys.stderr)
+
     def start(self) -> None:
         """At the start of a run: reset the peaks of the processes already there and note
         their CPU time (a process counts for the run once it has used CPU in it: an idle
@@ -477,6 +492,8 @@ def run_contender(spark, contender: Contender, scenario: Scenario, source: Path,
     stats: dict[int, BatchStat] = {}
     seen: dict[str, tuple] = {}
     sampler = ProcessSampler(hosts=contender.role in SPARK_OPS_ROLES)
+    if sampler.hosts:
+        sampler.drop_host_states()
     sampler.start()
 
     def sink(batch_df, batch_id):

@@ -297,7 +297,7 @@ def _alive(pid: int) -> bool:
 
 def serve(sock_path: str, owner: int, idle: float) -> None:
     """The host's loop: one request at a time until the owner is gone or idle expires."""
-    from ._runtime import drop_cached, evict_idle
+    from ._runtime import cached_states, drop_cached, evict_idle
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{sock_path}.{os.getpid()}"
     server.bind(tmp)
@@ -306,7 +306,7 @@ def serve(sock_path: str, owner: int, idle: float) -> None:
     inode = os.stat(sock_path).st_ino
     server.settimeout(1.0)
     last = time.monotonic()
-    served = 0
+    served = held = 0
     gc.disable()                    # see _tidy_heap
     log.info("shard host %s serving owner %d", sock_path, owner)
     try:
@@ -314,15 +314,19 @@ def serve(sock_path: str, owner: int, idle: float) -> None:
             try:
                 conn, _ = server.accept()
             except socket.timeout:
+                if evict_idle(idle):        # a stopped query's state: its memory goes back now
+                    held = cached_states()
+                    _tidy_heap(served, closed=True)
                 continue
             with conn:
                 conn.settimeout(None)
                 if _peer_ok(conn):
                     _handle(conn)
             last = time.monotonic()
-            evict_idle(idle)
             served += 1
-            _tidy_heap(served)
+            evict_idle(idle)
+            n, held = held, cached_states()
+            _tidy_heap(served, closed=held < n)     # the request or the idle rule closed a state
     finally:
         server.close()
         drop_cached()
@@ -346,15 +350,17 @@ def _remove_files(sock_path: str, inode: int) -> None:
         pass
 
 
-def _tidy_heap(served: int) -> None:
+def _tidy_heap(served: int, closed: bool = False) -> None:
     """Keep Python's cyclic GC off the requests: a host holds millions of long-lived
     objects (every key's buffered rows), a full collection walks them all (~0.3 s at 10k
     keys) in whichever batch it happens to hit, and a request allocates ~100k containers,
     enough for several collections of its own. The automatic GC is off (``serve``); after
     each request the survivors are frozen, and every FULL_GC_EVERY requests, between
     batches, one full collection reclaims the cycles that died since (a request makes
-    none on the normal path; an error's traceback does)."""
-    if served % FULL_GC_EVERY == 0:
+    none on the normal path; an error's traceback does), and so does one after a cached
+    state was closed (``closed``: its objects were frozen with the rest, and the cycles
+    among them would keep its memory until the next one)."""
+    if closed or served % FULL_GC_EVERY == 0:
         gc.unfreeze()
         gc.collect()
     gc.freeze()

@@ -77,6 +77,8 @@ class ShardState:
         self.store = store
         self.shard = shard
         self.groups = groups
+        self.last_used = 0.0            # time.monotonic() at the end of its last batch (0: none yet)
+        self.interval = 0.0             # seconds between its last two batches (0: not known)
         lo, hi = shard_range(shard, spec.shards, groups)
         self.key_groups = range(lo, hi)
         plan = _layout.plan_open(store, batch, shard, spec.shards, groups)
@@ -284,14 +286,35 @@ def drop_cached(state_location: str | None = None) -> None:
         st.close()
 
 
-def evict_idle(seconds: float) -> None:
-    """Close cached shard states not used for ``seconds``."""
-    now = time.monotonic()
+def cached_states() -> int:
+    """How many shard states this process holds open between batches."""
+    return len(_SHARDS)
+
+
+STALE_SECONDS = 60.0
+"""A cached shard state that is not the one used last is closed once idle this long and
+four times the interval between its last two batches (see ``evict_idle``)."""
+
+
+def evict_idle(seconds: float, now: float | None = None) -> int:
+    """Close cached shard states not used for ``seconds``, and those whose query seems to
+    have stopped: while a process holds several, each but the one used last is closed once
+    idle for STALE_SECONDS and for four times the interval between its last two batches.
+    A query that stops (a notebook's run replaced by the next, a benchmark's rounds) leaves
+    its states open in the shard hosts, each up to its memory budget: after a minute they
+    go, instead of after ``seconds`` (the host's idle time, 600 by default). A query whose
+    batches come every few minutes keeps its state between them. Returns how many closed."""
+    now = time.monotonic() if now is None else now
     with _LOCK:
-        keys = [k for k, st in _SHARDS.items() if now - getattr(st, "last_used", now) > seconds]
-        items = [_SHARDS.pop(k) for k in keys]
-    for st in items:
+        last = max(_SHARDS, key=lambda k: _SHARDS[k].last_used, default=None)
+        keys = [k for k, st in _SHARDS.items()
+                if now - st.last_used > seconds
+                or (k != last and now - st.last_used > max(STALE_SECONDS, 4 * st.interval))]
+        items = [(k, _SHARDS.pop(k)) for k in keys]
+    for (state, shard, _), st in items:
+        log.info("closed shard %d of %s: idle for %.0f s", shard, state, now - st.last_used)
         st.close()
+    return len(items)
 
 
 def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_time: int | None = None,
@@ -365,7 +388,10 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
             if attempt == 2 or st.sent:
                 raise
             log.warning("shard %d batch %d fenced (%s); running the batch again", shard, batch, e)
-    st.last_used = time.monotonic()
+    now = time.monotonic()
+    if st.last_used:
+        st.interval = now - st.last_used
+    st.last_used = now
     with _LOCK:
         _SHARDS[(spec.state, shard, spec.shards)] = st
     metrics.update(batch=batch, shard=shard, shards=spec.shards, emitted=n_emitted,

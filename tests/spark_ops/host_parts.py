@@ -21,3 +21,27 @@ def send_parts(n: int, marker: str, pause: float = 0.0) -> list:
 
 def has_sink() -> bool:
     return _host.part_sink() is not None
+
+
+_SPACES: list = []
+
+
+def run_buffer_batch(state: str, batch: int) -> int:
+    """One batch of a small buffer on ``state`` in this host (its state stays cached here);
+    keeps weak references to the shard's object spaces (which sit in reference cycles with
+    their objects) and returns how many states the host holds."""
+    import weakref
+
+    from spark_ops import _runtime
+    from spark_ops._runtime import ShardSpec, run_shard_batch
+    from spark_ops.operators import Buffer
+    spec = ShardSpec(state=state, operator=Buffer(count=5, key_columns=("k",)), groups=4, shards=1)
+    events = sorted(((i % 4, (f"k{i}",), None, {"k": f"k{i}"}) for i in range(40)), key=lambda e: (e[0], e[1]))
+    run_shard_batch(spec, batch, 0, events)
+    _SPACES.extend(weakref.ref(sp) for sp in _runtime._SHARDS[(state, 0, 1)].spaces.values())
+    return _runtime.cached_states()
+
+
+def spaces_alive() -> int:
+    """How many of the object spaces run_buffer_batch saw are still in memory."""
+    return sum(r() is not None for r in _SPACES)

@@ -308,3 +308,19 @@ def test_a_worker_gone_mid_stream_does_not_stop_the_request(owner, tmp_path):
     _wait_for(marker.exists, "the request to finish")
     assert _host.call(0, os.getpid, (), owner=owner.pid) == pid
     assert "the worker went away during its request" in sock.with_suffix(".log").read_text()
+
+
+def test_a_state_the_host_closes_leaves_its_memory(owner, tmp_path):
+    """A host freezes what survives each request (no GC walks it in a batch), so a state it
+    closes — dropped at the end of its input, or by the stale-state rule — would keep the
+    objects of its reference cycles until the next full collection, 200 requests later.
+    A request after which the host holds fewer states ends with one."""
+    from host_parts import run_buffer_batch, spaces_alive
+
+    from spark_ops import _runtime
+    assert _host.call(0, run_buffer_batch, (str(tmp_path / "a"), 0), owner=owner.pid) == 1
+    assert _host.call(0, run_buffer_batch, (str(tmp_path / "a"), 1), owner=owner.pid) == 1
+    assert _host.call(0, spaces_alive, (), owner=owner.pid) > 0
+    _host.call(0, _runtime.drop_cached, (str(tmp_path / "a"),), owner=owner.pid)
+    assert _host.call(0, spaces_alive, (), owner=owner.pid) == 0
+    assert _host.call(0, run_buffer_batch, (str(tmp_path / "a"), 2), owner=owner.pid) == 1   # reopens

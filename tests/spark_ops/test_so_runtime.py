@@ -635,3 +635,36 @@ def test_a_batch_fenced_after_a_part_went_out_fails_instead_of_running_again(tmp
                 run_shard_batch(spec, 0, 0, _events_for(10), convert=list, sink=sink)
             assert len(calls) == 1
     _runtime.drop_cached()
+
+
+def test_a_stopped_querys_state_is_closed_after_a_minute_while_the_one_in_use_stays(tmp_path):
+    """A process keeps each shard state it ran cached for the next batch. While it holds
+    several, every state but the one used last is closed once idle for STALE_SECONDS and
+    for four times the interval between its last two batches (a query that stopped: its
+    memory goes back within a minute, not after the host's idle time); the one used last,
+    or a process's only state, stays until ``seconds``. The state reopens from its
+    checkpoint and goes on."""
+    from spark_ops import _runtime
+    from spark_ops._runtime import STALE_SECONDS, ShardSpec, evict_idle, run_shard_batch
+    _runtime.drop_cached()
+    specs = {name: ShardSpec(state=str(tmp_path / name), operator=Buffer(count=3, key_columns=("k",)), groups=8,
+                             shards=1) for name in ("old", "slow", "new")}
+    for batch in (0, 1):
+        for name in ("old", "slow", "new"):
+            run_shard_batch(specs[name], batch, 0, _events_for(3))
+    cached = {k[0].rsplit("/", 1)[-1]: st for k, st in _runtime._SHARDS.items()}
+    assert set(cached) == {"old", "slow", "new"} and all(st.interval > 0 for st in cached.values())
+    t = cached["new"].last_used
+    cached["old"].last_used = t - 1
+    cached["slow"].last_used, cached["slow"].interval = t - 2, 100.0        # a batch every 100 s
+    assert evict_idle(600, now=t + STALE_SECONDS - 5) == 0
+    assert evict_idle(600, now=t + STALE_SECONDS + 5) == 1                  # old: idle past a minute
+    assert {k[0].rsplit("/", 1)[-1] for k in _runtime._SHARDS} == {"slow", "new"}
+    assert evict_idle(600, now=t + 300) == 0                                # slow: 4 x 100 s not yet
+    assert evict_idle(600, now=t + 450) == 1                                # ... now; new was used last
+    assert evict_idle(600, now=t + 599) == 0 and evict_idle(600, now=t + 601) == 1
+    assert not _runtime._SHARDS
+    out, _ = run_shard_batch(specs["old"], 2, 0, _events_for(3))             # reopens at its checkpoint
+    assert len(out) == 3 and all(len(r["items"]) == 3 for r in out)          # each key's third event
+    assert out == run_shard_batch(specs["slow"], 2, 0, _events_for(3))[0]
+    _runtime.drop_cached()
