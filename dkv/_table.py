@@ -97,6 +97,19 @@ def raw_cost(raw: bytes) -> int:
     return RAW_ENTRY + len(raw) + len(raw) // 8
 
 
+class _BlockName:
+    """"SST <path> block <i>" in an error message, formatted only if one is raised (a get
+    that misses the block cache would otherwise format it for nothing)."""
+
+    __slots__ = ("path", "i")
+
+    def __init__(self, path: str, i: int) -> None:
+        self.path, self.i = path, i
+
+    def __str__(self) -> str:
+        return f"SST {self.path} block {self.i}"
+
+
 _ONCE = "once"      # in a cached block's hints slot: looked up once, no hints built yet
 
 
@@ -199,10 +212,16 @@ class Table:
         — or, for format-1 tables, ``[keys, values, seqs, position dict or None]``."""
         blk = self._blocks[i]
         if blk is None:
-            blk = self._keep(i, *self._load(i))
-        else:
-            self._ref[i] = 1
-            self._cache.hits += 1
+            return self._fetch(i)
+        self._ref[i] = 1
+        self._cache.hits += 1
+        return blk
+
+    def _fetch(self, i: int):
+        """Block i read, checked and cached (a miss)."""
+        blk, cost = self._load(i)
+        self._blocks[i] = blk
+        self._cache.admit(self, i, cost)
         return blk
 
     def _load(self, i: int) -> tuple[list, int]:
@@ -236,15 +255,9 @@ class Table:
             costs.append(cost)
         self._cache.admit_run(self, i, costs)
 
-    def _keep(self, i: int, blk: list, cost: int) -> list:
-        """Block i's cache entry, now cached."""
-        self._blocks[i] = blk
-        self._cache.admit(self, i, cost)
-        return blk
-
     def _entry(self, i: int, frame: bytes) -> tuple[list, int]:
         meta = self._meta
-        what = f"SST {self.path} block {i}"
+        what = _BlockName(self.path, i)
         if meta.version < 2:
             keys, values, seqs, _ = sst.decode_block(frame, meta.crcs[i], what, meta.version)
             return [keys, values, seqs, None], decoded_bytes(keys, values)
@@ -283,7 +296,7 @@ class Table:
             return _MISSING
         blk = self._blocks[i]
         if blk is None:
-            blk = self.block(i)
+            blk = self._fetch(i)
         else:
             self._ref[i] = 1
             self._cache.hits += 1

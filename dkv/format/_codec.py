@@ -91,6 +91,18 @@ def block_head(data, what: str) -> tuple:
     """(seqs, position of the records) of an SST block with its seqs header."""
     try:
         if data[0] == 0:
+            # One shared sequence number (a flush's or a compaction's): up to three bytes
+            # (2**21) read here, longer ones by the general loop (every get that misses
+            # the block cache parses one).
+            b = data[1]
+            if b < 0x80:
+                return b, 2
+            c = data[2]
+            if c < 0x80:
+                return (b & 0x7F) | c << 7, 3
+            d = data[3]
+            if d < 0x80:
+                return (b & 0x7F) | (c & 0x7F) << 7 | d << 14, 4
             return _front._read_varint(data, 1, len(data), 63)
         if data[0] == 1:
             n = int.from_bytes(data[1:5], "little")

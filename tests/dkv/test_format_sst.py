@@ -106,6 +106,37 @@ def test_damage_is_corruption():
         sst.decode_block(bytes(frame), meta.crcs[0], "block 0")
 
 
+@pytest.mark.parametrize("seq", [0, 1, 127, 128, 300, (1 << 14) - 1, 1 << 14, (1 << 21) - 1, 1 << 21,
+                                 (1 << 28) + 5, (1 << 40) + 3, (1 << 62) + 1])
+def test_a_blocks_shared_sequence_number_reads_back_at_every_varint_length(seq):
+    """block_head reads varints of up to three bytes itself and longer ones with the
+    general loop: the same number and where the records start, whatever the length."""
+    from dkv.format._codec import block_head, pack_block
+    raw = pack_block([b"a", b"b"], [b"1", None], seq)
+    got, pos = block_head(raw, "t")
+    assert got == seq and raw[pos:] == pack_block([b"a", b"b"], [b"1", None])
+
+
+def test_damage_in_a_cached_tables_block_names_the_table_and_the_block(tmp_path):
+    """A block that fails its checksum when a get reads it is a CorruptionError naming the
+    SST and the block (the name is made only when it is raised)."""
+    db = dkv.open(str(tmp_path / "db"), block_cache_bytes=1)
+    b = dkv.WriteBatch()
+    for i in range(2000):
+        b.put(b"k%05d" % i, b"v" * 50)
+    db.write(b)
+    db.checkpoint(flush=True).wait()
+    db.close()
+    [path] = [p for p in (tmp_path / "db").rglob("*.sst")]
+    data = bytearray(path.read_bytes())
+    data[10] ^= 0x01                       # inside block 0
+    path.write_bytes(bytes(data))
+    db = dkv.open(str(tmp_path / "db"), block_cache_bytes=1)
+    with pytest.raises(dkv.CorruptionError, match=r"^SST .*\.sst block 0: checksum mismatch"):
+        db.get(b"k00000")
+    db.close()
+
+
 # -- bloom filter -------------------------------------------------------------------------
 
 def test_bloom_has_no_false_negatives_and_about_one_percent_false_positives():
