@@ -389,14 +389,14 @@ class ProcessSampler:
     def drop_host_states(self) -> None:
         """Close the states that shard hosts keep from earlier runs (a new query in a new
         application would find none), so that a run's peak is its own state's. The hosts
-        would close them after a minute idle (spark_ops/_runtime.py evict_idle); runs
+        would close them after a minute idle (spark_ops/_opened.py evict_idle); runs
         follow each other sooner."""
-        from spark_ops import _host, _runtime
+        from spark_ops import _host, _opened
 
         for _, p in (v for v in self.processes().values() if v[0] == "hosts"):
             try:
                 cmd = p.cmdline()
-                _host.call_at(cmd[cmd.index("--socket") + 1], _runtime.drop_cached)
+                _host.call_at(cmd[cmd.index("--socket") + 1], _opened.drop_cached)
             except (self._psutil.Error, ValueError, IndexError, _host.HostError) as e:
                 print(f"note: could not clear a shard host's states ({e})", file=sys.stderr)
 

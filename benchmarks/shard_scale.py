@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _memory_buffer import MemoryBuffer  # noqa: E402
 from _report import folder_sizes, grown, status_kb  # noqa: E402
-from spark_ops import _host, _runtime  # noqa: E402
+from spark_ops import _host, _opened  # noqa: E402
 from spark_ops._runtime import ShardSpec, run_shard_batch  # noqa: E402
 from spark_ops._shards import shard_of  # noqa: E402
 from spark_ops.operators._buffer import Buffer  # noqa: E402
@@ -207,7 +207,7 @@ def run(args) -> dict:
                                   + args.events_per_key * (n - 1)) // args.count) for _, i in mine)
     if profiler is not None:
         profiler.dump_stats(args.profile)
-    _runtime.drop_cached()
+    _opened.drop_cached()
     steady = [r for r in batches if r["batch"] >= args.warmup]
     ev = sum(r["events"] for r in steady)
     times = [r["ms"] for r in steady]

@@ -5,6 +5,11 @@ each one's length (8 bytes), then a pickle (protocol 5) and the buffers. Arrow t
 batches travel as their own buffers, sent from and rebuilt over the bytes they occupy, not
 copied into the pickle and out again (a copy of a task's rows or output was a host's and a
 worker's largest transient).
+
+Pickle carries only the requests and replies between a worker and the host it started,
+two processes of one user (the trust boundary is in docs/spark_ops.md, *Shard hosts*): a
+request is a function and its arguments, cloudpickled because an operator may be defined
+in a notebook. Nothing here is stored: the state is msgpack in dkv, never pickle.
 """
 from __future__ import annotations
 

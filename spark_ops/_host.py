@@ -297,7 +297,7 @@ def _alive(pid: int) -> bool:
 
 def serve(sock_path: str, owner: int, idle: float) -> None:
     """The host's loop: one request at a time until the owner is gone or idle expires."""
-    from ._runtime import cached_states, drop_cached, evict_idle
+    from ._opened import closed_count, drop_cached, evict_idle
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{sock_path}.{os.getpid()}"
     server.bind(tmp)
@@ -306,7 +306,8 @@ def serve(sock_path: str, owner: int, idle: float) -> None:
     inode = os.stat(sock_path).st_ino
     server.settimeout(1.0)
     last = time.monotonic()
-    served = held = 0
+    served = 0
+    closed = closed_count()
     gc.disable()                    # see _tidy_heap
     log.info("shard host %s serving owner %d", sock_path, owner)
     try:
@@ -314,19 +315,19 @@ def serve(sock_path: str, owner: int, idle: float) -> None:
             try:
                 conn, _ = server.accept()
             except socket.timeout:
-                if evict_idle(idle):        # a stopped query's state: its memory goes back now
-                    held = cached_states()
-                    _tidy_heap(served, closed=True)
-                continue
-            with conn:
-                conn.settimeout(None)
-                if _peer_ok(conn):
-                    _handle(conn)
-            last = time.monotonic()
-            served += 1
-            evict_idle(idle)
-            n, held = held, cached_states()
-            _tidy_heap(served, closed=held < n)     # the request or the idle rule closed a state
+                conn = None
+            if conn is not None:
+                with conn:
+                    conn.settimeout(None)
+                    if _peer_ok(conn):
+                        _handle(conn)
+                last = time.monotonic()
+                served += 1
+            evict_idle(idle)        # also between requests: a stopped query's state goes
+            now_closed = closed_count()
+            if conn is not None or now_closed != closed:
+                _tidy_heap(served, closed=now_closed != closed)    # the request or evict_idle closed a state
+                closed = now_closed
     finally:
         server.close()
         drop_cached()

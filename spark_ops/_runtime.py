@@ -19,6 +19,7 @@ from objectspace import BLOOM_STRIP, SCHEMA_STATE, ObjectCache, ObjectSpace
 
 from . import _layout, _rows, _watermark
 from ._keys import user_key
+from ._opened import _SHARDS, close, keep, take  # noqa: F401 - _SHARDS: tests look at the kept states
 from ._shards import shard_range
 from ._timers import EVENT_TIME, PROCESSING_TIME, Timer, TimerService
 from ._ttl import TtlService
@@ -77,7 +78,7 @@ class ShardState:
         self.store = store
         self.shard = shard
         self.groups = groups
-        self.last_used = 0.0            # time.monotonic() at the end of its last batch (0: none yet)
+        self.last_used = 0.0            # time.monotonic() at the end of its last batch (0: none yet; _opened.keep)
         self.interval = 0.0             # seconds between its last two batches (0: not known)
         lo, hi = shard_range(shard, spec.shards, groups)
         self.key_groups = range(lo, hi)
@@ -241,7 +242,6 @@ def _initial_ignored(store, spec: ShardSpec, shard: int, batch: int) -> None:
 
 
 _STORES: dict = {}
-_SHARDS: dict = {}
 _CONFIG: dict = {}
 _LOCK = threading.Lock()
 
@@ -261,9 +261,7 @@ def _store(location: str, dkv_options: dict):
 
 
 def _shard_state(spec: ShardSpec, store, groups: int, batch: int, shard: int, fresh: bool) -> ShardState:
-    key = (spec.state, shard, spec.shards)
-    with _LOCK:
-        st = _SHARDS.pop(key, None)
+    st = take((spec.state, shard, spec.shards))
     if st is not None and not fresh and st.layout.shards == spec.shards:
         if st.epoch == batch - 1:
             return st
@@ -273,48 +271,8 @@ def _shard_state(spec: ShardSpec, store, groups: int, batch: int, shard: int, fr
         except Exception as e:  # noqa: BLE001 - any doubt: reopen from storage
             log.info("shard %d could not catch up (%s); reopening", shard, e)
     if st is not None:
-        st.close()
+        close(st)
     return ShardState(store, spec, groups, batch, shard)
-
-
-def drop_cached(state_location: str | None = None) -> None:
-    """Close cached shard states (all, or those of one state root)."""
-    with _LOCK:
-        keys = [k for k in _SHARDS if state_location is None or k[0] == state_location]
-        items = [_SHARDS.pop(k) for k in keys]
-    for st in items:
-        st.close()
-
-
-def cached_states() -> int:
-    """How many shard states this process holds open between batches."""
-    return len(_SHARDS)
-
-
-STALE_SECONDS = 60.0
-"""A cached shard state that is not the one used last is closed once idle this long and
-four times the interval between its last two batches (see ``evict_idle``)."""
-
-
-def evict_idle(seconds: float, now: float | None = None) -> int:
-    """Close cached shard states not used for ``seconds``, and those whose query seems to
-    have stopped: while a process holds several, each but the one used last is closed once
-    idle for STALE_SECONDS and for four times the interval between its last two batches.
-    A query that stops (a notebook's run replaced by the next, a benchmark's rounds) leaves
-    its states open in the shard hosts, each up to its memory budget: after a minute they
-    go, instead of after ``seconds`` (the host's idle time, 600 by default). A query whose
-    batches come every few minutes keeps its state between them. Returns how many closed."""
-    now = time.monotonic() if now is None else now
-    with _LOCK:
-        last = max(_SHARDS, key=lambda k: _SHARDS[k].last_used, default=None)
-        keys = [k for k, st in _SHARDS.items()
-                if now - st.last_used > seconds
-                or (k != last and now - st.last_used > max(STALE_SECONDS, 4 * st.interval))]
-        items = [(k, _SHARDS.pop(k)) for k in keys]
-    for (state, shard, _), st in items:
-        log.info("closed shard %d of %s: idle for %.0f s", shard, state, now - st.last_used)
-        st.close()
-    return len(items)
 
 
 def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_time: int | None = None,
@@ -384,16 +342,11 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
         except dkv.FencedError as e:
             # Another worker ran this shard meanwhile: reopen at batch - 1 and run again,
             # unless output went to the sink already (the task fails; Spark runs it again).
-            st.close()
+            close(st)
             if attempt == 2 or st.sent:
                 raise
             log.warning("shard %d batch %d fenced (%s); running the batch again", shard, batch, e)
-    now = time.monotonic()
-    if st.last_used:
-        st.interval = now - st.last_used
-    st.last_used = now
-    with _LOCK:
-        _SHARDS[(spec.state, shard, spec.shards)] = st
+    keep((spec.state, shard, spec.shards), st)
     metrics.update(batch=batch, shard=shard, shards=spec.shards, emitted=n_emitted,
                    watermark=watermark, processing_time=processing_time,
                    open_ms=round(open_ms, 1), duration_ms=round((time.perf_counter() - t0) * 1000, 1))

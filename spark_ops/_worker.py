@@ -132,7 +132,7 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
         emitted = [_progress.with_null_metrics(b, metrics_schema) for b in emitted]
         emitted.append(_progress.metrics_batch(metrics, metrics_schema))
     if final:
-        from ._runtime import drop_cached
+        from ._opened import drop_cached
         drop_cached(spec.state)
     return emitted
 

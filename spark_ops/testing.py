@@ -24,7 +24,7 @@ import zlib
 
 import msgpack
 
-from . import _runtime
+from . import _opened
 from ._keys import to_parts
 from ._output import rows_to_arrow
 from ._runtime import ShardSpec, run_shard_batch
@@ -178,7 +178,7 @@ class OperatorHarness:
 
     def restart(self) -> None:
         """Forget every open shard state, as if the Python workers were replaced."""
-        _runtime.drop_cached(self.spec.state)
+        _opened.drop_cached(self.spec.state)
 
     def rescale(self, partitions: int) -> None:
         """Continue with another shard count (state is redistributed by key group)."""

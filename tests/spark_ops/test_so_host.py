@@ -14,7 +14,8 @@ import time
 import pytest
 
 from spark_ops import _frames, _host
-from spark_ops._runtime import ShardSpec, drop_cached
+from spark_ops._opened import drop_cached
+from spark_ops._runtime import ShardSpec
 from spark_ops._worker import run_task
 from spark_ops.operators import Buffer
 
@@ -317,10 +318,10 @@ def test_a_state_the_host_closes_leaves_its_memory(owner, tmp_path):
     A request after which the host holds fewer states ends with one."""
     from host_parts import run_buffer_batch, spaces_alive
 
-    from spark_ops import _runtime
+    from spark_ops import _opened
     assert _host.call(0, run_buffer_batch, (str(tmp_path / "a"), 0), owner=owner.pid) == 1
     assert _host.call(0, run_buffer_batch, (str(tmp_path / "a"), 1), owner=owner.pid) == 1
     assert _host.call(0, spaces_alive, (), owner=owner.pid) > 0
-    _host.call(0, _runtime.drop_cached, (str(tmp_path / "a"),), owner=owner.pid)
+    _host.call(0, _opened.drop_cached, (str(tmp_path / "a"),), owner=owner.pid)
     assert _host.call(0, spaces_alive, (), owner=owner.pid) == 0
     assert _host.call(0, run_buffer_batch, (str(tmp_path / "a"), 2), owner=owner.pid) == 1   # reopens

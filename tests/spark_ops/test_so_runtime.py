@@ -14,7 +14,7 @@ import pytest
 
 import dkv
 from dkv.format import manifest as mf
-from spark_ops import Context, Operator, read_metrics
+from spark_ops import Context, Operator, _opened, read_metrics
 from spark_ops.operators import Buffer, Delay, Timeout
 from spark_ops.testing import OperatorHarness
 
@@ -603,7 +603,7 @@ def test_a_sink_gets_the_output_in_parts_while_the_batch_runs(tmp_path):
     assert [len(p) for p in parts] == [size, size] and not any(committed)
     assert [len(p) for p in rest] == [500]
     assert [r for p in parts + rest for r in p] == [r for p in run("b", None) for r in p]
-    _runtime.drop_cached()
+    _opened.drop_cached()
 
 
 def test_a_batch_fenced_after_a_part_went_out_fails_instead_of_running_again(tmp_path, monkeypatch):
@@ -634,7 +634,7 @@ def test_a_batch_fenced_after_a_part_went_out_fails_instead_of_running_again(tmp
             with pytest.raises(dkv.FencedError):
                 run_shard_batch(spec, 0, 0, _events_for(10), convert=list, sink=sink)
             assert len(calls) == 1
-    _runtime.drop_cached()
+    _opened.drop_cached()
 
 
 def test_a_stopped_querys_state_is_closed_after_a_minute_while_the_one_in_use_stays(tmp_path):
@@ -645,8 +645,9 @@ def test_a_stopped_querys_state_is_closed_after_a_minute_while_the_one_in_use_st
     or a process's only state, stays until ``seconds``. The state reopens from its
     checkpoint and goes on."""
     from spark_ops import _runtime
-    from spark_ops._runtime import STALE_SECONDS, ShardSpec, evict_idle, run_shard_batch
-    _runtime.drop_cached()
+    from spark_ops._opened import STALE_SECONDS, evict_idle
+    from spark_ops._runtime import ShardSpec, run_shard_batch
+    _opened.drop_cached()
     specs = {name: ShardSpec(state=str(tmp_path / name), operator=Buffer(count=3, key_columns=("k",)), groups=8,
                              shards=1) for name in ("old", "slow", "new")}
     for batch in (0, 1):
@@ -667,4 +668,4 @@ def test_a_stopped_querys_state_is_closed_after_a_minute_while_the_one_in_use_st
     out, _ = run_shard_batch(specs["old"], 2, 0, _events_for(3))             # reopens at its checkpoint
     assert len(out) == 3 and all(len(r["items"]) == 3 for r in out)          # each key's third event
     assert out == run_shard_batch(specs["slow"], 2, 0, _events_for(3))[0]
-    _runtime.drop_cached()
+    _opened.drop_cached()
