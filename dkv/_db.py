@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from . import _locate, _paths, _recovery
 from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
 from ._flush import FlushMixin
+from ._lanes import Lanes
 from ._refresh import RefreshMixin
 from ._memtable import _MISSING as _ABSENT
 from ._memtable import Memtable
@@ -156,9 +157,10 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._known_files = {t.path for t in restored.version.tables() if t.path.startswith(own)}
         self._known_files.update(s.name for s in self._segments if s.name.startswith(own) and s.state != "inline")
         if self.opts.background:
-            self._flusher = ThreadPoolExecutor(1, thread_name_prefix="dkv-flush")
-            self._compactor = ThreadPoolExecutor(1, thread_name_prefix="dkv-compact")
-            self._uploader = ThreadPoolExecutor(1, thread_name_prefix="dkv-upload")
+            self._lanes = Lanes()       # counts their jobs: wait_idle waits for zero
+            self._flusher = self._lanes.lane("dkv-flush")
+            self._compactor = self._lanes.lane("dkv-compact")
+            self._uploader = self._lanes.lane("dkv-upload")
         log.debug("opened %r instance %r as writer %d at epoch %s", self.store.location, self.ns, self._writer, start)
 
     def _claim_durable(self) -> None:
@@ -458,18 +460,20 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             work()
         self._raise_bg_error()
 
-    def wait_idle(self) -> None:
-        """Wait for queued flushes, compactions and checkpoint uploads to finish."""
+    def wait_idle(self, timeout: float | None = None) -> None:
+        """Wait until the background work is done: no flush, compaction, encoding, checkpoint
+        upload or garbage collection queued or running, and no flush due (a trigger that
+        fired while a flush ran is queued now). Raises what a background task raised, or
+        TimeoutError if ``timeout`` seconds pass first."""
         if self.opts.background and not self.read_only:
+            deadline = None if timeout is None else time.monotonic() + timeout
             with self._pacer.hurried():
-                # Each thread's work may queue another's (an encoding, a flush, then a
-                # compaction): go round until a round finds nothing more to wait for.
-                for rnd in range(8):
-                    self._flusher.submit(lambda: None).result()
-                    self._compactor.submit(lambda: None).result()
-                    self._uploader.submit(lambda: None).result()    # last: the others queue GC there
-                    if rnd and not (self._flush_queued or self._flushing or self._compaction_queued
-                                    or self._sealed_unencoded() or self._bg_error):
+                while True:
+                    self._maybe_flush()
+                    if not self._lanes.wait_quiet(deadline):
+                        raise TimeoutError(f"dkv: background work of {self.store.location!r} still running "
+                                           f"after {timeout} s ({self._lanes.active} job(s))")
+                    if self._bg_error is not None or self._closing or not self._flush_due():
                         break
         self._raise_bg_error()
 

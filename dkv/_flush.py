@@ -96,12 +96,14 @@ class FlushMixin:
             self._cond.notify_all()
         self._maybe_flush()
 
-    def _maybe_flush(self) -> None:
+    def _flush_due(self) -> bool:
+        """The immutable memtables reached ``flush_segments`` or ``flush_bytes``."""
         sources = self._view[0]
-        if self._flush_queued or self._closing or not sources:
-            return
         o = self.opts
-        if len(sources) < o.flush_segments and sum(m.nbytes for m in sources) < o.flush_bytes:
+        return bool(sources) and (len(sources) >= o.flush_segments or sum(m.nbytes for m in sources) >= o.flush_bytes)
+
+    def _maybe_flush(self) -> None:
+        if self._flush_queued or self._closing or not self._flush_due():
             return
         self._flush_queued = True
         # Only what is immutable now: a checkpoint whose pin waits behind this flush on the
