@@ -17,27 +17,29 @@ from ._options import Options
 from ._timeline import CheckpointInfo
 from .batch import WriteBatch
 from .errors import (CheckpointNotFoundError, ClosedError, CorruptionError, DkvError, FencedError,
-                     NotAStoreError, ObjectMissingError, ReadOnlyError, StorageError)
+                     NewerCheckpointsError, NotAStoreError, ObjectMissingError, ReadOnlyError, StorageError)
 from .keys import key_group_of, key_prefix
 from .storage import ObjectStore, open_store
 
 __all__ = [
     "open", "DB", "WriteBatch", "Checkpoint", "CheckpointInfo", "Options", "ObjectStore", "open_store",
     "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
-    "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError",
+    "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError", "NewerCheckpointsError",
     "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
     "key_prefix", "key_group_of", "prefix_end",
 ]
 
 
 def open(location, checkpoint: int | None = None, *, read_only: bool = False, instance: str = "",
-         sources: list | None = None, key_groups: tuple | None = None, create=True, **options) -> DB:  # noqa: A001
+         sources: list | None = None, key_groups: tuple | None = None, create=True, discard_newer: bool = False,
+         **options) -> DB:  # noqa: A001
     """Open (or create) a dkv store.
 
     location: a folder path, ``file://…``, ``memory://name``, ``s3://bucket/prefix`` or an
         ObjectStore. checkpoint: open the state exactly as of that checkpoint epoch (the
-        latest when None). A writer opened at an older checkpoint continues from it: the
-        later checkpoints are abandoned. read_only: inspect without claiming the store
+        latest when None). A writer opened at an older checkpoint continues from it, which
+        drops the later checkpoints: it raises NewerCheckpointsError (naming them) unless
+        ``discard_newer=True`` says to roll back. read_only: inspect without claiming the store
         (safe while a writer goes on); it creates nothing, and a location (or instance)
         that holds no store raises NotAStoreError. instance: a named instance within the
         location (several share one root, e.g. one per shard); an instance can be opened
@@ -58,7 +60,7 @@ def open(location, checkpoint: int | None = None, *, read_only: bool = False, in
     owned = store is not location       # made here from a path or URL: closed with the DB
     try:
         db = DB(store, ns=instance, checkpoint=checkpoint, read_only=read_only, sources=sources,
-                key_groups=key_groups, options=opts, create=create)
+                key_groups=key_groups, options=opts, create=create, discard_newer=discard_newer)
     except BaseException:
         if owned:
             store.close()

@@ -29,7 +29,8 @@ from ._pacer import Pacer
 from ._table import _MISSING, BlockCache, group_bounds
 from ._timeline import CheckpointInfo, Timeline, claim_writer, instance_label
 from .batch import WriteBatch, check_key, check_value
-from .errors import ClosedError, DkvError, FencedError, ObjectMissingError, ReadOnlyError, with_context
+from .errors import (ClosedError, DkvError, FencedError, NewerCheckpointsError, ObjectMissingError, ReadOnlyError,
+                     with_context)
 from .format import manifest as mf
 from .format.bloom import candidates as bloom_candidates
 from .format.manifest import ALL_KEY_GROUPS
@@ -42,7 +43,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
     def __init__(self, store, *, ns: str = "", checkpoint: int | None = None, read_only: bool = False,
                  sources: list | None = None, key_groups: tuple | None = None, options: Options,
-                 create=True) -> None:
+                 create=True, discard_newer: bool = False) -> None:
         self.store = store
         self._owns_store = False    # dkv.open sets it when it made the store
         self.ns = ns.strip("/")
@@ -84,11 +85,11 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self.stats_counters: Counter = Counter()
         # Pacing needs background threads: inline flushes would wait for themselves.
         self._pacer = Pacer(options.pace if options.background and not read_only else 0.0)
-        self._open(checkpoint, sources, create)
+        self._open(checkpoint, sources, create, discard_newer)
 
     # -- opening --------------------------------------------------------------------------
 
-    def _open(self, checkpoint, sources, create) -> None:
+    def _open(self, checkpoint, sources, create, discard_newer: bool = False) -> None:
         if not self.read_only and self.store.exists(_paths.retired_name(self.ns)):
             raise FencedError(f"{instance_label(self.store, self.ns)} was retired by a rescale; open its "
                               "successors instead")
@@ -97,6 +98,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         timeline = Timeline(self.store, self.ns)
         if not timeline.manifests and not timeline.claim_names:
             _locate.check_new(self.store, self.ns, read_only=self.read_only, create=create, checkpoint=checkpoint)
+        if checkpoint is not None and sources is None and not self.read_only and not discard_newer:
+            _refuse_discarding(self.store, self.ns, checkpoint, timeline)
         manifest = None
         if sources is None and (info := timeline.find(checkpoint)) is not None:
             # The manifest names files relative to the folder its writer opened: continue
@@ -462,19 +465,16 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
 
     def wait_idle(self, timeout: float | None = None) -> None:
         """Wait until the background work is done: no flush, compaction, encoding, checkpoint
-        upload or garbage collection queued or running, and no flush due (a trigger that
-        fired while a flush ran is queued now). Raises what a background task raised, or
-        TimeoutError if ``timeout`` seconds pass first."""
+        upload or garbage collection queued or running (work that queues more work, such as
+        a flush its compaction, is waited for to the end). Starts nothing: a flush that
+        failed is tried again by the next seal, ``flush()`` or ``compact()``. Raises what a
+        background task raised, or TimeoutError if ``timeout`` seconds pass first."""
         if self.opts.background and not self.read_only:
             deadline = None if timeout is None else time.monotonic() + timeout
             with self._pacer.hurried():
-                while True:
-                    self._maybe_flush()
-                    if not self._lanes.wait_quiet(deadline):
-                        raise TimeoutError(f"dkv: background work of {self.store.location!r} still running "
-                                           f"after {timeout} s ({self._lanes.active} job(s))")
-                    if self._bg_error is not None or self._closing or not self._flush_due():
-                        break
+                if not self._lanes.wait_quiet(deadline):
+                    raise TimeoutError(f"dkv: background work of {self.store.location!r} still running "
+                                       f"after {timeout} s ({self._lanes.active} job(s))")
         self._raise_bg_error()
 
     def _raise_bg_error(self) -> None:
@@ -582,3 +582,16 @@ def _filters(sources: tuple) -> tuple:
         out.append(None if bloom is None else bloom.probe())
     return tuple(out)
 
+
+def _refuse_discarding(store, ns: str, checkpoint: int, timeline) -> None:
+    """A writer opened at ``checkpoint`` continues from it, which abandons every later
+    checkpoint: refuse unless the caller said so (``discard_newer=True``)."""
+    newer = [c.epoch for c in timeline.valid() if c.epoch > checkpoint]
+    if not newer or timeline.find(checkpoint) is None:     # none, or CheckpointNotFoundError follows
+        return
+    where = store.location + (f" instance {ns!r}" if ns else "")
+    shown = ", ".join(map(str, newer[:10])) + (f", ... ({len(newer)} in all)" if len(newer) > 10 else "")
+    raise NewerCheckpointsError(
+        f"opening {where} as a writer at checkpoint {checkpoint} would drop the later checkpoint(s) {shown}: "
+        f"a writer continues from the checkpoint it opens. Pass read_only=True to look at checkpoint "
+        f"{checkpoint}, or discard_newer=True to continue from it and drop the later ones")

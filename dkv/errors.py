@@ -31,6 +31,12 @@ class CheckpointNotFoundError(DkvError, LookupError):
     """The requested checkpoint epoch is not among the retained checkpoints."""
 
 
+class NewerCheckpointsError(DkvError, ValueError):
+    """A writer was asked to open at a checkpoint older than the newest: continuing from it
+    would drop the later checkpoints. Open ``read_only=True`` to look at the old state, or
+    pass ``discard_newer=True`` to roll back on purpose. The message names what would go."""
+
+
 class StorageError(DkvError, OSError):
     """The object store failed after retries (network, permissions, disk full)."""
 

@@ -109,7 +109,9 @@ class ObjectSpace(KindMethods):
              cache_items: int = 4096, cache_objects: int | None = 4096, cache_bytes: int = DEFAULT_CACHE_BYTES,
              clock=None, **dkv_options) -> "ObjectSpace":
         """Open a dkv store at ``location`` (owned and closed by the space) and a space on it.
-        ``checkpoint=epoch`` opens the state as of that checkpoint. ``read_only=True``
+        ``checkpoint=epoch`` opens the state as of that checkpoint; a writer continues from
+        it, so at an older one it raises dkv.NewerCheckpointsError naming the later
+        checkpoints it would drop, unless ``discard_newer=True``. ``read_only=True``
         writes nothing: a location that holds no store raises dkv.NotAStoreError (naming the
         instances at a folder of several, such as a spark_ops state root). A writer creates
         a store only in a missing or empty folder (else NotAStoreError; ``create="force"``

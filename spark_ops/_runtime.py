@@ -93,7 +93,8 @@ class ShardState:
         self.spill_events = max(1000, cache_bytes // 4 // (2 * self.cache.item_bytes))
         kw = dict(instance=plan.instance, key_groups=(lo, hi), **opts)
         if plan.checkpoint is not None:
-            self.db = dkv.open(store, checkpoint=plan.checkpoint, **kw)
+            # A re-run of a batch drops the checkpoint its failed attempt may have left.
+            self.db = dkv.open(store, checkpoint=plan.checkpoint, discard_newer=True, **kw)
         else:
             self.db = dkv.open(store, sources=plan.sources or [], **kw)
         self.layout = plan.layout

@@ -211,7 +211,7 @@ class Harness:
 
     def _open(self, checkpoint=None):
         self.session = Killable(self.base)
-        return dkv.open(self.session, checkpoint=checkpoint, **self.opts)
+        return dkv.open(self.session, checkpoint=checkpoint, discard_newer=checkpoint is not None, **self.opts)
 
     def _after_open(self, landed_floor) -> None:
         cps = [c.epoch for c in self.db.checkpoints()]

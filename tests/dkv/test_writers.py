@@ -154,7 +154,7 @@ def test_writer_reopened_at_older_epoch_abandons_later_ones(background):
             _fill(db, model, e)
             db.checkpoint(e).wait()
             snaps[e] = dict(model)
-    db = dkv.open(store, checkpoint=3, retain=10, background=background, **SMALL)
+    db = dkv.open(store, checkpoint=3, retain=10, background=background, discard_newer=True, **SMALL)
     assert contents(db) == snaps[3]
     assert _epochs(db.checkpoints()) == [1, 2, 3]
     assert _epochs(dkv.list_checkpoints(store)) == [1, 2, 3]     # at once: the claim decides
@@ -181,7 +181,7 @@ def test_rewind_then_crash_before_any_checkpoint_stays_rewound():
         for e in (1, 2, 3):
             db.put(b"k", b"%d" % e)
             db.checkpoint(e).wait()
-    db = dkv.open(store, checkpoint=1)     # claims, then the process dies
+    db = dkv.open(store, checkpoint=1, discard_newer=True)     # claims, then the process dies
     del db
     with dkv.open(store) as db:
         assert db.get(b"k") == b"1"

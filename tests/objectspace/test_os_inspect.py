@@ -193,7 +193,7 @@ def live(sp, name):
 
 
 def test_iter_slots_matches_the_objects_and_pages(history):
-    with ObjectSpace.open(history, checkpoint=2) as live_sp:
+    with ObjectSpace.open(history, checkpoint=2, discard_newer=True) as live_sp:
         sp = at(history, 2)
         for name in sp.names():
             got = list(iter_slots(sp, name))

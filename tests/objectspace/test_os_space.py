@@ -227,7 +227,35 @@ def test_open_checkpoint_close(location):
         assert space.dirty
     with ObjectSpace.open(location) as space:
         assert dict(space.get_dict("d").items()) == {"a": 1, "b": 2}
-    with ObjectSpace.open(location, checkpoint=1) as space:
+    with ObjectSpace.open(location, checkpoint=1, read_only=True) as space:
+        assert dict(space.get_dict("d").items()) == {"a": 1}
+
+
+@pytest.mark.skipif(not HAVE_DKV, reason="needs dkv.open")
+def test_a_writer_at_an_older_checkpoint_never_drops_later_ones_unasked(location):
+    """``ObjectSpace.open(path, checkpoint=1)`` without read_only would continue from 1 and
+    drop checkpoint 2 on close: it raises, naming what it would drop and both ways out,
+    and leaves the store as it was; ``discard_newer=True`` rolls back on purpose."""
+    with ObjectSpace.open(location) as space:
+        space.create_dict("d", {"a": 1})
+        space.checkpoint(1)
+        space.get_dict("d")["b"] = 2
+        space.checkpoint(2)
+    with pytest.raises(dkv.NewerCheckpointsError) as e:
+        ObjectSpace.open(location, checkpoint=1)
+    msg = str(e.value)
+    assert "checkpoint 1" in msg and "later checkpoint(s) 2" in msg
+    assert "read_only=True" in msg and "discard_newer=True" in msg
+    assert isinstance(e.value, ValueError)
+    with ObjectSpace.open(location) as space:           # nothing was dropped
+        assert space.last_checkpoint == 2 and dict(space.get_dict("d").items()) == {"a": 1, "b": 2}
+    with ObjectSpace.open(location, checkpoint=2) as space:     # the newest: nothing to drop
+        assert dict(space.get_dict("d").items()) == {"a": 1, "b": 2}
+    with ObjectSpace.open(location, checkpoint=1, discard_newer=True) as space:
+        assert dict(space.get_dict("d").items()) == {"a": 1}
+        space.checkpoint()
+        assert space.last_checkpoint == 2
+    with ObjectSpace.open(location) as space:
         assert dict(space.get_dict("d").items()) == {"a": 1}
 
 
