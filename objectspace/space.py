@@ -292,6 +292,39 @@ class ObjectSpace(KindMethods):
         if not unsaved:
             self._graves[nkey] = _Grave(nkey)
 
+    def rename(self, old, new) -> None:
+        """Give object ``old`` the name ``new``, keeping everything it holds (kind, codec,
+        items, metadata, a stream's consumer groups). Its records are rewritten under the new
+        name in the store at once (durable with the next checkpoint, like any write); the old
+        handle stops working, ``get(new)`` returns a new one. O(records of the object): one
+        range scan. The object must have no unsaved changes (save and confirm them first:
+        ObjectSpaceError), ``old`` must exist (ObjectNotFoundError) and ``new`` must not
+        (AlreadyExistsError)."""
+        self._check_open()
+        okey, nkey = encode_name(old), encode_name(new)
+        if okey == nkey:
+            return
+        if not self._exists(okey):
+            raise ObjectNotFoundError(f"no object named {old!r} in the space")
+        if self._exists(nkey):
+            raise AlreadyExistsError(f"an object named {new!r} already exists")
+        if okey in self._touched or nkey in self._touched or nkey in self._graves:
+            raise ObjectSpaceError(f"rename({old!r}, {new!r}) needs both names without unsaved changes: save "
+                                   f"and confirm them first (checkpoint(), or save() and on_saved())")
+        obj = self._live.pop(okey, None)
+        if obj is not None:
+            obj._kill()
+            self._cache.forget(obj)
+        ip, op = self._index_prefix, self._obj_prefix
+        batch = WriteBatch()
+        batch.put(ip + nkey, self._db.get(ip + okey))
+        batch.delete(ip + okey)
+        n = len(op) + len(okey)
+        for key, value in self._db.scan_prefix(op + okey):
+            batch.put(op + nkey + key[n:], value)
+            batch.delete(key)
+        self._db.write(batch)
+
     # -- listing --------------------------------------------------------------------------------
 
     def __iter__(self):
@@ -308,24 +341,37 @@ class ObjectSpace(KindMethods):
         """Number of objects. O(n): counts with a scan of the index."""
         return sum(1 for _ in self._iter_names(None))
 
+    def catalog(self, prefix=None):
+        """``(name, kind)`` of every object (or of a scope, as ``names(prefix=...)``) in name
+        order: one range scan of the index and no other read. O(n)."""
+        live = self._live
+        for nkey, raw in self._iter_index(prefix):
+            name, obj = decode_key(nkey), live.get(nkey)
+            yield name, (obj.kind if obj is not None else L.decode_index(raw, name)[0])
+
     def _iter_names(self, prefix):
+        return (decode_key(nkey) for nkey, _ in self._iter_index(prefix))
+
+    def _iter_index(self, prefix):
+        """``(nkey, index entry)`` of the stored objects merged with those not yet committed
+        (entry None), without the deleted ones, in encoded order."""
         self._check_open()
         scope = encode_name_scope(prefix) if prefix is not None else b""
         ip = self._index_prefix
         new = sorted(nkey for nkey, obj in self._touched.items()
                      if (obj._flags | obj._pflags) & F_INDEX and nkey.startswith(scope))
         n, i, graves = len(ip), 0, self._graves
-        for key, _ in self._db.scan_prefix(ip + scope):
+        for key, raw in self._db.scan_prefix(ip + scope):
             nkey = key[n:]
             while i < len(new) and new[i] < nkey:
-                yield decode_key(new[i])
+                yield new[i], None
                 i += 1
             if i < len(new) and new[i] == nkey:
                 i += 1
             if nkey not in graves:
-                yield decode_key(nkey)
+                yield nkey, raw
         for nkey in new[i:]:
-            yield decode_key(nkey)
+            yield nkey, None
 
     # -- save protocol ----------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ key_groups=, dkv_options=, memory= (each shard's memory budget, e.g. "512m"), is
 (pass isolate=True to union or coalesce the output in the same stage), metrics= (where
 the per-batch figures go: a stream's progress by default, see apply_operator) and
 initial_state= (rows loaded in the query's first batch: input rows that came before the
-stream, except for combine_latest, whose initial rows are shaped as its output)."""
+stream, except for combine_latest, whose initial rows are shaped as its output) and retire=
+(operators the query's state holds and its code no longer has, to drop; RFC 0010)."""
 from __future__ import annotations
 
 from ._initial import check_keys, input_rows
@@ -22,7 +23,7 @@ def _key_fields(df, keys):
 def buffer(df, key, count: int | None = None, skip: int | None = None, duration=None, *, event_time=None,
            watermark=None, order_by=None, state: str = "./state", name: str | None = None,
            partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None, initial_state=None):
+           isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
     """Group each key's rows into buffers: by ``count`` (with ``skip`` for overlapping or
     gapped buffers), by event-time ``duration`` windows, or both (a window's buffer is
     also emitted when it reaches ``count``). Output: the key column(s) and ``items``
@@ -43,13 +44,13 @@ def buffer(df, key, count: int | None = None, skip: int | None = None, duration=
     return apply_operator(df, op, keys, output_schema=StructType(fields), event_time=event_time,
                           watermark=watermark, order_by=order_by, state=state, name=name or "buffer",
                           partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
-                          memory=memory, metrics=metrics, initial_state=initial)
+                          memory=memory, metrics=metrics, initial_state=initial, retire=retire)
 
 
 def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermark=None, state: str = "./state",
                    name: str | None = None, partitions: int | None = None, key_groups: int = 256,
                    dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None, initial_state=None):
+           isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
     """For each key, every time any input has a new row (once all inputs have one), emit
     the key and one struct column per input holding that input's latest row.
 
@@ -98,7 +99,7 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
                           watermark=watermark, order_by=[et, SOURCE] if et else [SOURCE], state=state,
                           name=name or "combine_latest", partitions=partitions, key_groups=key_groups,
                           dkv_options=dkv_options, inputs=names, input_column=SOURCE,
-                          isolate=isolate, memory=memory, metrics=metrics, initial_state=initial)
+                          isolate=isolate, memory=memory, metrics=metrics, initial_state=initial, retire=retire)
 
 
 def _latest_rows(initial, first, keys, inputs):
@@ -121,7 +122,7 @@ def _latest_rows(initial, first, keys, inputs):
 
 def delay(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
           partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None, initial_state=None):
+           isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
     """Emit each row once the watermark passes its event time + ``duration``. Output: the input rows.
     initial_state: input rows that came before the stream (the input's columns), delayed
     as if they had arrived in the first batch."""
@@ -130,12 +131,12 @@ def delay(df, key, duration, *, event_time: str, watermark=None, state: str = ".
     return apply_operator(df, Delay(duration_ms(duration)), keys, output_schema=df.schema,
                           event_time=event_time, watermark=watermark, state=state, name=name or "delay",
                           partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
-                          memory=memory, metrics=metrics, initial_state=initial)
+                          memory=memory, metrics=metrics, initial_state=initial, retire=retire)
 
 
 def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
             partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None, initial_state=None):
+           isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
     """Emit ``key, last_event, timeout_at`` when a key has no row for ``duration`` of event time.
     initial_state: input rows that came before the stream (the input's columns)."""
     from pyspark.sql.types import StructField, StructType, TimestampType
@@ -146,13 +147,13 @@ def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = 
     return apply_operator(df, Timeout(duration_ms(duration), tuple(keys)), keys, output_schema=schema,
                           event_time=event_time, watermark=watermark, state=state, name=name or "timeout",
                           partitions=partitions, key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
-                          memory=memory, metrics=metrics, initial_state=initial)
+                          memory=memory, metrics=metrics, initial_state=initial, retire=retire)
 
 
 def session_window(df, key, gap, *, event_time: str, max_duration=None, items: bool = True, watermark=None,
                    state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None, initial_state=None):
+           isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
     """Gap-based sessions per key (closed after ``gap`` without rows, or at ``max_duration``).
     Output: key, session_start, session_end, count and (with ``items=True``) the rows.
     initial_state: input rows that came before the stream (the input's columns)."""
@@ -168,4 +169,4 @@ def session_window(df, key, gap, *, event_time: str, max_duration=None, items: b
     return apply_operator(df, op, keys, output_schema=StructType(fields), event_time=event_time,
                           watermark=watermark, state=state, name=name or "session_window", partitions=partitions,
                           key_groups=key_groups, dkv_options=dkv_options, isolate=isolate,
-                          memory=memory, metrics=metrics, initial_state=initial)
+                          memory=memory, metrics=metrics, initial_state=initial, retire=retire)

@@ -70,3 +70,133 @@ def read_timers(location, *, epoch: int | None = None, instance: str | None = No
                             "time": time, "time_utc": utc(time), "key": key, "name": name})
     out.sort(key=lambda r: (r["time"], r["operator"] or "", r["key_group"], repr(r["key"]), r["name"], r["kind"]))
     return out
+
+
+# -- operators and their state variables (RFC 0010) -----------------------------------------
+
+def _root_store(location, dkv_options: dict):
+    import dkv
+    return dkv.open_store(location, create=False, **{k: v for k, v in dkv_options.items()
+                                                      if k in ("endpoint_url", "region_name", "fsync")})
+
+
+def _queries(location, query: str | None, dkv_options: dict) -> list:
+    from ._identity import queries
+    if query is not None:
+        return [query]
+    found = queries(_root_store(location, dkv_options))
+    if not found:
+        raise ValueError(f"no spark_ops query state under {location!r} (a state root holds <query id>/<operator>/ "
+                         f"folders)")
+    return found
+
+
+def read_operators(location, *, query: str | None = None, **dkv_options) -> list[dict]:
+    """The operators of each query under the state root ``location`` (or of ``query``), as
+    dicts ``query_id, operator, status ("active"/"retired"), class, name_from, last_batch,
+    joined, retired, state_vars`` (the declarations of its latest run; None: it declares
+    nothing). Read-only."""
+    from ._identity import QueryDir, last_batch, read_ledger, recorded_identity
+    root = location if isinstance(location, str) else location.location
+    out = []
+    for q in _queries(location, query, dkv_options):
+        qd = QueryDir(root, q, dkv_options)
+        for name, rec in sorted(read_ledger(qd, write=False).items()):
+            ostore = qd.operator(name)
+            ident = recorded_identity(ostore) or rec
+            out.append({"query_id": q, "operator": name, "status": "retired" if rec.get("retired") else "active",
+                        "class": ident.get("class"), "name_from": ident.get("from"),
+                        "last_batch": last_batch(ostore), "joined": (rec.get("joined") or {}).get("time"),
+                        "retired": rec.get("retired"), "state_vars": ident.get("state_vars")})
+    return out
+
+
+def _latest_run_start(ostore) -> int | None:
+    import json
+    runs = sorted(k for k, _ in ostore.list("runs/"))
+    if not runs:
+        return None
+    try:
+        return int(json.loads(ostore.get(runs[-1]))["batch"])
+    except Exception:       # noqa: BLE001 - an unreadable registration says nothing
+        return None
+
+
+def read_vars(location, *, query: str | None = None, operator: str | None = None, **dkv_options) -> list[dict]:
+    """The state variables of each operator under the state root ``location`` at its newest
+    checkpoint, as dicts ``query_id, operator, variable, kinds, version, objects, bytes,
+    met, status, declared``: ``objects`` and ``bytes`` are what dropping the variable would
+    free (a scan of every shard's objects); ``met`` the first batch of the latest run that
+    used it; ``status`` "declared", "in use" (by the latest run of an operator that declares
+    nothing), "not used by the latest run (since batch N)" (an orphan: code that no longer
+    uses it), "renamed to X in batch N" or "dropped in batch N" (tombstones). Read-only."""
+    from objectspace import find_instances, list_objects, spaces_of
+
+    from ._identity import QueryDir, read_ledger, recorded_identity
+    from ._vars import decode_record, record_key
+    root = location if isinstance(location, str) else location.location
+    out = []
+    for q in _queries(location, query, dkv_options):
+        qd = QueryDir(root, q, dkv_options)
+        for name in sorted(read_ledger(qd, write=False)):
+            if operator is not None and name != operator:
+                continue
+            ostore = qd.operator(name)
+            ident = recorded_identity(ostore) or {}
+            declared = ident.get("state_vars")
+            start = _latest_run_start(ostore)
+            vars_: dict = {}
+            gone: dict = {}
+            try:
+                refs = find_instances(f"{qd.location}/{name}", **dkv_options)
+            except Exception:       # noqa: BLE001 - an operator without a checkpoint holds nothing yet
+                refs = []
+            for ref in refs:
+                with ref.open(**dkv_options) as db:
+                    lo, hi = db.key_groups
+                    for kg in range(lo, hi):
+                        rec = decode_record(db.get(record_key(kg)), f"of key group {kg}")
+                        if rec is None:
+                            continue
+                        for var, entry in rec["vars"].items():
+                            v = vars_.setdefault(var, {"kinds": set(), "version": 1, "objects": 0, "bytes": 0,
+                                                       "met": None})
+                            v["kinds"].update(entry[0])
+                            v["version"] = max(v["version"], entry[1])
+                            met = entry[3] if len(entry) > 3 else None
+                            if met is not None and (v["met"] is None or met > v["met"]):
+                                v["met"] = met
+                        for var, (to, at) in rec["gone"].items():
+                            gone[var] = (to, at)
+                    for kg, sp in spaces_of(db, groups=(lo, hi)):
+                        for info in list_objects(sp):
+                            n = info.name
+                            if isinstance(n, tuple) and n and isinstance(n[-1], str):
+                                v = vars_.setdefault(n[-1], {"kinds": set(), "version": 1, "objects": 0,
+                                                             "bytes": 0, "met": None})
+                                v["kinds"].add(info.kind)
+                                v["objects"] += 1
+                                v["bytes"] += info.bytes or 0
+            retired = (read_ledger(qd, write=False).get(name) or {}).get("retired")
+            for var, v in sorted(vars_.items()):
+                if retired:
+                    status = "operator retired"
+                elif declared is not None:
+                    d = declared.get(var)
+                    status = "declared" if d and not d.get("dropped") else "not declared (the latest code drops it)"
+                elif v["met"] is not None and start is not None and v["met"] >= start:
+                    status = "in use"
+                elif v["met"] is None:
+                    status = "no record of use (state older than that record)"
+                else:
+                    status = f"not used by the latest run (since batch {start}; last used in batch {v['met']})"
+                out.append({"query_id": q, "operator": name, "variable": var, "kinds": sorted(v["kinds"]),
+                            "version": v["version"], "objects": v["objects"], "bytes": v["bytes"], "met": v["met"],
+                            "status": status, "declared": (declared or {}).get(var)})
+            for var, (to, at) in sorted(gone.items()):
+                if var not in vars_:
+                    out.append({"query_id": q, "operator": name, "variable": var, "kinds": [], "version": None,
+                                "objects": 0, "bytes": 0, "met": None,
+                                "status": f"renamed to {to!r} in batch {at}" if to else f"dropped in batch {at}",
+                                "declared": (declared or {}).get(var)})
+    return out

@@ -34,6 +34,7 @@ import dkv
 import objectspace
 
 from ._shards import shard_range
+from .errors import EpochGapError
 
 log = logging.getLogger(__name__)
 _LAYOUT = re.compile(r"^L(\d{12})-n(\d{5})$")
@@ -131,6 +132,9 @@ def plan_open(store, batch: int, shard: int, n: int, groups: int) -> OpenPlan:
             f"batch {batch} needs the state of key groups {[(p[0], p[1]) for p in missing]} as of a batch "
             f"before it, but no such checkpoint is left in {store.location} (the oldest is {oldest}; older "
             f"ones were removed by retention, or a batch this old cannot be re-run)")
+    behind = [p[3] for p in pieces if p[3] < batch - 1]
+    if behind:
+        raise _gap(store, batch, max(p[3] for p in pieces))
     if len(pieces) == 1:
         _, _, instance, epoch, lay = pieces[0]
         if lay.shards == n and instance == lay.instance(shard):
@@ -140,6 +144,21 @@ def plan_open(store, batch: int, shard: int, n: int, groups: int) -> OpenPlan:
     sources = [(instance, epoch, (a, b)) for a, b, instance, epoch, _ in pieces]
     log.info("shard %d/%d at batch %d starts layout %s from %s", shard, n, batch, new.name, sources)
     return OpenPlan(new, new.instance(shard), sources=sources)
+
+
+def _gap(store, batch: int, last: int) -> EpochGapError:
+    """The error of a shard whose newest checkpoint (``last``) is older than ``batch - 1``."""
+    loc = store.location.rstrip("/")
+    name = loc.rsplit("/", 1)[-1]
+    skipped = f"batch {last + 1}" if last + 1 == batch - 1 else f"batches {last + 1} to {batch - 1}"
+    return EpochGapError(
+        f"spark_ops: the state of operator {name!r} ({loc}) was last checkpointed in batch {last}, but this is "
+        f"batch {batch}: {skipped} ran without this state (under other code: the operator under another name, or "
+        f"without it). Continuing would skip their input, so the shard stops before it reads or writes anything. "
+        f"If those batches ran this operator under another name, keep running it under that name (name=); to "
+        f"drop this state and start the operator empty, retire and purge it (python -m spark_ops retire, then "
+        f"purge); to run those batches again with this state, restore the query's checkpoint from before batch "
+        f"{last + 1}")
 
 
 def shard_member(location: str, instance: str):

@@ -22,6 +22,8 @@ import datetime as _dt
 from collections.abc import Mapping
 from operator import itemgetter
 
+from .errors import SparkOpsError
+
 _EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _EPOCH = _dt.datetime(1970, 1, 1)
 _US = _dt.timedelta(microseconds=1)
@@ -56,7 +58,7 @@ def rows_to_arrow(rows: list, schema):
     return batch
 
 
-class UnknownKeyError(TypeError):
+class UnknownKeyError(SparkOpsError, TypeError):
     """An emitted dict holds a key that names no output column (or struct field): a
     TypeError that names the key (``spark_ops.UnknownKeyError``)."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from . import _host, _initial, _progress
+from . import _host, _identity, _initial, _listener, _progress, _vars
 from ._runtime import ShardSpec
 from ._shards import TOKEN, route
 from ._units import duration_ms, memory_bytes
@@ -56,7 +56,7 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
                    order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None, isolate: bool | None = None,
                    inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None,
-                   memory=None, metrics=None, initial_state=None):
+                   memory=None, metrics=None, initial_state=None, retire=None):
     """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
 
     state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
@@ -89,7 +89,11 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     operator has no state — each shard calls ``operator.on_initial_state(key, row, ctx)``
     for the rows of its keys before its first input row; a restart from a checkpoint
     ignores it (and logs so). It is staged under ``state`` by a Spark job when this
-    function runs (RFC 0008).
+    function runs (RFC 0008). name: the operator's identity in its query's state (default:
+    its class name, lowercased): a restart finds the state by it, so give a name= that stays
+    when the class is renamed. retire: names of operators that the query's state holds and
+    its code no longer has, whose state is to be dropped (RFC 0010; a query whose state holds
+    an operator its code lacks stops at its start with an error that says so).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
@@ -124,15 +128,25 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
         if _unorderable(df.schema[c].dataType):
             raise TypeError(f"column {c!r} ({df.schema[c].dataType.simpleString()}) cannot be a key or "
                             f"order_by column: rows are ordered by them, and arrays and maps have no order")
-    name = name or type(operator).__name__.lower()
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ValueError(f"operator name {name!r} may use letters, digits, '_', '.' and '-' only")
+    named = name is not None
+    name = check_name(name or type(operator).__name__.lower())
+    retire = _retire_list(retire, name)
+    _vars.declarations(operator)        # bad state_vars fail here, on the driver
     spec = ShardSpec(state=_resolve_state(state), operator=operator, key_arity=len(keys), event_time=event_time,
                      delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
                      drop_late=watermark is not None,
                      groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
                      inputs=list(inputs) if inputs else None, input_column=input_column,
-                     memory=None if memory is None else memory_bytes(memory))
+                     memory=None if memory is None else memory_bytes(memory), name=name if named else None,
+                     retire=retire)
+    function_name = None
+    if df.isStreaming:
+        # The driver checks the query's operators when a run starts, finding this one by
+        # its function's name in the plan (RFC 0010).
+        tag = _listener.remember(spec.state, name, _identity.identity(operator, name, named), retire,
+                                 spec.dkv_options)
+        function_name = _listener.function_name(tag)
+        _listener.ensure_listener(df.sparkSession)
     if initial_state is not None:
         spec.initial = _initial.stage(initial_state, keys, key_groups=key_groups, shards=n, root=spec.state,
                                       name=name, dkv_options=spec.dkv_options, event_time=event_time, order=order)
@@ -149,7 +163,7 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     target = _progress.observe_target(df, name, metrics)
     full = _progress.output_schema(schema) if target is not None else None
     fn = partition_function(spec, name, keys, columns, order, out_arrow, instants, hosts, isolate,
-                            None if full is None else to_arrow_schema(full, timezone="UTC"))
+                            None if full is None else to_arrow_schema(full, timezone="UTC"), function_name)
     # Nothing may sit between the exchange and the shards: over an empty shuffle (a batch
     # without rows) adaptive execution would replace a projection by an empty relation, and
     # then no task would run — and no timer fire (RFC 0001, §1.2).
@@ -165,6 +179,27 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
     # the shard keeps each shard's rows together and in emission order.
     shard_col = "__spark_ops_out_shard"
     return out.withColumn(shard_col, F.spark_partition_id()).repartition(n, shard_col).drop(shard_col)
+
+
+def check_name(name) -> str:
+    """An operator name: letters, digits, '_', '.' and '-', not starting with '_' (names that
+    start with '_' are the query's own: ``_query``)."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9.-][A-Za-z0-9_.-]*", name):
+        raise ValueError(f"operator name {name!r} may use letters, digits, '_', '.' and '-' only, and may not "
+                         f"start with '_'")
+    return name
+
+
+def _retire_list(retire, name: str) -> tuple:
+    if retire is None:
+        return ()
+    names = [retire] if isinstance(retire, str) else list(retire)
+    for n in names:
+        check_name(n)
+    if name in names:
+        raise ValueError(f"retire={names!r} names this operator ({name!r}) itself: retire= lists operators the "
+                         f"query no longer has")
+    return tuple(sorted(set(names)))
 
 
 def default_shards(df, key_groups: int = 1 << 16) -> int:

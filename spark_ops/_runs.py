@@ -26,13 +26,15 @@ import re
 import socket
 import time
 
+from .errors import SparkOpsError
+
 RUNS = "runs/"
 _NAME = re.compile(r"runs/(\d{12})-([0-9a-fA-F-]{36})$")
 _RUN_IN_DESCRIPTION = re.compile(r"runId = ([0-9a-fA-F-]{36})")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
 
-class StaleRunError(RuntimeError):
+class StaleRunError(SparkOpsError, RuntimeError):
     """This run of a streaming query was replaced by a newer run on the same state."""
 
 
@@ -56,9 +58,14 @@ def _runs(store) -> list:
     return sorted(out)
 
 
-def check(store, root: str, run: str, batch: int, shard: int) -> None:
+_FIRST: dict = {}            # (root, run) -> the batch the run registered at
+
+
+def check(store, root: str, run: str, batch: int, shard: int) -> int:
     """Register ``run`` in the operator's state (``store``, at ``root``) if it is not yet,
-    then raise StaleRunError if a newer run is registered. One LIST; a PUT the first time."""
+    then raise StaleRunError if a newer run is registered. Returns the batch the run
+    registered at (its first batch on this operator). One LIST; a PUT the first time (a GET
+    once per process when another task registered it)."""
     runs = _runs(store)
     mine = [r for r in runs if r[1] == run]
     if not mine:
@@ -68,6 +75,7 @@ def check(store, root: str, run: str, batch: int, shard: int) -> None:
         store.put(f"{RUNS}{seq:012d}-{run}", body)
         runs = _runs(store)         # another run may have registered at the same moment
         mine = [r for r in runs if r[1] == run]
+        _FIRST.setdefault((root, run), batch)
     me = mine[0]
     newer = [r for r in runs if r > me and r[1] != run]
     if newer:
@@ -82,3 +90,11 @@ def check(store, root: str, run: str, batch: int, shard: int) -> None:
             f"uses the same state {root}; a second driver was started on the same checkpoint and state "
             f"while this one still ran. Shard {shard} of batch {batch} stops here without touching the "
             f"state; stop this driver (the newer run continues)")
+    first = _FIRST.get((root, run))
+    if first is None:
+        try:
+            first = int(json.loads(store.get(f"{RUNS}{me[0]:012d}-{run}"))["batch"])
+        except Exception:       # noqa: BLE001 - an unreadable registration: count from this batch
+            first = batch
+        _FIRST[(root, run)] = first
+    return first

@@ -23,6 +23,7 @@ from ._opened import _SHARDS, close, keep, take  # noqa: F401 - _SHARDS: tests l
 from ._shards import shard_range
 from ._timers import EVENT_TIME, PROCESSING_TIME, Timer, TimerService
 from ._ttl import TtlService
+from ._vars import VarRegistry
 from .operator import Context
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class ShardSpec:
     inputs: list | None = None      # several inputs: one watermark basis each (min wins) ...
     input_column: str | None = None  # ... told apart by this column of each row
     initial: object | None = None   # initial-state rows for a first batch (see _initial.py): .chunks(lo, hi)
+    name: str | None = None         # the operator's name (its identity; None: its class name, lowercased)
+    retire: tuple = ()              # operators of the query whose state is to be dropped (RFC 0010)
 
 
 class ShardState:
@@ -106,6 +109,7 @@ class ShardState:
         self.sent = 0               # ... and how many parts went there
         self.timers = TimerService(self.db, self.key_groups)
         self.ttl = TtlService(self)     # state TTL: expiry index and refresh on write (RFC 0009)
+        self.vars = VarRegistry(self, spec.operator, spec.name)    # state variables (RFC 0010)
         self.emitted: list = []
         self.objects: dict = {}     # (key group, key parts, name) -> object handle (see Context)
         # Opened empty (no state before this batch): this batch loads the initial state, if
@@ -124,6 +128,7 @@ class ShardState:
             return False
         self.timers.forget()
         self.ttl.forget()
+        self.vars.forget()
         for kg in {(k[0] << 8) | k[1] for k in changed if len(k) >= 2}:
             sp = self.spaces.get(kg)
             if sp is not None:
@@ -165,6 +170,7 @@ class ShardState:
         dirty = [sp for sp in self.spaces.values() if sp.dirty]
         for sp in dirty:
             sp.save(batch=wb)
+        self.vars.save(wb)
         self.db.write(wb)
         for sp in dirty:
             sp.on_saved()
@@ -189,6 +195,7 @@ class ShardState:
         wb = dkv.WriteBatch()
         for sp in self.spaces.values():
             sp.save(batch=wb)
+        self.vars.save(wb)
         before = dict(self.db.stats_counters)
         t1 = time.perf_counter()
         self.db.write(wb)
@@ -279,7 +286,8 @@ def _shard_state(spec: ShardSpec, store, groups: int, batch: int, shard: int, fr
 def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_time: int | None = None,
                     watermark: int | None = None, processing_time: int | None = None,
                     end_of_input: bool = False, heartbeat_time: int | None = None,
-                    prepare_ms: float | None = None, convert=None, sink=None) -> tuple[list, dict]:
+                    prepare_ms: float | None = None, convert=None, sink=None, run: str | None = None
+                    ) -> tuple[list, dict]:
     """Run one shard of one batch. ``events``: (key group, key parts, event ms or None, row)
     sorted in processing order, as a list or as a re-iterable of lists (chunks a caller
     converts when reached). Returns (emitted rows, metrics), or with ``convert`` (a
@@ -297,7 +305,9 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
     processing time back). ``end_of_input``: no more rows will come (a batch
     DataFrame), so after the rows every timer fires. ``heartbeat_time``: the largest event
     time of rows without a key (dropped), which advances every input's watermark.
-    ``prepare_ms``: what the caller spent turning its rows into ``events`` (a metric)."""
+    ``prepare_ms``: what the caller spent turning its rows into ``events`` (a metric).
+    ``run``: the run of the query's code this batch belongs to (a Spark run id; the state
+    records which variables each run used)."""
     t0 = time.perf_counter()
     store = _store(spec.state, spec.dkv_options)
     groups = _CONFIG.get(spec.state)
@@ -330,7 +340,7 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
             st.sink, st.sent = (sink if convert is not None else None), 0
             try:
                 emitted, metrics, finish = _process(st, spec, batch, shard, _chunked(events), watermark,
-                                                    processing_time, end_of_input, new_basis, convert)
+                                                    processing_time, end_of_input, new_basis, convert, run)
             finally:
                 st.sink = None
             n_emitted = metrics.pop("emitted")
@@ -377,7 +387,7 @@ def _chunked(events):
 
 
 def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, watermark, ptime,
-             end_of_input: bool = False, basis: list | None = None, convert=None):
+             end_of_input: bool = False, basis: list | None = None, convert=None, run: str | None = None):
     """Run the operator over the event chunks, fire timers, start the commit. ``basis``
     (the watermark basis per input) is raised to the event times seen. With ``convert``,
     emitted rows are converted (into ``st.converted``) whenever OUT_CHUNK of them wait."""
@@ -388,7 +398,13 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     st.converted = []
     emitted = 0
     late = rows = 0
-    # State TTL: what expired by this batch's processing time goes before the operator runs.
+    # Declared state variables: the state is brought to the code's declarations first
+    # (renames, kind migrations, upgrades, drops; RFC 0010), then what expired by this
+    # batch's processing time goes, both before the operator runs.
+    st.ttl.ptime = ptime
+    if st.vars.begin(batch, run):
+        st.objects.clear()          # a new run meets its objects anew (see VarRegistry.begin)
+    migrated = st.vars.prepare(batch)
     expired = st.ttl.expire(ptime) if ptime is not None else 0
     op.open(ctx)
     initial_rows = -1
@@ -463,6 +479,8 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
         metrics["initial_rows"] = initial_rows
     if expired:
         metrics["ttl_expired"] = expired
+    if migrated:
+        metrics["migrated"] = migrated
     return st.emitted, metrics, finish
 
 

@@ -267,6 +267,27 @@ class TtlService:
             n += 1
         return n
 
+    def stamp_all(self, kg: int, obj, ttl) -> None:
+        """Give ``obj`` and each of its entries (elements) the expiry of a write now: a
+        migration moved it under a new name (RFC 0010), which counts as writing all of it.
+        O(entries) for a dict or set, one span for a sequence."""
+        expiry = (self.ptime or 0) + ttl_ms(ttl)
+        nkey, kind = obj._nkey, obj.kind
+        self.active = True
+        if kind in PER_ENTRY:
+            from objectspace import encode_key
+            for key in list(obj):
+                self._set(kg, nkey, encode_key(key), expiry)
+        elif kind in SLOT_KINDS and len(obj):
+            self._put_span(kg, nkey, obj._head, obj._tail - 1, expiry, 8, merge=False)
+        elif kind == "linked_list":
+            for lo, hi in _intervals(sorted(obj._ensure())):
+                self._put_span(kg, nkey, lo, hi, expiry, 8, merge=False)
+        elif kind == "stream" and len(obj):
+            ids = [(int(ms) << 64) | int(seq) for ms, seq in (i.split("-") for i, _ in obj.range("-", "+"))]
+            self._put_span(kg, nkey, min(ids), max(ids), expiry, 16, merge=False)
+        self._set(kg, nkey, b"", expiry)
+
     def forget_object(self, kg: int, name) -> None:
         """The operator deleted object ``name`` (ctx.delete_state): its stamps go too. A
         seek, none while no TTL record is known to exist."""

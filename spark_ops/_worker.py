@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 
-from . import _host, _progress, _runs
+from . import _host, _identity, _progress, _runs
 from ._output import rows_to_arrow
 from ._runtime import ShardSpec, _store, run_shard_batch
 from ._shards import KG
@@ -27,9 +27,11 @@ _EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_schema,
-                        instants: dict, shard_host: bool, isolated: bool, metrics_schema=None):
+                        instants: dict, shard_host: bool, isolated: bool, metrics_schema=None,
+                        function_name: str | None = None):
     """``metrics_schema``: the Arrow schema of the output with the hidden metrics column
-    (see _progress.py), or None to hand Spark the output rows only."""
+    (see _progress.py), or None to hand Spark the output rows only. ``function_name``: what
+    the function is called (the plan shows it; the driver's check finds the operator by it)."""
     n = spec.shards
 
     def run(iterator):
@@ -96,6 +98,8 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
                 raise
         if not ran:
             yield from run_task(*args)
+    if function_name:
+        run.__name__ = run.__qualname__ = function_name
     return run
 
 
@@ -115,7 +119,13 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
     with StaleRunError before it opens the shard (see _runs.py)."""
     t0 = time.perf_counter()
     if run is not None and not final:
-        _runs.check(_store(spec.state, spec.dkv_options), spec.state, run, batch_id, shard)
+        first = _runs.check(_store(spec.state, spec.dkv_options), spec.state, run, batch_id, shard)
+        # The run's verdict on its operators (decided by the driver when it started; RFC 0010).
+        query_dir, _, name = spec.state.rpartition("/")
+        root, _, query = query_dir.rpartition("/")
+        _identity.check_run(_identity.QueryDir(root, query, spec.dkv_options), run, name,
+                            _identity.identity(spec.operator, name, spec.name is not None), batch_id, first,
+                            spec.retire)
     events = EventChunks(table, keys, columns, spec.event_time, instants, _sort_order(table, keys, columns, order))
     heartbeat = events.heartbeat()
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
@@ -125,7 +135,7 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
         sink = lambda part: send(_progress.with_null_metrics(part, metrics_schema))  # noqa: E731
     emitted, metrics = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
                                        heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000,
-                                       convert=convert, sink=sink)
+                                       convert=convert, sink=sink, run=run)
     if _progress.log.isEnabledFor(logging.INFO):
         _progress.log.info("%s", _progress.summary_line(operator or type(spec.operator).__name__.lower(), metrics))
     if metrics_schema is not None and out_schema is not None:      # per output batch, not per row

@@ -36,6 +36,14 @@ class Operator:
     #: Names of the output columns; set by the operator or by ``output_schema=``.
     output_schema: Any = None
 
+    #: The operator's state variables, declared (as Spark's ``init()`` and Flink's ``open()``
+    #: declare them): ``{name: StateVar(kind, ttl=..., version=..., upgrade=...,
+    #: renamed_from=..., migrate=...)}``, or None to declare nothing. A declaring operator's
+    #: state is checked against them when a shard opens it, and renamed, migrated, upgraded or
+    #: dropped as they say, before the batch's first hook; it must declare every variable it
+    #: uses. See StateVar and docs/spark_ops.md, *Evolving an operator and its state*.
+    state_vars: dict | None = None
+
     def open(self, ctx: "Context") -> None:
         """Called once per shard per batch before any event."""
 
@@ -79,9 +87,11 @@ class Operator:
 
 def _kind_method(kind: str, like: str = ""):
     """``Context.<kind>(name, *, ttl=None)``: the key's persisted ``kind``, created empty on
-    first use (``ttl``: see ``Context.value``)."""
+    first use (``ttl``: see ``Context.value``; a declared variable's when not given)."""
     def method(self, name: str, *, ttl=None):
         obj = self._get_or_create(kind, name)
+        if ttl is None and self._declared is not None:
+            ttl = self._declared_ttl(name)
         return obj if ttl is None else self._ttl(obj, ttl)
     method.__name__, method.__qualname__ = kind, f"Context.{kind}"
     method.__doc__ = f"The key's persisted {kind}{f' ({like})' if like else ''}, created empty on first use."
@@ -104,6 +114,9 @@ class Context:
         self._objects: dict = getattr(shard, "objects", None)
         if self._objects is None:
             self._objects = {}
+        # The shard's state variables: checked and recorded when an object is first met (RFC 0010).
+        self._vars = getattr(shard, "vars", None)
+        self._declared = None if self._vars is None else self._vars.declared
         #: Event time (ms) of the row being processed (in on_rows: the largest of the key's
         #: rows); None in on_timer or without event_time.
         self.event_time: int | None = None
@@ -131,8 +144,43 @@ class Context:
         sorted_set: also each entry / element on its own; queue, list, stack, linked_list
         and stream: each element on its own), as Spark's ``TTLConfig``; pass the same ttl
         on every call. See docs/spark_ops.md, *State TTL*."""
+        if self._declared is not None:
+            d = self._declared.get(name)
+            if d is not None:
+                default = d.default if default is None else default
+                ttl = d.ttl if ttl is None else ttl
         obj = self._get_or_create("value", name, default)
         return obj if ttl is None else self._ttl(obj, ttl)
+
+    def state(self, name: str):
+        """The key's declared state variable ``name`` (``Operator.state_vars``), of its
+        declared kind, created on first use with what the declaration gives (a value's
+        default, an array's length, an ndarray's shape and dtype) and its ttl. An operator
+        that declares nothing, or a name it does not declare: StateMismatchError."""
+        d = None if self._declared is None else self._declared.get(name)
+        if d is None or d.is_dropped:
+            from .errors import StateMismatchError
+            raise StateMismatchError(f"ctx.state({name!r}): {type(self._shard_operator()).__name__} declares no "
+                                     f"state variable {name!r} in state_vars" + ("" if self._declared is None else
+                                     f" (it declares {sorted(n for n, v in self._declared.items() if not v.is_dropped)})"))
+        if d.kind == "value":
+            return self.value(name)
+        p = d.params
+        if d.kind == "array":
+            obj = self._get_or_create("array", name, p["length"], fill=p.get("fill"))
+        elif d.kind == "ndarray":
+            obj = self._get_or_create("ndarray", name, p["shape"], p["dtype"], chunks=p.get("chunks"),
+                                      fill_value=p.get("fill_value", 0))
+        else:
+            obj = self._get_or_create(d.kind, name)
+        return obj if d.ttl is None else self._ttl(obj, d.ttl)
+
+    def _declared_ttl(self, name: str):
+        d = self._declared.get(name)
+        return None if d is None else d.ttl
+
+    def _shard_operator(self):
+        return getattr(self._vars, "operator", None)
 
     def _ttl(self, obj, ttl):
         """Register ``obj`` (just looked up) as timed by ``ttl``: its writes refresh it."""
@@ -146,7 +194,10 @@ class Context:
         memo = (self.key_group, self._parts, name)
         obj = self._objects.get(memo)
         if obj is None or obj.kind != kind or obj._dead:
-            obj = getattr(self._space(), f"get_or_create_{kind}")(self._name(name), *args, **kwargs)
+            full = self._name(name)
+            if self._vars is not None:
+                self._vars.on_use(self.key_group, name, kind)
+            obj = getattr(self._space(), f"get_or_create_{kind}")(full, *args, **kwargs)
             self._objects[memo] = obj
         return obj
 
@@ -162,12 +213,16 @@ class Context:
 
     def array(self, name: str, length: int, fill=None, *, ttl=None):
         obj = self._get_or_create("array", name, length, fill=fill)
+        if ttl is None and self._declared is not None:
+            ttl = self._declared_ttl(name)
         return obj if ttl is None else self._ttl(obj, ttl)
 
     def ndarray(self, name: str, shape, dtype, chunks=None, fill_value=0, *, ttl=None):
         """The key's persisted chunked n-dimensional array (objectspace's ``create_ndarray``),
         created on first use; one that exists keeps its own shape, dtype and chunks."""
         obj = self._get_or_create("ndarray", name, shape, dtype, chunks=chunks, fill_value=fill_value)
+        if ttl is None and self._declared is not None:
+            ttl = self._declared_ttl(name)
         return obj if ttl is None else self._ttl(obj, ttl)
 
     def has_state(self, name: str) -> bool:

@@ -24,12 +24,14 @@ import zlib
 
 import msgpack
 
-from . import _opened
+from . import _identity, _opened, _vars
+from ._plan import check_name
 from ._keys import to_parts
 from ._output import rows_to_arrow
-from ._runtime import ShardSpec, run_shard_batch
+from ._runtime import ShardSpec, _store, run_shard_batch
 from ._shards import shard_of
 from ._units import duration_ms, memory_bytes
+from .errors import StateMismatchError
 
 __all__ = ["OperatorHarness"]
 
@@ -68,7 +70,7 @@ class OperatorHarness:
                  order_by=None, state: str | None = None, partitions: int = 2, key_groups: int = 16,
                  dkv_options: dict | None = None, inputs: list | None = None,
                  input_column: str | None = None, memory=None, initial_state: list | None = None,
-                 output_schema=None) -> None:
+                 output_schema=None, name: str | None = None) -> None:
         """initial_state: rows (dicts with the key columns) loaded by ``on_initial_state``
         in the first batch that finds no state (batch 0, or a re-run of it), as
         ``apply_operator(initial_state=...)`` does; a harness started on existing state
@@ -83,7 +85,14 @@ class OperatorHarness:
         fit its column or a null in a NOT NULL one a TypeError naming the column. Without
         it rows are not checked. Costs the conversion, O(rows emitted), in every batch.
         Needs pyspark's types, not a session; a DDL string is read by spark_ops._ddl (the
-        usual types; anything else is a ValueError that says to pass a StructType)."""
+        usual types; anything else is a ValueError that says to pass a StructType).
+
+        state / name: a harness on the ``state=`` of an earlier one resumes it, at the batch
+        after its newest checkpoint (``batch_id``), when it runs the same operator: the one
+        whose name is ``name`` (as apply_operator's: the class name, lowercased, unless
+        given). Another operator's state is a StateMismatchError that names both and the
+        way out (``name=`` to keep it under a renamed class). See docs/spark_ops.md,
+        *Evolving an operator and its state*."""
         self.keys = [key] if isinstance(key, str) else list(key)
         _check_shards(partitions, key_groups)
         self._output_arrow = None if output_schema is None else _arrow_output_schema(output_schema)
@@ -96,7 +105,11 @@ class OperatorHarness:
                               groups=key_groups, shards=partitions, dkv_options=dict(dkv_options or {}),
                               inputs=list(inputs) if inputs else None, input_column=input_column,
                               memory=None if memory is None else memory_bytes(memory))
-        self.batch_id = 0
+        self.name = check_name(name or type(operator).__name__.lower())
+        self.spec.name = name
+        _vars.declarations(operator)
+        self.batch_id = self._resume()
+        self._run = uuid.uuid4().hex        # this harness is a run of the operator's code
         self.metrics: list[dict] = []
         if initial_state is not None:
             from ._initial import HarnessRows
@@ -113,6 +126,26 @@ class OperatorHarness:
                 sort_key, event = self._event(i, kv, row)
                 events.append((sort_key, event))
             self.spec.initial = HarnessRows([ev for _, ev in sorted(events, key=lambda x: x[0])])
+
+    def _resume(self) -> int:
+        """The batch to run next: 0 on new state, else the one after the newest checkpoint,
+        once the state is known to be this operator's (its recorded identity)."""
+        store = _store(self.spec.state, self.spec.dkv_options)
+        ident = _identity.identity(self.spec.operator, self.name, self.spec.name is not None)
+        last = _identity.last_batch(store)
+        if last is not None:
+            held = _identity.recorded_identity(store)
+            if held is not None and held.get("name") != self.name:
+                cls = type(self.spec.operator).__name__
+                old_cls = (held.get("class") or "?").rsplit(".", 1)[-1]
+                raise StateMismatchError(
+                    f"spark_ops: the state at {self.spec.state} belongs to operator {held['name']!r} (class "
+                    f"{held.get('class')}, last checkpoint: batch {last}); this harness runs {self.name!r} (class "
+                    f"{ident['class']}). If {cls} is {old_cls} renamed, pass name={held['name']!r} to keep its "
+                    f"state (an operator's state follows its name, which is its class name, lowercased, unless "
+                    f"name= fixes it); to start over, pass another state=.")
+        _identity.record_identity(store, ident)
+        return 0 if last is None else last + 1
 
     def _key_values(self, i: int, row: dict, what: str) -> tuple:
         """The key columns' values of row ``i``; KeyError naming the missing ones."""
@@ -160,7 +193,7 @@ class OperatorHarness:
             events = [ev for _, ev in sorted(per_shard[s], key=lambda x: x[0])]
             emitted, metrics = run_shard_batch(self.spec, self.batch_id, s, events, batch_time=_ms(batch_time),
                                                watermark=_ms(watermark), processing_time=_ms(processing_time),
-                                               heartbeat_time=heartbeat, convert=convert)
+                                               heartbeat_time=heartbeat, convert=convert, run=self._run)
             if convert is None:
                 out.extend(emitted)
             else:               # the rows in the chunks the runtime converted
