@@ -21,7 +21,9 @@ from ._plan import apply_operator
 from ._progress import metrics_listener, progress_metrics
 from ._runs import StaleRunError
 from ._timers import Timer
+from ._vars import StateVar
 from .datasource import register_datasource
+from .errors import EpochGapError, SparkOpsError, StateMismatchError
 from .operator import Context, Operator
 
 _objectspace.register_family_rule(_layout.FAMILY_RULE)     # inspection knows operators' shards
@@ -29,4 +31,4 @@ _objectspace.register_family_rule(_layout.FAMILY_RULE)     # inspection knows op
 __all__ = ["buffer", "combine_latest", "delay", "timeout", "session_window", "apply_operator",
            "Operator", "Context", "Timer", "read_metrics", "read_timers", "snapshot_bytes",
            "register_datasource", "metrics_listener", "progress_metrics", "StaleRunError",
-           "UnknownKeyError"]
+           "UnknownKeyError", "StateVar", "SparkOpsError", "StateMismatchError", "EpochGapError"]

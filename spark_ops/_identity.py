@@ -295,13 +295,11 @@ _CHECKED: dict = {}         # (query folder, run, name) -> the last batch the fa
 _LOCK = threading.Lock()
 
 
-def check_run(qd: QueryDir, run: str, name: str, ident: dict, batch: int, first_batch: int,
-              retire: tuple = ()) -> None:
-    """In a task of run ``run``, before the shard opens: raise StateMismatchError if the
-    run's verdict refused it. One GET per process and run. Without a verdict (no driver
-    listener: Spark Connect) the task checks what it can: its own ledger record and, once
-    from the run's second batch on (``batch > first_batch``), that every operator of the
-    ledger took part in the run (registered it in its ``runs/``)."""
+def check_verdict(qd: QueryDir, run: str) -> bool:
+    """In a task of run ``run``, before anything else: raise StateMismatchError if the
+    run's verdict refused it. True when the driver decided one (one GET per process and
+    run); False without (no driver listener: Spark Connect), when ``check_run`` checks what
+    a task can."""
     key = (qd.location, run)
     with _LOCK:
         verdict = _SEEN.get(key)
@@ -309,10 +307,18 @@ def check_run(qd: QueryDir, run: str, name: str, ident: dict, batch: int, first_
         verdict = _json(qd.store, f"{VERDICTS}{run}.json") or False
         with _LOCK:
             _SEEN[key] = verdict
-    if verdict:
-        if verdict.get("error"):
-            raise StateMismatchError(verdict["error"])
-        return
+    if verdict and verdict.get("error"):
+        raise StateMismatchError(verdict["error"])
+    return bool(verdict)
+
+
+def check_run(qd: QueryDir, run: str, name: str, ident: dict, batch: int, first_batch: int,
+              retire: tuple = ()) -> None:
+    """Without a driver's verdict, in a task after its run registered (``first_batch``: the
+    batch it registered at): the operator's own ledger record (retired: refused; absent:
+    joined) and, once from the run's second batch on, that every operator of the ledger took
+    part in the run (registered it in its ``runs/``); a missing one is refused unless
+    ``retire`` names it."""
     _fallback(qd, run, name, ident, batch, first_batch, set(retire))
 
 

@@ -392,8 +392,6 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     (the watermark basis per input) is raised to the event times seen. With ``convert``,
     emitted rows are converted (into ``st.converted``) whenever OUT_CHUNK of them wait."""
     op = spec.operator
-    ctx = Context(st)
-    ctx.batch_id, ctx.watermark, ctx.processing_time, ctx.shard = batch, watermark, ptime, shard
     st.emitted = []
     st.converted = []
     emitted = 0
@@ -402,10 +400,12 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     # (renames, kind migrations, upgrades, drops; RFC 0010), then what expired by this
     # batch's processing time goes, both before the operator runs.
     st.ttl.ptime = ptime
-    if st.vars.begin(batch, run):
+    if st.vars.begin(batch, run, op):
         st.objects.clear()          # a new run meets its objects anew (see VarRegistry.begin)
     migrated = st.vars.prepare(batch)
     expired = st.ttl.expire(ptime) if ptime is not None else 0
+    ctx = Context(st)
+    ctx.batch_id, ctx.watermark, ctx.processing_time, ctx.shard = batch, watermark, ptime, shard
     op.open(ctx)
     initial_rows = -1
     if st.initial_pending:                      # once, before the batch's first row (RFC 0008)

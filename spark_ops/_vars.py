@@ -206,15 +206,19 @@ class VarRegistry:
         self._known.clear()
         self.prepared = self.declared is None
 
-    def begin(self, batch: int, run: str | None) -> bool:
+    def begin(self, batch: int, run: str | None, operator) -> bool:
         """A batch starts; ``run`` names the run of the code that runs it (a Spark run id, a
-        harness's; None: the same as before). True when it is a new run: it meets its
-        variables anew, so the record says which the latest code used (the batch it first met
-        each in)."""
+        harness's; None: the same as before) and ``operator`` is that code's. True when it is
+        a new run: a state kept open across runs takes the new code's declarations (checked
+        again, ``prepare``) and meets its variables anew, so the record says which the
+        latest code used (the batch it first met each in)."""
         self.batch = batch
         if run is None or run == self._run:
             return False
         self._run = run
+        self.operator = operator
+        self.declared = declarations(operator)
+        self.prepared = self.declared is None
         self._known.clear()
         return True
 

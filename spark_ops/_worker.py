@@ -119,13 +119,16 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
     with StaleRunError before it opens the shard (see _runs.py)."""
     t0 = time.perf_counter()
     if run is not None and not final:
-        first = _runs.check(_store(spec.state, spec.dkv_options), spec.state, run, batch_id, shard)
-        # The run's verdict on its operators (decided by the driver when it started; RFC 0010).
+        # The run's verdict on its operators, decided by the driver when it started (RFC 0010):
+        # a refused run stops here, before it writes anything.
         query_dir, _, name = spec.state.rpartition("/")
         root, _, query = query_dir.rpartition("/")
-        _identity.check_run(_identity.QueryDir(root, query, spec.dkv_options), run, name,
-                            _identity.identity(spec.operator, name, spec.name is not None), batch_id, first,
-                            spec.retire)
+        qd = _identity.QueryDir(root, query, spec.dkv_options)
+        decided = _identity.check_verdict(qd, run)
+        first = _runs.check(_store(spec.state, spec.dkv_options), spec.state, run, batch_id, shard)
+        if not decided:
+            _identity.check_run(qd, run, name, _identity.identity(spec.operator, name, spec.name is not None),
+                                batch_id, first, spec.retire)
     events = EventChunks(table, keys, columns, spec.event_time, instants, _sort_order(table, keys, columns, order))
     heartbeat = events.heartbeat()
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))

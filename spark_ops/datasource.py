@@ -16,7 +16,11 @@ rows are the slots added, changed and removed from that epoch to ``epoch`` (defa
 newest), with ``change_type`` and ``old_value``, like Spark's state change feed. With
 ``option("timers", True)`` the rows are the registered timers instead (as Spark's
 ``readRegisteredTimers``): ``operator, query_id, instance, epoch, key_group, key, kind,
-time, name``, kind ``"event"`` or ``"processing"``, time in ms since the Unix epoch.
+time, name``, kind ``"event"`` or ``"processing"``, time in ms since the Unix epoch. With
+``option("variables", True)`` (on a state root) the rows are the operators' state variables
+(``python -m spark_ops vars``): ``query_id, operator, variable, kinds, version, objects,
+bytes, met, status, declared``, so what the code no longer uses and what dropping it would
+free can be queried (RFC 0010).
 
 Options: ``epoch``, ``changes_from``, ``timers``, ``instance`` (an instance or a path of instances,
 e.g. ``<query id>/<operator>``), ``operator`` (keep this operator only), ``key_group``,
@@ -49,6 +53,8 @@ READ_SCHEMA = _FIELDS + ", expires_at long"
 CHANGES_SCHEMA = _FIELDS + ", change_type string, old_value string, from_epoch long"
 TIMERS_SCHEMA = ("operator string, query_id string, instance string, epoch long, key_group int, key string, "
                  "kind string, time long, name string")
+VARIABLES_SCHEMA = ("query_id string, operator string, variable string, kinds array<string>, version int, "
+                    "objects long, bytes long, met long, status string, declared string")
 _STORE_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key",
                   "aws_session_token", "cache_dir")
 
@@ -119,6 +125,8 @@ class ObjectSpaceDataSource(DataSource):
         return NAME
 
     def schema(self):
+        if _flag(self.options, "variables"):
+            return VARIABLES_SCHEMA
         if _flag(self.options, "timers"):
             return TIMERS_SCHEMA
         return CHANGES_SCHEMA if self.options.get("changes_from") not in (None, "") else READ_SCHEMA
@@ -146,6 +154,10 @@ class _Reader(DataSourceReader):
         self.instance = options.get("instance") or None
         self.operator = options.get("operator") or None
         self.timers = _flag(options, "timers")
+        self.variables = _flag(options, "variables")
+        if self.variables and (self.timers or self.changes_from is not None or self.epoch is not None):
+            raise ValueError("objectspace data source: option variables reads each operator's state variables at "
+                             "its newest checkpoint; it takes no timers, changes_from or epoch")
         if self.timers and self.changes_from is not None:
             raise ValueError("objectspace data source: option timers reads the timers registered at an epoch; "
                              "it has no change feed (drop changes_from)")
@@ -153,6 +165,8 @@ class _Reader(DataSourceReader):
         self.operators = self.key_groups = None     # narrowed by pushed filters (_PushdownReader)
 
     def partitions(self):
+        if self.variables:
+            return [_Partition(None, "variables", _ALL)]
         kw = dict(instance=self.instance, **self.dkv_options)
         if self.changes_from is None:
             parts = [_Partition(None, ref, _ALL)
@@ -176,11 +190,19 @@ class _Reader(DataSourceReader):
     def read(self, partition):
         if partition.new is None and partition.old is None:
             return iter(())
+        if self.variables:
+            return self._variables()
         if self.timers:
             return self._timers(partition.new, partition.groups)
         if self.changes_from is None:
             return self._slots(partition.new, partition.groups)
         return self._changes(partition)
+
+    def _variables(self):
+        from ._inspect import read_vars
+        for r in read_vars(self.location, operator=self.operator, **self.dkv_options):
+            yield (r["query_id"], r["operator"], r["variable"], r["kinds"], r["version"], r["objects"], r["bytes"],
+                   r["met"], r["status"], None if r["declared"] is None else _json(r["declared"]))
 
     def _timers(self, ref, groups):
         if ref.member is None:          # a plain object space has no timers
@@ -240,4 +262,5 @@ class _PushdownReader(_Reader):
         return filters
 
 
-__all__ = ["ObjectSpaceDataSource", "ObjectSpacePushdownSource", "register_datasource", "READ_SCHEMA", "CHANGES_SCHEMA", "TIMERS_SCHEMA"]
+__all__ = ["ObjectSpaceDataSource", "ObjectSpacePushdownSource", "register_datasource", "READ_SCHEMA", "CHANGES_SCHEMA",
+           "TIMERS_SCHEMA", "VARIABLES_SCHEMA"]

@@ -10,11 +10,17 @@ def test_public_names():
                                                 "apply_operator", "Operator", "Context", "Timer", "read_metrics",
                                                 "read_timers", "snapshot_bytes", "register_datasource",
                                                 "metrics_listener", "progress_metrics", "StaleRunError",
-                                                "UnknownKeyError"])
+                                                "UnknownKeyError", "StateVar", "SparkOpsError",
+                                                "StateMismatchError", "EpochGapError"])
     for name in spark_ops.__all__:
         assert getattr(spark_ops, name).__doc__, f"{name} has no docstring"
     assert spark_ops.testing.__all__ == ["OperatorHarness"]
     assert issubclass(spark_ops.UnknownKeyError, TypeError)     # caught as the TypeError it was
+    # One root; each error is also the builtin it is a case of.
+    for err, builtin in ((spark_ops.StaleRunError, RuntimeError), (spark_ops.UnknownKeyError, TypeError),
+                         (spark_ops.StateMismatchError, ValueError), (spark_ops.EpochGapError, ValueError)):
+        assert issubclass(err, spark_ops.SparkOpsError) and issubclass(err, builtin)
+    assert issubclass(spark_ops.EpochGapError, spark_ops.StateMismatchError)
 
 
 def test_operator_hooks_have_defaults():
