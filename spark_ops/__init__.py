@@ -14,7 +14,7 @@ import objectspace as _objectspace
 
 from . import _layout
 from ._api import buffer, combine_latest, delay, session_window, timeout
-from ._inspect import read_timers
+from ._inspect import read_operators, read_timers, read_vars
 from ._metrics import read_metrics, snapshot_bytes
 from ._output import UnknownKeyError
 from ._plan import apply_operator
@@ -31,4 +31,5 @@ _objectspace.register_family_rule(_layout.FAMILY_RULE)     # inspection knows op
 __all__ = ["buffer", "combine_latest", "delay", "timeout", "session_window", "apply_operator",
            "Operator", "Context", "Timer", "read_metrics", "read_timers", "snapshot_bytes",
            "register_datasource", "metrics_listener", "progress_metrics", "StaleRunError",
-           "UnknownKeyError", "StateVar", "SparkOpsError", "StateMismatchError", "EpochGapError"]
+           "UnknownKeyError", "StateVar", "SparkOpsError", "StateMismatchError", "EpochGapError",
+           "read_operators", "read_vars"]

@@ -3,6 +3,8 @@
 State root: ``<state>/<query id>/<operator name>/`` holding
 
     config                          key-group count and operator class (written once)
+    identity.json                   the operator's identity as of its latest run (_identity.py)
+    runs/<seq>-<run id>             the Spark runs that used the state (_runs.py)
     layouts/L<B0:012>-n<n:05>       one marker per shard layout; B0 = its first batch
     L<B0:012>-n<n:05>/p<s:05>/...   the dkv instance of shard s of that layout
     wm/<batch:012>/<n>-<s>-...      per shard and batch: watermark basis and batch time in
@@ -10,11 +12,17 @@ State root: ``<state>/<query id>/<operator name>/`` holding
     wm/<batch:012>/first            a first batch's processing time (written once)
     metrics/<batch:012>/p<s:05>     metrics as states written before session 12 kept them
 
+and beside the operators ``<state>/<query id>/_query/``: the query's ledger of operators and
+the driver's verdict on each run (_identity.py; names starting with ``_`` are not operators').
+In each shard's dkv instance, each key group holds its objects (schema byte 0), timers (1),
+TTL records (2) and the record of its state variables (3, _vars.py).
+
 A layout is a shard count in use from some batch on. Shard ``s`` opening batch ``b``:
 
 * Each layout's progress is the newest checkpoint epoch < b of its instances.
 * If the current layout (same n, started at or before b) is the most advanced, the shard
-  resumes its own instance at its newest checkpoint < b.
+  resumes its own instance at its newest checkpoint < b, which must be b - 1 (else batches
+  ran without this state: EpochGapError).
 * Otherwise (first run, a new partition count, or a re-run after a rescale) a new layout
   starting at b is used: the shard's instance starts from the most advanced layout's
   instances, restricted to the shard's key groups — files shared, nothing copied.

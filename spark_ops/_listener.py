@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 import uuid
 
 from . import _identity
@@ -112,10 +113,13 @@ def plan_of(session, query_id: str) -> str:
 
 
 def on_start(session, query_id: str, run: str) -> None:
+    t0 = time.perf_counter()
     tags = set(_TAG.findall(plan_of(session, query_id)))
     with _LOCK:
         applied = [_APPLIED[t] for t in tags if t in _APPLIED]
-    decide_run(applied, query_id, run)
+    verdicts = decide_run(applied, query_id, run)
+    log.info("spark_ops: run %s of query %s checked in %.0f ms: %s", run, query_id, (time.perf_counter() - t0) * 1000,
+             {root: v.error is None for root, v in verdicts.items()})
 
 
 def decide_run(applied: list, query_id: str, run: str) -> dict:

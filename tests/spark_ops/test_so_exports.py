@@ -11,7 +11,8 @@ def test_public_names():
                                                 "read_timers", "snapshot_bytes", "register_datasource",
                                                 "metrics_listener", "progress_metrics", "StaleRunError",
                                                 "UnknownKeyError", "StateVar", "SparkOpsError",
-                                                "StateMismatchError", "EpochGapError"])
+                                                "StateMismatchError", "EpochGapError", "read_operators",
+                                                "read_vars"])
     for name in spark_ops.__all__:
         assert getattr(spark_ops, name).__doc__, f"{name} has no docstring"
     assert spark_ops.testing.__all__ == ["OperatorHarness"]
