@@ -326,3 +326,44 @@ def test_an_undeclared_variable_rename_leaves_an_orphan_that_the_tools_show(utc_
     assert rows["spends"]["objects"] == 3 and rows["spends"]["bytes"] > 0
     assert rows["spends"]["status"].startswith("not used by the latest run (since batch 1")
     assert rows["window"]["status"] == "in use" and rows["window"]["objects"] == 3
+
+
+@pytest.mark.slow
+def test_the_offline_path_rekeys_a_stopped_querys_state(utc_spark, tmp_path):
+    """A change the declarations cannot express (the key column changes): the stopped query's
+    state is read through the state data source, transformed per key with Spark, and seeds a
+    new query (a new checkpoint) through initial_state=; a model checks the new query's rows."""
+    from pyspark.sql import functions as F
+    q = Query(utc_spark, tmp_path)
+    for b in range(2):
+        q.add(_rows(b, keys="aAb"))
+    q.run(SpendAlert())
+    # Offline: the old amounts by user, re-keyed case-insensitively (a and A are one user now).
+    spark_ops.register_datasource(utc_spark)
+    old = (utc_spark.read.format("objectspace").load(q.state).filter("operator = 'spendalert' AND object = 'spends'")
+           .select(F.upper(F.get_json_object("key", "$")).alias("k"), F.col("slot").cast("long").alias("v"),
+                   F.col("value").cast("double").alias("amount")))
+    model: dict = {}
+    for r in old.collect():
+        model.setdefault(r.k, {})[r.v] = r.amount
+    assert sorted(model) == ["A", "B"] and len(model["A"]) == 4
+
+    class UpperAlert(Operator):
+        def on_initial_state(self, key, row, ctx):
+            ctx.sorted_dict("spends")[row["v"]] = row["amount"]
+
+        def on_event(self, key, row, ctx):
+            s = ctx.sorted_dict("spends")
+            s[row["v"]] = float(row["v"])
+            ctx.emit({**_alert_rows(key, s), "kind": "row"})
+
+    src2 = tmp_path / "src2"
+    write_batch_files(src2, [[{"k": "A", "ts": at(10_000), "v": 100}, {"k": "B", "ts": at(10_001), "v": 101}]])
+    new = apply_operator(read_stream(utc_spark, src2), UpperAlert(), "k", output_schema=SCHEMA, event_time="ts",
+                         state=str(tmp_path / "state-v2"), initial_state=old)
+    run_stream(new, tmp_path / "out2", tmp_path / "cp2")
+    got = read_sink(tmp_path / "out2")[0]
+    for k, v in (("A", 100), ("B", 101)):
+        model[k][v] = float(v)
+    assert _canon(got) == _canon([{"k": k, "kind": "row", "n": len(model[k]), "total": sum(model[k].values())}
+                                  for k in ("A", "B")])
