@@ -26,7 +26,7 @@ from ._queue import PersistedQueue, PersistedStack
 from ._set import PersistedSet, PersistedSortedSet
 from ._stream import PersistedStream
 from ._value import PersistedArray, PersistedValue
-from .errors import (AlreadyExistsError, CorruptionError, EncodingError, KindMismatchError,
+from .errors import (AlreadyExistsError, CorruptionError, EncodingError, InPlaceChangeError, KindMismatchError,
                      ObjectDeletedError, ObjectNotFoundError, ObjectSpaceError, StreamIdError)
 from .space import DEFAULT_PREFIX, ObjectSpace
 
@@ -57,7 +57,7 @@ __all__ = [
     "PersistedDict", "PersistedSortedDict", "PersistedStream", "PersistedNDArray", "PendingEntry",
     "register_type", "unregister_type", "encode_key", "decode_key", "encode_name",
     "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
-    "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
+    "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError", "InPlaceChangeError",
     # inspection (docs/inspection.md)
     "list_objects", "object_info", "iter_slots", "walk_slots", "diff", "space_stats", "find_instances",
     "key_groups_of", "spaces_of", "pair_instances", "diff_pair", "to_jsonable", "ObjectInfo", "ObjectChange",

@@ -71,7 +71,7 @@ class PersistedObject:
     # with tracemalloc (tests/objectspace/test_os_cache.py holds them to it).
     _handle_bytes = OBJECT_BYTES
     __slots__ = ("_space", "_name", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags",
-                 "_listed", "_dead", "_msaved", "_mlast", "_mhead", "_old", "__weakref__")
+                 "_listed", "_dead", "_msaved", "_mlast", "_mhead", "_old", "_isums", "__weakref__")
 
     def _init_base(self, space, name, nkey: bytes, codec, fresh: bool) -> None:
         self._space = space
@@ -88,6 +88,7 @@ class PersistedObject:
         self._mlast = None      # packed metadata of the last collect
         self._mhead = L.meta_head(self.kind, codec.code)
         self._old = False       # loaded from a format-1 index entry (see _collect)
+        self._isums = None      # inplace spaces: slot -> digest of its stored encoding (see _inplace.py)
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -262,6 +263,27 @@ class PersistedObject:
             self._msaved = self._mlast
         self._pflags = 0
         return not self._flags
+
+    # -- in-place changes (see _inplace.py; only spaces with ``inplace`` set call these) ------
+
+    def _inplace_values(self, immutable: frozenset) -> list:
+        """``(slot, value)`` of the values held in memory whose slot is clean (neither dirty
+        nor pending) and whose type is not in ``immutable``: what could have changed in place
+        since it was stored. O(cached items); no I/O. Kinds whose items are immutable (sets:
+        keys; ndarrays: numbers) have none."""
+        return []
+
+    def _inplace_key(self, slot) -> bytes:
+        """The store key of the record of ``slot``."""
+        raise NotImplementedError
+
+    def _inplace_mark(self, slot) -> None:
+        """Mark ``slot`` written, as an assignment of its value would. O(1)."""
+        raise NotImplementedError
+
+    def _inplace_where(self, slots: list) -> list:
+        """``(slot as the user names it, how to write it)`` of each of ``slots``, for messages."""
+        raise NotImplementedError
 
     # -- memory (see _cache.py) ---------------------------------------------------------------
 

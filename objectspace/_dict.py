@@ -3,8 +3,9 @@
 Each entry is one record: key = the order-preserving encoding of the dict key, value =
 the encoded value. ``d[k]`` reads one record without loading the dict. Keys are None,
 bool, int, float, bytes, str or tuples of them (``1``, ``1.0`` and ``True`` are distinct).
-Values are stored when assigned; mutating a stored value in place is not seen: assign
-it again.
+Values are stored when assigned; a stored value changed in place (``d[k].append(x)``) is
+written by a space opened with ``inplace="save"`` (``ObjectSpace.open``'s default) and
+refused by ``inplace="raise"``; with ``inplace=None`` it is not seen: assign it again.
 
 They behave as a ``dict`` does (CPython's mapping tests run against them: see
 tests/objectspace/test_cpython_suites.py): equal to any mapping with equal items,
@@ -19,6 +20,7 @@ import itertools
 from collections.abc import ItemsView, KeysView, Mapping, MutableMapping, ValuesView
 
 from ._base import ABSENT, F_META, MISSING, plain
+from ._inplace import IMMUTABLE, hint_assign, keep_changed
 from ._keycodec import decode_key
 from ._keyed import KeyedObject
 from .errors import EncodingError
@@ -34,6 +36,7 @@ class PersistedDict(KeyedObject, MutableMapping):
     kind = "dict"
     __slots__ = ()
     _twin_name = "dict"
+    _mutable_entries = True
 
     def __init__(self, *args, **kwargs) -> None:
         """``d.__init__(...)`` updates d, as ``dict.__init__`` does. O(k). (Dicts are made
@@ -188,6 +191,29 @@ class PersistedDict(KeyedObject, MutableMapping):
     def clear(self) -> None:
         """O(1) now; the next save deletes the stored entries (one range scan)."""
         self._clear()
+
+    def _inplace_values(self, immutable: frozenset) -> list:
+        return self._t.clean_entries(immutable, True)
+
+    @staticmethod
+    def _inplace_watched(entry) -> bool:
+        """Whether a cached entry's value could change in place."""
+        return type(entry[1]) not in IMMUTABLE
+
+    def _inplace_key(self, ek: bytes) -> bytes:
+        return self._t.prefix + ek
+
+    def _inplace_evicting(self, eks: list) -> set:
+        vals = self._t.vals
+        return keep_changed(self, [(ek, vals[ek][1]) for ek in eks if vals[ek] is not ABSENT])
+
+    def _inplace_mark(self, ek: bytes) -> None:
+        self._touch()
+        self._t.dirty.add(ek)
+
+    def _inplace_where(self, eks: list) -> list:
+        keys = [self._t.vals[ek][0] for ek in eks]
+        return [(f"key {key!r:.80}", hint_assign("d", key)) for key in keys]
 
     def _entries(self, lo=None, hi=None, reverse=False):
         if self._dead:

@@ -12,6 +12,7 @@ from .errors import EncodingError
 
 class KeyedObject(PersistedObject):
     sorted_kind = False
+    _mutable_entries = False        # entries are keys: nothing to watch for in-place changes
     _handle_bytes = 1700
     __slots__ = ("_t",)
 
@@ -85,6 +86,11 @@ class KeyedObject(PersistedObject):
 
     def _evict_clean(self) -> None:
         self._t.evict(0)
+
+    def _inplace_evicting(self, eks: list) -> set:
+        """The entries of ``eks`` the table is about to drop that must stay (see
+        _inplace.keep_changed). A set's entries are its keys: none."""
+        return set()
 
     def _collect_items(self, out: list, full: bool) -> None:
         self._t.collect(out, full)

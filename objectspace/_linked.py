@@ -12,6 +12,7 @@ from collections.abc import Collection
 
 from . import _layout as L
 from ._base import F_META, PersistedObject
+from ._inplace import IMMUTABLE, keep_changed
 from .errors import CorruptionError
 
 _ID = 8
@@ -324,11 +325,36 @@ class PersistedLinkedList(PersistedObject, Collection):
                 nxt = nodes[nid]._next
                 out.append((lp + nid.to_bytes(_ID, "big"), (nxt._id if nxt else 0).to_bytes(_ID, "big")))
 
+    def _inplace_values(self, immutable: frozenset) -> list:
+        nodes = self._nodes
+        if not nodes:
+            return []
+        dv, pv = self._dv, self._pv
+        return [(nid, node._value) for nid, node in nodes.items()
+                if type(node._value) not in immutable and nid not in dv and nid not in pv]
+
+    def _inplace_key(self, nid: int) -> bytes:
+        return self._items + nid.to_bytes(_ID, "big")
+
+    def _inplace_mark(self, nid: int) -> None:
+        self._touch()
+        self._dv.add(nid)
+
+    def _inplace_where(self, nids: list) -> list:
+        at = {node._id: i for i, node in enumerate(self.nodes())}
+        return [(f"node at position {at.get(nid)}", "assign it back: node.value = node.value (the node at that "
+                 "position)") for nid in nids]
+
     def _mem_estimate(self, item_bytes: int) -> int:
         return self._handle_bytes + (len(self._nodes) * (item_bytes + NODE_BYTES) if self._nodes else 0)
 
     # _evict_clean keeps the nodes: a caller's LinkedListNode handles must stay the list's
-    # own. The cache drops its reference to the list; unreferenced, list and nodes go.
+    # own. The cache drops its reference to the list; unreferenced, list and nodes go, so
+    # values changed in place must keep the list (see _inplace.keep_changed).
+
+    def _evict_clean(self) -> None:
+        if self._space._inplace is not None and self._nodes:
+            keep_changed(self, self._inplace_values(IMMUTABLE))
 
     def _promote(self) -> None:
         super()._promote()

@@ -43,6 +43,7 @@ class PersistedList(SlotSequence, MutableSequence):
 
     kind = "list"
     __slots__ = ()
+    _inplace_var = "lst"
     __hash__ = None     # mutable, like list
 
     def __init__(self, iterable=(), /) -> None:

@@ -58,6 +58,7 @@ class PersistedQueue(SlotSequence, Sequence):
 
     kind = "queue"
     __slots__ = ("_maxlen",)
+    _inplace_var = "q"
     _twin_name = "deque"
     __hash__ = None     # mutable, like deque
 
@@ -568,3 +569,12 @@ class PersistedStack(SlotSequence, Collection):
 
     def __contains__(self, value) -> bool:
         return any(v is value or v == value for v in self)
+
+    def _inplace_where(self, slots: list) -> list:
+        out = []
+        for s in slots:
+            depth = self._tail - 1 - s
+            out.append(("top item", "assign it back: s.push(s.pop())") if not depth else
+                       (f"item {depth} below the top", f"pop it and the {depth} item(s) above it, then push "
+                        f"them back (a stack rewrites an item only from its top)"))
+        return out

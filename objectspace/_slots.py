@@ -24,6 +24,7 @@ from operator import eq as _eq, ne as _ne
 
 from . import _layout as L
 from ._base import F_META, F_REPLACE, MISSING, PersistedObject
+from ._inplace import IMMUTABLE, hint_assign, keep_changed
 from .errors import CorruptionError
 
 _slot_key = L.slot_key
@@ -125,9 +126,9 @@ class SlotSequence(PersistedObject):
         if raw is None:
             raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
         v = self._codec.decode(raw)
+        if len(self._vals) >= self._space._cache_items:
+            self._evict()           # before caching v: the caller gets the value the slot keeps
         self._vals[s] = v
-        if len(self._vals) > self._space._cache_items:
-            self._evict()
         return v
 
     def _load_range(self, a: int, b: int) -> None:
@@ -144,9 +145,10 @@ class SlotSequence(PersistedObject):
         if missing:
             raise CorruptionError(f"{self.kind} {self._name!r} is missing slots {missing[:5]}")
 
-    def _iter_slots(self, a: int, b: int, version: int | None = None, cont=None):
+    def _iter_slots(self, a: int, b: int, version: int | None = None, cont=None, watch: bool = True):
         """Values of slots a..b-1 in order, streaming from the store for slots not in memory
-        (they are not cached). ``version`` is the sequence's version when the iterator was
+        (they are not cached, unless the space has ``inplace`` set and ``watch`` is true:
+        see _iter_keeping). ``version`` is the sequence's version when the iterator was
         made (callers pass it so that a change between ``iter()`` and the first ``next()``
         counts). When the sequence changes structurally meanwhile (an item added, removed
         or moved), the iterator raises RuntimeError, as a deque's does, even if it had
@@ -155,6 +157,10 @@ class SlotSequence(PersistedObject):
         if version is None:
             version = self._version
         s = a
+        keep = watch and self._space._inplace is not None
+        if keep and not self._complete and self._tail - self._head <= self._space._cache_items:
+            self._load_range(self._head, self._tail)    # as a read does: values handed out stay cached
+            self._complete = True
         vals = self._vals
         if self._complete:
             try:
@@ -168,6 +174,10 @@ class SlotSequence(PersistedObject):
                 while s < b and self._version == version:
                     yield self._get_slot(s)
                     s += 1
+            if self._version == version:
+                return
+        elif keep:
+            s = yield from self._iter_keeping(s, b, version)
             if self._version == version:
                 return
         elif not vals:      # nothing cached (the common case after eviction): one scan
@@ -212,6 +222,43 @@ class SlotSequence(PersistedObject):
             raise RuntimeError(f"{self.kind} mutated during iteration")
         yield from cont(s - a)
 
+    def _iter_keeping(self, s: int, b: int, version: int):
+        """_iter_slots of a space with ``inplace`` set, for a sequence larger than
+        cache_items: the values read from the store that could change in place are cached
+        as they are handed out (a value changed in the loop body is then seen by the save,
+        or by the eviction that would drop it), with the digest of their record (see
+        _inplace.py), so evicting them reads nothing. Returns the slot it stopped at."""
+        vals, ip, decode = self._vals, self._items, self._codec.decode
+        limit = self._space._cache_items
+        sums = self._isums
+        if sums is None:
+            sums = self._isums = {}
+        scan = None
+        while s < b:
+            if self._version != version:
+                break
+            v = vals.get(s, MISSING)
+            if v is MISSING:
+                if scan is None:
+                    scan = self._space._db.scan(_slot_key(ip, s), _slot_key(ip, b))
+                for key, raw in scan:
+                    got = L.slot_of(key)
+                    if got == s:
+                        v = decode(raw)
+                        break
+                    if got > s:
+                        raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
+                else:
+                    raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
+                if type(v) not in IMMUTABLE:
+                    if len(vals) >= limit:
+                        self._evict()
+                    vals[s] = v
+                    sums[s] = hash(raw)         # its digest: evicting it reads nothing
+            yield v
+            s += 1
+        return s
+
     def _richcmp(self, other, op):
         """``op`` (operator.eq, lt, ...) of this sequence and ``other`` as lists compare:
         item by item (identity first), then by length. O(n); streams both."""
@@ -240,15 +287,21 @@ class SlotSequence(PersistedObject):
         """Drop clean cached slots down to ``limit`` (half of cache_items). O(len(_vals))."""
         if (self._flags | self._pflags) & F_REPLACE:
             return
+        space = self._space
         if limit is None:
-            limit = self._space._cache_items // 2
-        if not limit and not self._dirty and not self._pending:
+            limit = space._cache_items // 2
+        if not limit and not self._dirty and not self._pending and space._inplace is None:
             self._vals.clear()          # in place: a running iterator holds this dict
             self._complete = self._head == self._tail
             return
         pinned = self._dirty | self._pending
         vals = self._vals
-        for s in [s for s in vals if s not in pinned][: max(0, len(vals) - limit)]:
+        doomed = [s for s in vals if s not in pinned][: max(0, len(vals) - limit)]
+        if space._inplace is not None and doomed:
+            kept = keep_changed(self, [(s, vals[s]) for s in doomed])
+            if kept:
+                doomed = [s for s in doomed if s not in kept]
+        for s in doomed:
             del vals[s]
         self._complete = self._head == self._tail
 
@@ -303,6 +356,29 @@ class SlotSequence(PersistedObject):
         vals = self._vals
         return [vals[s] for s in range(self._head, self._tail)]
 
+    # -- in-place changes (see _inplace.py) --------------------------------------------------
+
+    _inplace_var = "seq"        # the name hints give the object: ``lst[2] = lst[2]``
+
+    def _inplace_values(self, immutable: frozenset) -> list:
+        vals = self._vals
+        if not vals:
+            return []
+        pinned = self._dirty | self._pending if self._pending else self._dirty
+        h, t = self._head, self._tail
+        return [(s, v) for s, v in vals.items()
+                if type(v) not in immutable and s not in pinned and h <= s < t]
+
+    def _inplace_key(self, s: int) -> bytes:
+        return _slot_key(self._items, s)
+
+    def _inplace_mark(self, s: int) -> None:
+        self._set_slot(s, self._vals[s])
+
+    def _inplace_where(self, slots: list) -> list:
+        h, var = self._head, self._inplace_var
+        return [(f"index {s - h}", hint_assign(var, s - h)) for s in slots]
+
     # -- save -------------------------------------------------------------------------------
 
     def _collect_items(self, out: list, full: bool) -> None:
@@ -314,7 +390,7 @@ class SlotSequence(PersistedObject):
                 out.append((_slot_key(ip, s), None))
         if full:
             enc = self._encode
-            for s, v in zip(range(head, tail), self._iter_slots(head, tail)):
+            for s, v in zip(range(head, tail), self._iter_slots(head, tail, watch=False)):
                 out.append((_slot_key(ip, s), enc(v, s - head)))
             return
         dirty = self._dirty

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from ._base import F_META, MISSING, PersistedObject
+from ._base import ABSENT, F_META, MISSING, PersistedObject
 from ._groups import GroupsMixin
+from ._inplace import keep_changed
 from ._layout import MAX_SEQ, format_id, id_key, key_id, parse_id, range_bound
 from ._keyed import ENTRY_BYTES
 from ._table import Table
@@ -23,6 +24,7 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
 
     kind = "stream"
     _handle_bytes = 2100
+    _mutable_entries = True
     __slots__ = ("_t", "_last", "_groups", "_dead_groups")
 
     @classmethod
@@ -250,6 +252,28 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
     def _collect_items(self, out: list, full: bool) -> None:
         self._t.collect(out, full)
         self._collect_groups(out, full)
+
+    def _inplace_values(self, immutable: frozenset) -> list:
+        return self._t.clean_entries(immutable, False)
+
+    @staticmethod
+    def _inplace_watched(entry) -> bool:
+        return True         # fields: a dict
+
+    def _inplace_key(self, ek: bytes) -> bytes:
+        return self._t.prefix + ek
+
+    def _inplace_evicting(self, eks: list) -> set:
+        vals = self._t.vals
+        return keep_changed(self, [(ek, vals[ek]) for ek in eks if vals[ek] is not ABSENT])
+
+    def _inplace_mark(self, ek: bytes) -> None:
+        self._touch()
+        self._t.dirty.add(ek)
+
+    def _inplace_where(self, eks: list) -> list:
+        return [(f"entry {key_id(ek)}", "undo the change and change a copy of the fields instead "
+                 "(dict(fields)): stream entries are not meant to change") for ek in eks]
 
     def _mem_estimate(self, item_bytes: int) -> int:
         pels = sum(len(g.pel.vals) for g in (self._groups or {}).values())

@@ -14,6 +14,7 @@ from __future__ import annotations
 from sortedcontainers import SortedList
 
 from ._base import ABSENT, F_REPLACE, MISSING
+from ._inplace import IMMUTABLE
 from ._layout import prefix_end
 from .errors import CorruptionError
 
@@ -60,9 +61,9 @@ class Table:
             return ABSENT if e is MISSING else e
         raw = space._db.get(self.prefix + ek)
         e = ABSENT if raw is None else self.decode_entry(ek, raw)
+        if len(self.vals) >= space._cache_items:
+            self.evict()            # before caching e: the caller gets the entry the table keeps
         self.vals[ek] = e
-        if len(self.vals) > space._cache_items:
-            self.evict()
         return e
 
     def load_all(self) -> None:
@@ -88,11 +89,17 @@ class Table:
         if not self.complete and self.count <= self.owner._space._cache_items:
             self.load_all()
 
-    def iterate(self, lo: bytes | None = None, hi: bytes | None = None, reverse: bool = False):
+    def iterate(self, lo: bytes | None = None, hi: bytes | None = None, reverse: bool = False,
+                watch: bool = True):
         """(ek, entry) for lo <= ek < hi, ascending by ek for sorted tables (reverse=True:
         descending, which materialises the range when the table is not complete).
-        Raises RuntimeError if the table changes size meanwhile."""
+        Raises RuntimeError if the table changes size meanwhile. ``watch=False``: entries
+        are not cached for a space with ``inplace`` set (they are not handed out)."""
         version = self.version
+        o = self.owner
+        keep = watch and o._mutable_entries and o._space._inplace is not None and o._t is self
+        if keep and not self.complete and self.count <= o._space._cache_items:
+            self.load_all()     # as a point read does: the entries handed out stay cached
         if self.complete:
             vals = self.vals
             if self.order is not None:
@@ -104,7 +111,7 @@ class Table:
                     raise RuntimeError(f"{self.owner.kind} changed size during iteration")
                 yield ek, vals[ek]
             return
-        it = self._merged(lo, hi)
+        it = self._merged_keeping(lo, hi) if keep else self._merged(lo, hi)
         if reverse:
             it = reversed(list(it))
         for item in it:
@@ -134,6 +141,50 @@ class Table:
                 continue
             e = vals.get(ek, MISSING)
             yield ek, (decode(ek, raw) if e is MISSING or e is ABSENT else e)
+        for ek in over[i:]:
+            e = vals[ek]
+            if e is not ABSENT:
+                yield ek, e
+
+    def _merged_keeping(self, lo, hi):
+        """_merged for the entries of a dict or stream of a space with ``inplace`` set:
+        the entries read from the store whose value could change in place are cached as
+        they are handed out, with the digest of their record (see _iter_keeping in
+        _slots.py)."""
+        prefix, vals, decode = self.prefix, self.vals, self.decode_entry
+        over = sorted(ek for ek in (self.dirty | self.pending)
+                      if (lo is None or ek >= lo) and (hi is None or ek < hi))
+        start = prefix + lo if lo is not None else prefix
+        end = prefix + hi if hi is not None else prefix_end(prefix)
+        owner = self.owner
+        limit = owner._space._cache_items
+        sums = owner._isums
+        if sums is None:
+            sums = owner._isums = {}
+        watched = owner._inplace_watched
+        n, i, m = len(prefix), 0, len(over)
+        for key, raw in owner._space._db.scan(start, end):
+            ek = key[n:]
+            while i < m and over[i] < ek:
+                e = vals[over[i]]
+                if e is not ABSENT:
+                    yield over[i], e
+                i += 1
+            if i < m and over[i] == ek:
+                i += 1
+                e = vals[ek]
+                if e is not ABSENT:
+                    yield ek, e
+                continue
+            e = vals.get(ek, MISSING)
+            if e is MISSING or e is ABSENT:
+                e = decode(ek, raw)
+                if watched(e):
+                    if len(vals) >= limit:
+                        self.evict()
+                    vals[ek] = e
+                    sums[ek] = hash(raw)        # its digest: evicting it reads nothing
+            yield ek, e
         for ek in over[i:]:
             e = vals[ek]
             if e is not ABSENT:
@@ -228,12 +279,30 @@ class Table:
         excess = len(vals) - limit
         if excess <= 0:
             return
-        for ek in [ek for ek in vals if ek not in pinned][:excess]:
+        doomed = [ek for ek in vals if ek not in pinned][:excess]
+        if o._mutable_entries and o._space._inplace is not None and o._t is self and doomed:
+            kept = o._inplace_evicting(doomed)
+            if kept:
+                doomed = [ek for ek in doomed if ek not in kept]
+        for ek in doomed:
             del vals[ek]
         self.complete = self.count == 0
         self.order = SortedList() if self.sorted and self.complete else None
 
     # -- save -------------------------------------------------------------------------------
+
+    def clean_entries(self, immutable: frozenset, pairs: bool) -> list:
+        """``(ek, value)`` of the cached entries that are neither dirty nor pending and whose
+        value's type is not in ``immutable`` (see _inplace.py); ``pairs``: an entry is
+        (key, value), else it is the value. O(cached)."""
+        vals = self.vals
+        if not vals:
+            return []
+        pinned = self.dirty | self.pending if self.pending else self.dirty
+        if pairs:
+            return [(ek, e[1]) for ek, e in vals.items()
+                    if e is not ABSENT and type(e[1]) not in immutable and ek not in pinned]
+        return [(ek, e) for ek, e in vals.items() if e is not ABSENT and type(e) not in immutable and ek not in pinned]
 
     def dirty_count(self) -> int:
         """Entries the next save writes (for repr)."""
@@ -247,7 +316,7 @@ class Table:
             for ek in sorted(self.dirty | self.pending):
                 if vals[ek] is ABSENT:
                     out.append((ip + ek, None))
-            for ek, e in self.iterate():
+            for ek, e in self.iterate(watch=False):
                 out.append((ip + ek, enc(ek, e)))
         else:
             vals = self.vals

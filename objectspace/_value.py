@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._base import F_VALUE, MISSING, PersistedObject, plain
+from ._inplace import keep_changed
 from ._slots import SlotSequence
 from .errors import CorruptionError
 
@@ -91,7 +92,26 @@ class PersistedValue(PersistedObject):
 
     def _evict_clean(self) -> None:
         if not (self._flags | self._pflags) & F_VALUE:
+            v = self._value
+            if self._space._inplace is not None and v is not MISSING and keep_changed(self, [(None, v)]):
+                return
             self._value = MISSING
+
+    def _inplace_values(self, immutable: frozenset) -> list:
+        v = self._value
+        if v is MISSING or type(v) in immutable or (self._flags | self._pflags) & F_VALUE:
+            return []
+        return [(None, v)]
+
+    def _inplace_key(self, slot) -> bytes:
+        return self._items
+
+    def _inplace_mark(self, slot) -> None:
+        self._touch()
+        self._flags |= F_VALUE
+
+    def _inplace_where(self, slots: list) -> list:
+        return [("value", "assign it back: v.value = v.value")]
 
     def _collect_items(self, out: list, full: bool) -> None:
         if full or (self._flags | self._pflags) & F_VALUE:
@@ -111,6 +131,7 @@ class PersistedArray(SlotSequence, Sequence):
 
     kind = "array"
     __slots__ = ()
+    _inplace_var = "a"
 
     @classmethod
     def _fresh(cls, space, name, nkey, codec, length: int = 0, fill_value=None):

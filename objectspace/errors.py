@@ -53,3 +53,17 @@ class CorruptionError(ObjectSpaceError):
 
 class StreamIdError(ObjectSpaceError, ValueError):
     """A stream entry id is malformed, or not greater than the stream's last id."""
+
+
+class InPlaceChangeError(ObjectSpaceError, ValueError):
+    """A save of a space opened with ``inplace="raise"`` found stored values changed in
+    place (``d[k].append(x)``), which no slot records; nothing was saved.
+
+    The message names each object and slot and how to write the change (assign the value
+    back: ``d[k] = d[k]``); ``changes`` holds ``(object name, kind, slot)`` of each.
+    ``inplace="save"`` writes such changes at every save instead.
+    """
+
+    def __init__(self, message: str, changes: list) -> None:
+        super().__init__(message)
+        self.changes = changes

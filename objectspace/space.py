@@ -25,6 +25,7 @@ from ._layout import SCHEMA_STATE
 from ._base import F_INDEX, F_REPLACE
 from ._cache import ObjectCache
 from ._codec import CODECS_BY_CODE, codec_named
+from ._inplace import check_mode, find_changes, inplace_error
 from ._keycodec import decode_key, encode_name, encode_name_scope
 from ._kinds import KIND_CLASSES, KindMethods
 from .errors import AlreadyExistsError, CorruptionError, KindMismatchError, ObjectNotFoundError, ObjectSpaceError
@@ -76,17 +77,27 @@ class ObjectSpace(KindMethods):
     is how many clean objects stay in memory at most; ``clock`` returns milliseconds
     (stream ids and idle times).
 
+    ``inplace`` is what a save does about stored values changed in place (``d[k].append(x)``
+    changes the cached value, and no slot records it): None (the default here) does not
+    look, so such a change is lost; ``"save"`` (``ObjectSpace.open``'s default) writes the
+    values whose encoding differs from their stored record, as if assigned; ``"raise"``
+    makes the save raise InPlaceChangeError naming them, before anything is written. Any
+    other value is a ValueError. The cost is at every save, O(values held in memory that
+    could be mutable): each is encoded once; and an eviction of such values from memory
+    compares them first, so that a changed one stays (see ``_inplace.py``).
+
     Save protocol: ``batch = save()``; commit the batch to the same db; ``on_saved()``. A
     space is not thread-safe.
     """
 
     def __init__(self, db, prefix: bytes = DEFAULT_PREFIX, *, cache_items: int = 4096,
                  cache_objects: int | None = 4096, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 cache: ObjectCache | None = None, clock=None) -> None:
+                 cache: ObjectCache | None = None, clock=None, inplace: str | None = None) -> None:
         if not isinstance(prefix, (bytes, bytearray)):
             raise TypeError(f"prefix must be bytes, got {type(prefix).__name__}")
         if cache_items < 1 or (cache_objects is not None and cache_objects < 0):
             raise ValueError("cache_items must be >= 1 and cache_objects >= 0")
+        self._inplace = check_mode(inplace)
         prefix = bytes(prefix)
         self._db = db
         self._prefix = prefix
@@ -107,7 +118,7 @@ class ObjectSpace(KindMethods):
     @classmethod
     def open(cls, location, *, prefix: bytes = DEFAULT_PREFIX, checkpoint: int | None = None,
              cache_items: int = 4096, cache_objects: int | None = 4096, cache_bytes: int = DEFAULT_CACHE_BYTES,
-             clock=None, **dkv_options) -> "ObjectSpace":
+             clock=None, inplace: str | None = "save", **dkv_options) -> "ObjectSpace":
         """Open a dkv store at ``location`` (owned and closed by the space) and a space on it.
         ``checkpoint=epoch`` opens the state as of that checkpoint; a writer continues from
         it, so at an older one it raises dkv.NewerCheckpointsError naming the later
@@ -123,13 +134,20 @@ class ObjectSpace(KindMethods):
         ~30 ms; RFC 0006), and ``inline_segment_bytes`` to ``NOTEBOOK_INLINE_BYTES`` (a
         small checkpoint is one file, its manifest, with two fsyncs on a local disk and
         one PUT on S3; RFC 0007). Pass ``inline_segment_bytes=0`` for a separate WAL file
-        per checkpoint (fewer bytes written when many small checkpoints stay live)."""
+        per checkpoint (fewer bytes written when many small checkpoints stay live).
+        ``inplace`` defaults to ``"save"`` here: a notebook's ``d[k].append(x)`` is written
+        by the next checkpoint (see the class docstring; ValueError for a value other than
+        None, "save" and "raise"). A ``read_only=True`` space never saves, so it does not
+        look for such changes (its ``inplace`` is None)."""
+        check_mode(inplace)
+        if dkv_options.get("read_only"):
+            inplace = None
         dkv_options.setdefault("max_replay_bytes", NOTEBOOK_REPLAY_BYTES)
         dkv_options.setdefault("inline_segment_bytes", NOTEBOOK_INLINE_BYTES)
         dkv_options.setdefault("bloom_strip", L.BLOOM_STRIP)
         db = dkv.open(location, checkpoint=checkpoint, **dkv_options)
         space = cls(db, prefix, cache_items=cache_items, cache_objects=cache_objects, cache_bytes=cache_bytes,
-                    clock=clock)
+                    clock=clock, inplace=inplace)
         space._owns_db = True
         return space
 
@@ -142,6 +160,11 @@ class ObjectSpace(KindMethods):
     def prefix(self) -> bytes:
         """The key prefix of every record of this space."""
         return self._prefix
+
+    @property
+    def inplace(self) -> str | None:
+        """What a save does about stored values changed in place: None, "save" or "raise"."""
+        return self._inplace
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
@@ -298,8 +321,9 @@ class ObjectSpace(KindMethods):
         name in the store at once (durable with the next checkpoint, like any write); the old
         handle stops working, ``get(new)`` returns a new one. O(records of the object): one
         range scan. The object must have no unsaved changes (save and confirm them first:
-        ObjectSpaceError), ``old`` must exist (ObjectNotFoundError) and ``new`` must not
-        (AlreadyExistsError)."""
+        ObjectSpaceError; with ``inplace`` set, values changed in place count, and "raise"
+        raises InPlaceChangeError for them), ``old`` must exist (ObjectNotFoundError) and
+        ``new`` must not (AlreadyExistsError)."""
         self._check_open()
         okey, nkey = encode_name(old), encode_name(new)
         if okey == nkey:
@@ -308,6 +332,8 @@ class ObjectSpace(KindMethods):
             raise ObjectNotFoundError(f"no object named {old!r} in the space")
         if self._exists(nkey):
             raise AlreadyExistsError(f"an object named {new!r} already exists")
+        if self._inplace is not None and okey not in self._touched and self._live.get(okey) is not None:
+            self._find_inplace([self._live[okey]])    # the records copied must hold them
         if okey in self._touched or nkey in self._touched or nkey in self._graves:
             raise ObjectSpaceError(f"rename({old!r}, {new!r}) needs both names without unsaved changes: save "
                                    f"and confirm them first (checkpoint(), or save() and on_saved())")
@@ -382,8 +408,17 @@ class ObjectSpace(KindMethods):
 
         Every record is encoded before any is added, so an EncodingError (a TypeError naming
         object and slot) leaves the batch and the objects as they were.
+
+        With ``inplace`` set, the clean values held in memory that could be mutable are
+        encoded first and compared with the store (see ``_inplace.py``): O(those values),
+        plus a read for each one first seen since the previous save. ``"save"`` marks those
+        that differ written (they stay marked if the save then fails: they are changes);
+        ``"raise"`` raises InPlaceChangeError (a ValueError) naming them, and nothing
+        changes.
         """
         self._check_open()
+        if self._inplace is not None:
+            self._find_inplace()
         out: list = []
         self._sized = []
         objs = list(self._touched.values())
@@ -407,6 +442,19 @@ class ObjectSpace(KindMethods):
             obj._promote()
         self._last_saved = (objs, graves)
         return batch
+
+    def _find_inplace(self, objs: list | None = None) -> None:
+        """Mark written (or report: InPlaceChangeError) the clean values of ``objs`` (None:
+        every live object) changed in place since they were stored."""
+        if objs is None:
+            objs = [obj for obj in (ref() for ref in list(self._live.data.values())) if obj is not None]
+        changes, digests = find_changes(objs, self._db)
+        if changes and self._inplace == "raise":
+            raise inplace_error(changes)
+        for obj, sums in digests:
+            obj._isums = sums
+        for obj, slot in changes:
+            obj._inplace_mark(slot)
 
     def _collect_clean(self, out: list) -> None:
         """Full save: records of every stored object that has no changes in memory."""

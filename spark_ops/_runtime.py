@@ -11,11 +11,12 @@ import json
 import logging
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import dkv
 from dkv.keys import key_prefix
-from objectspace import BLOOM_STRIP, SCHEMA_STATE, ObjectCache, ObjectSpace
+from objectspace import BLOOM_STRIP, SCHEMA_STATE, InPlaceChangeError, ObjectCache, ObjectSpace
 
 from . import _layout, _rows, _watermark
 from ._keys import user_key
@@ -72,6 +73,7 @@ class ShardSpec:
     initial: object | None = None   # initial-state rows for a first batch (see _initial.py): .chunks(lo, hi)
     name: str | None = None         # the operator's name (its identity; None: its class name, lowercased)
     retire: tuple = ()              # operators of the query whose state is to be dropped (RFC 0010)
+    inplace: str | None = None      # objectspace's check of changes inside stored values (the harness: "raise")
 
 
 class ShardState:
@@ -110,6 +112,7 @@ class ShardState:
         self.timers = TimerService(self.db, self.key_groups)
         self.ttl = TtlService(self)     # state TTL: expiry index and refresh on write (RFC 0009)
         self.vars = VarRegistry(self, spec.operator, spec.name)    # state variables (RFC 0010)
+        self.inplace = spec.inplace
         self.emitted: list = []
         self.objects: dict = {}     # (key group, key parts, name) -> object handle (see Context)
         # Opened empty (no state before this batch): this batch loads the initial state, if
@@ -141,7 +144,8 @@ class ShardState:
     def space(self, kg: int) -> ObjectSpace:
         sp = self.spaces.get(kg)
         if sp is None:
-            sp = self.spaces[kg] = ObjectSpace(self.db, key_prefix(kg, SCHEMA_STATE), cache=self.cache)
+            sp = self.spaces[kg] = ObjectSpace(self.db, key_prefix(kg, SCHEMA_STATE), cache=self.cache,
+                                               inplace=self.inplace)
         return sp
 
     def convert_emitted(self, convert) -> int:
@@ -168,8 +172,9 @@ class ShardState:
         self.ttl.before_save()
         wb = dkv.WriteBatch()
         dirty = [sp for sp in self.spaces.values() if sp.dirty]
-        for sp in dirty:
-            sp.save(batch=wb)
+        with _inplace_note():
+            for sp in dirty:
+                sp.save(batch=wb)
         self.vars.save(wb)
         self.db.write(wb)
         for sp in dirty:
@@ -193,8 +198,9 @@ class ShardState:
         t0 = time.perf_counter()
         self.ttl.before_save()
         wb = dkv.WriteBatch()
-        for sp in self.spaces.values():
-            sp.save(batch=wb)
+        with _inplace_note():
+            for sp in self.spaces.values():
+                sp.save(batch=wb)
         self.vars.save(wb)
         before = dict(self.db.stats_counters)
         t1 = time.perf_counter()
@@ -223,6 +229,24 @@ class ShardState:
             self.db.close()
         except Exception as e:  # noqa: BLE001 - a fenced or broken instance is dropped anyway
             log.debug("closing shard state: %s", e)
+
+
+@contextmanager
+def _inplace_note():
+    """Say what an in-place change of a stored value means for an operator (the harness
+    checks them; Spark's shards do not look, to save the cost at every batch)."""
+    try:
+        yield
+    except InPlaceChangeError as e:
+        what = "; ".join(f"the {kind} {name[-1]!r} of key {tuple(name[:-1])!r}, {slot}"
+                         if isinstance(name, tuple) and name else f"the {kind} {name!r}, {slot}"
+                         for name, kind, slot in e.changes[:5])
+        more = f"; and {len(e.changes) - 5} more" if len(e.changes) > 5 else ""
+        raise InPlaceChangeError(
+            f"spark_ops: the operator changed a stored value in place ({what}{more}), which marks nothing written. "
+            f"On Spark such a change is not saved: the value goes back to what was stored when its object is "
+            f"read again. Assign the value back after changing it (d[k] = value); the test harness checks "
+            f"every save, Spark's shards do not", e.changes) from None
 
 
 _IGNORED: set = set()

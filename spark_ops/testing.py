@@ -104,7 +104,7 @@ class OperatorHarness:
                               drop_late=watermark is not None,
                               groups=key_groups, shards=partitions, dkv_options=dict(dkv_options or {}),
                               inputs=list(inputs) if inputs else None, input_column=input_column,
-                              memory=None if memory is None else memory_bytes(memory))
+                              memory=None if memory is None else memory_bytes(memory), inplace="raise")
         self.name = check_name(name or type(operator).__name__.lower())
         self.spec.name = name
         _vars.declarations(operator)

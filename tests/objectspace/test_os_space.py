@@ -32,7 +32,7 @@ def test_public_names_are_pinned():
         "PersistedDict", "PersistedSortedDict", "PersistedStream", "PersistedNDArray", "PendingEntry",
         "register_type", "unregister_type", "encode_key", "decode_key", "encode_name",
         "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
-        "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError",
+        "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError", "InPlaceChangeError",
         # inspection (objectspace/_inspect)
         "list_objects", "object_info", "iter_slots", "walk_slots", "diff", "space_stats",
         "find_instances", "key_groups_of", "spaces_of", "pair_instances", "diff_pair", "to_jsonable",

@@ -451,3 +451,33 @@ def test_bad_declarations_fail_where_the_operator_is_set_up(decl, error, match):
 def test_a_bad_state_var_says_what_is_wrong(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         StateVar(*args, **kwargs)
+
+
+def test_the_harness_catches_a_change_made_inside_a_stored_value():
+    """On Spark such a change is lost (the shards do not look); the harness fails the batch,
+    naming the object and slot and the way out, so a test catches it."""
+    from objectspace import InPlaceChangeError
+
+    class Appends(Operator):
+        def on_event(self, key, row, ctx):
+            d = ctx.dict("seen")
+            if "vs" not in d:
+                d["vs"] = []
+            d["vs"].append(row["v"])            # in place: no slot is marked written
+            ctx.emit({"k": key, "n": len(d["vs"])})
+
+    h = OperatorHarness(Appends(), key="k", partitions=1)
+    h.run_batch([{"k": "a", "v": 1}])           # created in this batch: saved whole
+    with pytest.raises(InPlaceChangeError) as e:
+        h.run_batch([{"k": "a", "v": 2}])
+    msg = str(e.value) + "".join(getattr(e.value, "__notes__", []))
+    assert "the dict 'seen' of key ('a',), key 'vs'" in msg and "Assign the value back" in msg and "On Spark" in msg
+
+    class AssignsBack(Appends):
+        def on_event(self, key, row, ctx):
+            d = ctx.dict("seen")
+            d["vs"] = d.get("vs", []) + [row["v"]]
+            ctx.emit({"k": key, "n": len(d["vs"])})
+
+    h = OperatorHarness(AssignsBack(), key="k", partitions=1)
+    assert [h.run_batch([{"k": "a", "v": v}]) for v in (1, 2, 3)] == [[{"k": "a", "n": n}] for n in (1, 2, 3)]
