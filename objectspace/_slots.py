@@ -196,43 +196,18 @@ class SlotSequence(PersistedObject):
                         raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
                     return
         else:
-            ip, decode = self._items, self._codec.decode
-            scan = None
-            while s < b:
-                if self._version != version:
-                    break
-                v = vals.get(s, MISSING)
-                if v is MISSING:
-                    if scan is None:
-                        scan = self._space._db.scan(_slot_key(ip, s), _slot_key(ip, b))
-                    for key, raw in scan:
-                        got = L.slot_of(key)
-                        if got == s:
-                            v = decode(raw)
-                            break
-                        if got > s:
-                            raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
-                    else:
-                        raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
-                yield v
-                s += 1
+            s = yield from self._iter_merged(s, b, version)
             if self._version == version:
                 return
         if cont is None:
             raise RuntimeError(f"{self.kind} mutated during iteration")
         yield from cont(s - a)
 
-    def _iter_keeping(self, s: int, b: int, version: int):
-        """_iter_slots of a space with ``inplace`` set, for a sequence larger than
-        cache_items: the values read from the store that could change in place are cached
-        as they are handed out (a value changed in the loop body is then seen by the save,
-        or by the eviction that would drop it), with the digest of their record (see
-        _inplace.py), so evicting them reads nothing. Returns the slot it stopped at."""
+    def _iter_merged(self, s: int, b: int, version: int, keep=None):
+        """Values of slots s..b-1, from memory where cached, else from one range scan;
+        ``keep(s, value, raw)`` is called for each value read from the store. Returns the
+        slot it stopped at (b, or where the sequence changed)."""
         vals, ip, decode = self._vals, self._items, self._codec.decode
-        limit = self._space._cache_items
-        sums = self._isums
-        if sums is None:
-            sums = self._isums = {}
         scan = None
         while s < b:
             if self._version != version:
@@ -250,14 +225,30 @@ class SlotSequence(PersistedObject):
                         raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
                 else:
                     raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
-                if type(v) not in IMMUTABLE:
-                    if len(vals) >= limit:
-                        self._evict()
-                    vals[s] = v
-                    sums[s] = hash(raw)         # its digest: evicting it reads nothing
+                if keep is not None:
+                    keep(s, v, raw)
             yield v
             s += 1
         return s
+
+    def _iter_keeping(self, s: int, b: int, version: int):
+        """_iter_slots of a space with ``inplace`` set, for a sequence larger than
+        cache_items: the values read from the store that could change in place are cached
+        as they are handed out (a value changed in the loop body is then seen by the save,
+        or by the eviction that would drop it), with the digest of their record (see
+        _inplace.py), so evicting them reads nothing. Returns the slot it stopped at."""
+        vals, limit = self._vals, self._space._cache_items
+        sums = self._isums
+        if sums is None:
+            sums = self._isums = {}
+
+        def keep(slot, v, raw):
+            if type(v) not in IMMUTABLE:
+                if len(vals) >= limit:
+                    self._evict()
+                vals[slot] = v
+                sums[slot] = hash(raw)         # its digest: evicting it reads nothing
+        return (yield from self._iter_merged(s, b, version, keep))
 
     def _richcmp(self, other, op):
         """``op`` (operator.eq, lt, ...) of this sequence and ``other`` as lists compare:

@@ -119,7 +119,10 @@ class Table:
                 raise RuntimeError(f"{self.owner.kind} changed size during iteration")
             yield item
 
-    def _merged(self, lo, hi):
+    def _merged(self, lo, hi, keep=None):
+        """(ek, entry) of the store's range merged with the entries changed in memory.
+        ``keep(ek, entry, raw)``: called for each entry decoded from the store (see
+        _merged_keeping)."""
         prefix, vals, decode = self.prefix, self.vals, self.decode_entry
         over = sorted(ek for ek in (self.dirty | self.pending)
                       if (lo is None or ek >= lo) and (hi is None or ek < hi))
@@ -140,7 +143,11 @@ class Table:
                     yield ek, e
                 continue
             e = vals.get(ek, MISSING)
-            yield ek, (decode(ek, raw) if e is MISSING or e is ABSENT else e)
+            if e is MISSING or e is ABSENT:
+                e = decode(ek, raw)
+                if keep is not None:
+                    keep(ek, e, raw)
+            yield ek, e
         for ek in over[i:]:
             e = vals[ek]
             if e is not ABSENT:
@@ -151,44 +158,20 @@ class Table:
         the entries read from the store whose value could change in place are cached as
         they are handed out, with the digest of their record (see _iter_keeping in
         _slots.py)."""
-        prefix, vals, decode = self.prefix, self.vals, self.decode_entry
-        over = sorted(ek for ek in (self.dirty | self.pending)
-                      if (lo is None or ek >= lo) and (hi is None or ek < hi))
-        start = prefix + lo if lo is not None else prefix
-        end = prefix + hi if hi is not None else prefix_end(prefix)
-        owner = self.owner
+        owner, vals = self.owner, self.vals
         limit = owner._space._cache_items
         sums = owner._isums
         if sums is None:
             sums = owner._isums = {}
         watched = owner._inplace_watched
-        n, i, m = len(prefix), 0, len(over)
-        for key, raw in owner._space._db.scan(start, end):
-            ek = key[n:]
-            while i < m and over[i] < ek:
-                e = vals[over[i]]
-                if e is not ABSENT:
-                    yield over[i], e
-                i += 1
-            if i < m and over[i] == ek:
-                i += 1
-                e = vals[ek]
-                if e is not ABSENT:
-                    yield ek, e
-                continue
-            e = vals.get(ek, MISSING)
-            if e is MISSING or e is ABSENT:
-                e = decode(ek, raw)
-                if watched(e):
-                    if len(vals) >= limit:
-                        self.evict()
-                    vals[ek] = e
-                    sums[ek] = hash(raw)        # its digest: evicting it reads nothing
-            yield ek, e
-        for ek in over[i:]:
-            e = vals[ek]
-            if e is not ABSENT:
-                yield ek, e
+
+        def keep(ek, e, raw):
+            if watched(e):
+                if len(vals) >= limit:
+                    self.evict()
+                vals[ek] = e
+                sums[ek] = hash(raw)        # its digest: evicting it reads nothing
+        return self._merged(lo, hi, keep)
 
     def nth(self, i: int) -> bytes:
         """The ek at position i (negative from the end). O(log n) complete, else O(i)."""
