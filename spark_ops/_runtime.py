@@ -381,6 +381,11 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
             if attempt == 2 or st.sent:
                 raise
             log.warning("shard %d batch %d fenced (%s); running the batch again", shard, batch, e)
+        except BaseException:
+            # The operator's error, or a state that refused the batch: the state is dropped
+            # (the next batch reopens it from its checkpoint), and closed, not left to the GC.
+            close(st)
+            raise
     keep((spec.state, shard, spec.shards), st)
     metrics.update(batch=batch, shard=shard, shards=spec.shards, emitted=n_emitted,
                    watermark=watermark, processing_time=processing_time,

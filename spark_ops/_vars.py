@@ -197,6 +197,7 @@ class VarRegistry:
         self._known: set = set()        # (kg, name) met by this run since the records were read
         self._hinted: set = set()
         self._run = None
+        self._run_start = -1        # the batch the current run began with here
         self.batch = -1
 
     def forget(self) -> None:
@@ -216,6 +217,7 @@ class VarRegistry:
         if run is None or run == self._run:
             return False
         self._run = run
+        self._run_start = batch
         self.operator = operator
         self.declared = declarations(operator)
         self.prepared = self.declared is None
@@ -278,7 +280,8 @@ class VarRegistry:
             if kind not in entry[0]:
                 entry[0].append(kind)
                 self._dirty.add(kg)
-            if _met(entry) != self.batch:       # the first use in this run (see new_run)
+            met = _met(entry)
+            if met is None or met < self._run_start:       # the first use in this run (see begin)
                 entry[3:] = [self.batch]
                 self._dirty.add(kg)
         self._known.add((kg, name))
