@@ -8,7 +8,9 @@ these through ext codes (docs/format/objectspace.md lists the payloads)::
 
 User types get codes 16..127 with ``register_type``. Types are matched exactly (a
 subclass of dict or int is not silently stored as its base: register it), so nothing is
-stored in a form that reads back as something else.
+stored in a form that reads back as something else; numpy and pandas scalars are the
+exception, stored as the Python values they stand for (``_twin_of``): what a pandas or numpy
+user has in hand is a number or a time, and it reads back as one.
 """
 from __future__ import annotations
 
@@ -152,8 +154,84 @@ def _default(obj):
     user = _user_by_type.get(t)
     if user is not None:
         return msgpack.ExtType(user[0], _pack_nested(user[1](obj)))
+    twin = _twin_of(t)
+    if twin is not None:
+        v = twin(obj)
+        enc = _EXT_ENCODERS.get(type(v))        # msgpack calls default once per value
+        return v if enc is None else enc(v)
     raise TypeError(f"cannot store a value of type {t.__module__}.{t.__qualname__} "
                     "(register it with objectspace.register_type)")
+
+
+_TWINS: dict = {}       # numpy / pandas type -> converter to the Python value it stands for (or None)
+
+
+def _twin_of(t: type):
+    """How a numpy or pandas scalar is stored: as the Python value it is (np.float64 -> float,
+    np.int64 -> int, np.bool_ -> bool, np.str_ -> str, np.datetime64 and pandas.Timestamp ->
+    datetime, np.timedelta64 and pandas.Timedelta -> timedelta; NaT -> None). They read back
+    as those Python values. None for any other type. Decided once per type."""
+    try:
+        return _TWINS[t]
+    except KeyError:
+        pass
+    module = t.__module__.split(".", 1)[0]
+    twin = None
+    if module == "numpy":
+        import numpy as np
+        if issubclass(t, np.bool_):
+            twin = bool
+        elif issubclass(t, np.datetime64):
+            twin = _np_datetime
+        elif issubclass(t, np.timedelta64):      # a signedinteger to numpy: before integer
+            twin = _np_timedelta
+        elif issubclass(t, np.integer):
+            twin = int
+        elif issubclass(t, np.floating):
+            twin = float
+        elif issubclass(t, np.str_):
+            twin = str
+        elif issubclass(t, np.bytes_):
+            twin = bytes
+    elif module == "pandas":
+        import pandas as pd
+        if issubclass(t, pd.Timestamp):
+            twin = _pd_timestamp
+        elif issubclass(t, pd.Timedelta):
+            twin = _pd_timedelta
+        elif t is type(pd.NaT):
+            twin = _none
+    _TWINS[t] = twin
+    return twin
+
+
+def _none(_):
+    return None
+
+
+def _np_datetime(v):
+    """A numpy datetime64 as a naive datetime (microseconds: finer units are cut), NaT: None."""
+    import numpy as np
+    if np.isnat(v):
+        return None
+    out = v.astype("datetime64[us]").item()
+    return out if isinstance(out, _dt.datetime) else _dt.datetime(out.year, out.month, out.day)
+
+
+def _np_timedelta(v):
+    import numpy as np
+    if np.isnat(v):
+        return None
+    return v.astype("timedelta64[us]").item()
+
+
+def _pd_timestamp(v):
+    """A pandas Timestamp as the datetime it is (its zone's offset kept; nanoseconds cut)."""
+    return _dt.datetime(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, v.tzinfo, fold=v.fold)
+
+
+def _pd_timedelta(v):
+    return _dt.timedelta(microseconds=v.value // 1000)
 
 
 _TZ: dict = {None: None, 0: _UTC}

@@ -97,9 +97,19 @@ def _enc(k, out: list) -> None:
         out.append(_NONE)
     elif t is bool:
         out.append(_TRUE if k else _FALSE)
+    elif (twin := _key_twin(t)) is not None:       # a numpy scalar: the key it stands for
+        _enc(twin(k), out)
     else:
         raise EncodingError(f"{t.__name__} cannot be a key: keys are None, bool, int, float, "
                             "bytes, str or tuples of them")
+
+
+def _key_twin(t: type):
+    """The Python key type a numpy bool, integer, float, str or bytes scalar stands for
+    (``d[np.int64(3)]`` is ``d[3]``, as in a dict); None for anything else."""
+    from ._codec import _twin_of
+    twin = _twin_of(t)
+    return twin if twin in (bool, int, float, str, bytes) else None
 
 
 _SHORT_STRS: dict = {}    # str -> encoding (only str keys: 1 == 1.0 == True are distinct keys)

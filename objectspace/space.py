@@ -170,6 +170,15 @@ class ObjectSpace(KindMethods):
         state = " closed" if self._closed else ""
         return f"<ObjectSpace prefix={self._prefix!r} touched={len(self._touched)}{state}>"
 
+    def _where(self) -> str:
+        """The space for messages: its store's location, and its prefix unless the default."""
+        store = getattr(self._db, "store", None)
+        loc = getattr(store, "location", None) or repr(self._db)
+        ns = getattr(self._db, "ns", "")
+        if ns:
+            loc = f"{loc} instance {ns!r}"
+        return loc if self._prefix == DEFAULT_PREFIX else f"{loc} (prefix {self._prefix!r})"
+
     def _check_open(self) -> None:
         if self._closed:
             raise ObjectSpaceError("the object space is closed")
@@ -557,8 +566,8 @@ class ObjectSpace(KindMethods):
         if self._closed:
             return
         if self._touched or self._graves:
-            log.warning("closing object space %r with unsaved changes to %d object(s)",
-                        self._prefix, self._unsaved())
+            log.warning("closing the object space of %s with unsaved changes to %d object(s) (lost: nothing after "
+                        "the last checkpoint() is kept)", self._where(), self._unsaved())
         for obj in list(self._live.values()):
             obj._kill()
         self._live = weakref.WeakValueDictionary()

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from objectspace import EncodingError, KindMismatchError, ObjectSpace, register_type, unregister_type
+from objectspace import EncodingError, KindMismatchError, ObjectSpace, encode_key, register_type, unregister_type
 from objectspace._codec import decode, encode
 from os_helpers import commit
 
@@ -166,3 +166,55 @@ def test_a_shared_datetime_is_encoded_once_and_never_confused_with_another():
     finally:
         _codec._build_datetime = build
         _codec._DT_MEMO.clear()
+
+
+# -- numpy and pandas scalars: stored as the Python values they stand for (issue 32) ---------
+
+def test_numpy_and_pandas_scalars_are_stored_as_the_values_they_are(tmp_path):
+    np = pytest.importorskip("numpy")
+    pd = pytest.importorskip("pandas")
+    import datetime as dt
+    values = {
+        "f64": (np.float64(1.5), 1.5, float), "f32": (np.float32(0.25), 0.25, float),
+        "i64": (np.int64(-7), -7, int), "u64": (np.uint64(2 ** 64 - 1), 2 ** 64 - 1, int),
+        "b": (np.bool_(True), True, bool), "s": (np.str_("x"), "x", str),
+        "dt64": (np.datetime64("2024-01-02T03:04:05.123456789"), dt.datetime(2024, 1, 2, 3, 4, 5, 123456),
+                 dt.datetime),
+        "td64": (np.timedelta64(1500, "ms"), dt.timedelta(seconds=1.5), dt.timedelta),
+        "ts": (pd.Timestamp("2024-01-02 03:04:05.123456789"), dt.datetime(2024, 1, 2, 3, 4, 5, 123456), dt.datetime),
+        "td": (pd.Timedelta("1 day 2 ms"), dt.timedelta(days=1, milliseconds=2), dt.timedelta),
+        "nat": (pd.NaT, None, type(None)),
+        "nested": ([np.float64(1.0), {"a": np.int64(2)}, (np.int8(3),)], [1.0, {"a": 2}, (3,)], list),
+    }
+    path = str(tmp_path / "s")
+    with ObjectSpace.open(path) as sp:
+        d = sp.create_dict("d")
+        for k, (v, _, _) in values.items():
+            d[k] = v
+        sp.create_queue("q", [np.float64(2.5), pd.Timestamp("2024-01-01", tz="UTC")])
+        sp.checkpoint()
+    with ObjectSpace.open(path) as sp:
+        d = sp.get_dict("d")
+        for k, (_, want, kind) in values.items():
+            assert d[k] == want and type(d[k]) is kind, (k, d[k])
+        assert list(sp.get_queue("q")) == [2.5, dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)]
+    # a zoned Timestamp keeps its instant and offset (a fixed offset, as any datetime: see the guide)
+    paris = pd.Timestamp("2024-07-01 12:00", tz="Europe/Paris")
+    back = decode(encode(paris))
+    assert back == paris.to_pydatetime() and back.utcoffset() == dt.timedelta(hours=2)
+
+
+def test_numpy_scalars_are_the_keys_they_stand_for():
+    np = pytest.importorskip("numpy")
+    assert encode_key(np.int64(3)) == encode_key(3)
+    assert encode_key((np.str_("a"), np.float64(1.5))) == encode_key(("a", 1.5))
+    assert encode_key(np.bool_(False)) == encode_key(False) != encode_key(0)
+    with ObjectSpace.open("memory://numpy-keys") as sp:
+        d = sp.create_dict("d")
+        d[np.int64(3)] = "x"
+        sp.checkpoint()
+        assert d[3] == "x" and 3 in d and np.int64(3) in d
+    with pytest.raises(TypeError, match="complex128"):
+        encode(np.complex128(1 + 2j))
+    with pytest.raises(TypeError, match="cannot be a key"):
+        encode_key(np.datetime64("2024-01-01"))
