@@ -139,6 +139,13 @@ def _shown(names: list, quote: bool = True) -> str:
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
+def _is_file(store, ns: str) -> bool:
+    if not isinstance(store, LocalDirStore):
+        return False
+    path = os.path.join(store.root, *ns.split("/")) if ns else store.root
+    return os.path.exists(path) and not os.path.isdir(path)
+
+
 def _nothing_there(store, ns: str) -> str:
     inner = getattr(store, "inner", None)
     if isinstance(store, LocalDirStore):
@@ -166,6 +173,9 @@ def check_new(store, ns: str, *, read_only: bool, create=True, checkpoint: int |
     """Instance ``ns`` of ``store`` has no manifest and no writer claim: return if a writer
     may create it here, else raise NotAStoreError saying why and what to do."""
     check_create(create)
+    if _is_file(store, ns):
+        raise NotAStoreError(f"no dkv store at {where(store, ns)}: it is a file, not a folder (a store is a "
+                             f"folder: check the location{'' if read_only else '; nothing was written'})")
     if not read_only and create == "force":
         return
     prefix = _paths.ns_prefix(ns)

@@ -106,15 +106,32 @@ def _label(where: dict) -> str:
 def _spaces(args, stack: ExitStack, bar: _Progress | None = None, expiries: bool = False):
     """(where, space) of every selected space, instances opened read-only in ``stack``
     (``expiries``: (where, space, expiry reader), see FamilyRule.expiries)."""
-    for ref in find_instances(args.location, epoch=args.epoch, instance=args.instance, **_opts(args)):
-        db = stack.enter_context(ref.open(**_opts(args)))
-        for kg, space in spaces_of(db, key_group=args.key_group, prefix=_prefix(args)):
+    refs = find_instances(args.location, epoch=args.epoch, instance=args.instance, **_opts(args))
+    for ref in refs:
+        try:
+            db = stack.enter_context(ref.open(**_opts(args)))
+            groups = spaces_of(db, key_group=args.key_group, prefix=_prefix(args))
+        except (ObjectSpaceError, dkv.DkvError) as e:
+            if len(refs) == 1:
+                raise
+            _failed(args, _where(ref, None), e)     # one damaged store among several: say which, go on
+            continue
+        for kg, space in groups:
             if expiries:
                 yield _where(ref, kg), space, expiries_of(ref, db, None if args.prefix is not None else kg)
             else:
                 yield _where(ref, kg), space
         if bar is not None:
             bar.step(ref.instance)
+
+
+def _failed(args, where: dict, e: BaseException) -> None:
+    """Note that the store (or space) at ``where`` could not be read: main reports it on
+    stderr after the rest, and exits 1."""
+    failures = getattr(args, "failures", None)
+    if failures is None:
+        failures = args.failures = []
+    failures.append(f"{_label(where)}: {type(e).__name__}: {e}")
 
 
 def _utc(ms) -> str:
@@ -148,8 +165,16 @@ def cmd_ls(args):
     try:
         with ExitStack() as stack:
             for where, space, exp in _spaces(args, stack, bar, expiries=True):
-                found = [{**where, **o.as_json(), "expires_at": exp.object(o.name)}
-                         for o in list_objects(space, scope=scope, sizes=not args.no_sizes, progress=bar.callback)]
+                # A plain word is a prefix of str names and also the first part of tuple names
+                # (a spark_ops key: --scope u4 is --scope '["u4"]').
+                scopes = [scope] if not isinstance(scope, str) else [scope, (scope,)]
+                try:
+                    found = [{**where, **o.as_json(), "expires_at": exp.object(o.name)}
+                             for sc in scopes
+                             for o in list_objects(space, scope=sc, sizes=not args.no_sizes, progress=bar.callback)]
+                except (ObjectSpaceError, dkv.DkvError) as e:
+                    _failed(args, where, e)
+                    continue
                 rows += found
                 if found:
                     timed = any(o["expires_at"] is not None for o in found)
@@ -267,7 +292,11 @@ def cmd_stats(args):
     try:
         with ExitStack() as stack:
             for where, space in _spaces(args, stack, bar):
-                st = space_stats(space, top=args.top, progress=bar.callback)
+                try:
+                    st = space_stats(space, top=args.top, progress=bar.callback)
+                except (ObjectSpaceError, dkv.DkvError) as e:
+                    _failed(args, where, e)
+                    continue
                 st.largest = [(b, info, where) for b, info, _ in st.largest]
                 total.merge(st)
                 spaces.append({**where, "objects": st.objects, "slots": st.slots, "records": st.records,
@@ -321,7 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("spaces", cmd_spaces, "list the object spaces (instances, epochs, key groups)")
     ls = add("ls", cmd_ls, "list objects with kind, codec, length and bytes")
-    ls.add_argument("--scope", help="only names in this scope (a string prefix, or a JSON array of leading parts)")
+    ls.add_argument("--scope", help="only names in this scope: a JSON array of leading parts, or a plain word (a "
+                                    "prefix of string names, and the first part of tuple names: a spark_ops key)")
     ls.add_argument("--no-sizes", action="store_true", help="skip counting bytes (reads no items)")
     show = add("show", cmd_show, "the slots of one object, paged")
     show.add_argument("name", help="object name: a string or a JSON array")
@@ -359,6 +389,13 @@ def main(argv=None) -> int:
         print(f"error: {e}{_swapped_hint(args, e)}", file=sys.stderr)
         return 1
     print(json.dumps(data, indent=2, ensure_ascii=False, default=str) if args.json else text)
+    failures = getattr(args, "failures", None)
+    if failures:
+        print(f"error: {len(failures)} of the stores could not be read (the others are listed above):",
+              file=sys.stderr)
+        for f in failures:
+            print(f"  {f}", file=sys.stderr)
+        return 1
     return 0
 
 

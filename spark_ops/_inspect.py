@@ -20,6 +20,14 @@ ALL_KEY_GROUPS = (0, 1 << 16)
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
+def _same_key(a, b) -> bool:
+    """A timer's key and the one asked for (a list from JSON stands for a tuple)."""
+    if isinstance(b, list):
+        b = tuple(b)
+    return a == b and type(a) is type(b) or (isinstance(a, (int, float)) and not isinstance(a, bool)
+                                              and isinstance(b, (int, float)) and a == b)
+
+
 def user_key(parts: tuple):
     """The operator key of stored key parts: a scalar for one key column, else a tuple."""
     key = from_parts(parts)
@@ -48,13 +56,17 @@ def instance_timers(ref, *, key_group: int | None = None, groups: tuple = ALL_KE
             yield kg, KIND_NAMES.get(kind, str(kind)), due, user_key(parts), name
 
 
+_NO_KEY = object()
+
+
 def read_timers(location, *, epoch: int | None = None, instance: str | None = None, operator: str | None = None,
-                key_group: int | None = None, kind: str | None = None, **dkv_options) -> list[dict]:
+                key_group: int | None = None, kind: str | None = None, key=_NO_KEY, **dkv_options) -> list[dict]:
     """The timers registered in the state at ``location`` (a state root, a query's,
     operator's or shard's folder; a path or URL) as of checkpoint ``epoch`` (default: each
     operator's newest), as dicts ``operator, query_id, instance, epoch, key_group, kind,
     time, time_utc, key, name``, in time order. ``instance``, ``operator``, ``key_group``
-    and ``kind`` (``"event"``/``"processing"``) select. Raises as
+    ``kind`` (``"event"``/``"processing"``) and ``key`` (the operator key, as ``ctx.key``
+    gives it: a tuple for several key columns) select. Raises as
     ``objectspace.find_instances`` does for a location without state."""
     if kind not in (None, "event", "processing"):
         raise ValueError(f"kind is 'event' or 'processing', got {kind!r}")
@@ -63,11 +75,12 @@ def read_timers(location, *, epoch: int | None = None, instance: str | None = No
         labels = ref.labels
         if operator is not None and labels.get("operator") != operator:
             continue
-        for kg, k, time, key, name in instance_timers(ref, key_group=key_group, **dkv_options):
-            if kind is None or k == kind:
+        for kg, k, time, tkey, name in instance_timers(ref, key_group=key_group, **dkv_options):
+            if (kind is None or k == kind) and (key is _NO_KEY or _same_key(tkey, key)):
+                key_ = tkey
                 out.append({"operator": labels.get("operator"), "query_id": labels.get("query_id"),
                             "instance": ref.instance, "epoch": ref.epoch, "key_group": kg, "kind": k,
-                            "time": time, "time_utc": utc(time), "key": key, "name": name})
+                            "time": time, "time_utc": utc(time), "key": key_, "name": name})
     out.sort(key=lambda r: (r["time"], r["operator"] or "", r["key_group"], repr(r["key"]), r["name"], r["kind"]))
     return out
 

@@ -52,12 +52,14 @@ def check_columns(df, key, event_time=None) -> list:
     return keys
 
 
-def apply_operator(df, operator, key, *, output_schema, event_time: str | None = None, watermark=None,
+def apply_operator(df, operator, key, *, output_schema=None, event_time: str | None = None, watermark=None,
                    order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None, isolate: bool | None = None,
                    inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None,
                    memory=None, metrics=None, initial_state=None, retire=None):
-    """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list).
+    """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list),
+    emitting rows of ``output_schema`` (a DDL string or a StructType; default the operator's
+    ``output_schema`` attribute).
 
     state: the state root (a folder or ``s3://bucket/prefix``); each query keeps its state
     under ``<state>/<query id>/<name>``. partitions: the shard count (default the session's
@@ -116,6 +118,11 @@ def apply_operator(df, operator, key, *, output_schema, event_time: str | None =
                             f"which loads an initial row into the state; {type(operator).__name__} does not "
                             f"define it")
         _initial.check_keys(initial_state, df, keys)
+    if output_schema is None:
+        output_schema = getattr(operator, "output_schema", None)
+        if output_schema is None:
+            raise TypeError(f"apply_operator needs output_schema= (a DDL string such as \"user string, total "
+                            f"double\", or a StructType), or {type(operator).__name__}.output_schema set")
     schema = _as_schema(output_schema)
     n = default_shards(df, key_groups) if partitions is None else partitions
     if not isinstance(n, int) or isinstance(n, bool) or n < 1 or key_groups < n or key_groups > 1 << 16:

@@ -1,6 +1,6 @@
 """``python -m spark_ops``: what spark_ops keeps beside the objects of a state folder.
 
-    python -m spark_ops timers LOCATION [--operator NAME] [--kind event|processing]
+    python -m spark_ops timers LOCATION [--operator NAME] [--kind event|processing] [--key KEY]
                                         [--instance PATH] [--key-group N] [--epoch E] [--json]
     python -m spark_ops operators ROOT [--query ID] [--json]
     python -m spark_ops vars ROOT [--query ID] [--operator NAME] [--json]
@@ -42,8 +42,9 @@ def _table(rows: list, headers: list) -> str:
 
 def cmd_timers(args):
     opts = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
+    extra = {} if args.key is None else {"key": _parse_key(args.key)}
     rows = read_timers(args.location, epoch=args.epoch, instance=args.instance, operator=args.operator,
-                       key_group=args.key_group, kind=args.kind, **opts)
+                       key_group=args.key_group, kind=args.kind, **extra, **opts)
     data = [{**r, "key": objectspace.to_jsonable(r["key"])} for r in rows]
     if not rows:
         return data, "(no timers)"
@@ -111,6 +112,15 @@ def cmd_purge(args):
         f"purged {n} of query {qd.query}: {k} files deleted" for n, k in done.items())
 
 
+def _parse_key(text: str):
+    """A key on the command line: JSON ("u4", 42, ["a", 1] for several key columns), or a
+    plain word as a string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spark_ops", description=__doc__.split("\n\n")[0],
                                 epilog="See docs/inspection.md.")
@@ -121,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--instance", help="a shard, or every shard under this path (<query id>/<operator>)")
     t.add_argument("--operator", help="only this operator's timers")
     t.add_argument("--key-group", type=int, help="only this key group's timers")
+    t.add_argument("--key", help="only this key's timers: a plain word, or JSON (42, [\"a\", 1] for several key "
+                                 "columns)")
     t.add_argument("--kind", choices=("event", "processing"), help="only event-time or processing-time timers")
     t.add_argument("--epoch", "--checkpoint", type=int, dest="epoch", help="checkpoint epoch (default newest)")
     t.add_argument("--json", action="store_true", help="machine-readable output")

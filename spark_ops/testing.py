@@ -67,7 +67,7 @@ def _ms(v) -> int | None:
 
 class OperatorHarness:
     def __init__(self, operator, key="key", *, event_time: str | None = None, watermark=None,
-                 order_by=None, state: str | None = None, partitions: int = 2, key_groups: int = 16,
+                 order_by=None, state: str | None = None, partitions: int = 2, key_groups: int = 256,
                  dkv_options: dict | None = None, inputs: list | None = None,
                  input_column: str | None = None, memory=None, initial_state: list | None = None,
                  output_schema=None, name: str | None = None) -> None:
@@ -78,7 +78,7 @@ class OperatorHarness:
         column when it has one.
 
         output_schema: as ``apply_operator``'s (a DDL string such as "user string, total
-        double", or a StructType). Every emitted row is then converted to it as on Spark
+        double", or a StructType; default: the operator's ``output_schema`` attribute). Every emitted row is then converted to it as on Spark
         (and the conversion dropped: ``run_batch`` still returns the rows as emitted), so
         what fails there fails here, in the batch that emits it: a key that names no column
         or struct field is an UnknownKeyError (a TypeError) naming it, a value that does not
@@ -95,6 +95,8 @@ class OperatorHarness:
         *Evolving an operator and its state*."""
         self.keys = [key] if isinstance(key, str) else list(key)
         _check_shards(partitions, key_groups)
+        if output_schema is None:               # as on Spark: the operator's own, when it sets one
+            output_schema = getattr(operator, "output_schema", None)
         self._output_arrow = None if output_schema is None else _arrow_output_schema(output_schema)
         self.event_time = event_time
         self.order_by = [order_by] if isinstance(order_by, str) else list(order_by or [])

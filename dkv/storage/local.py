@@ -278,7 +278,7 @@ class LocalDirStore(ObjectStore):
     def size(self, key):
         try:
             return os.stat(self._path(key)).st_size
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):     # nothing under a file either
             return None
 
 

@@ -213,3 +213,14 @@ def test_an_instance_opens_from_any_folder_around_it(kind, tmp_path, request):
     for store, ns in views:
         with dkv.open(store, instance=ns, read_only=True) as db:
             assert dict(db.scan()) == model and db.checkpoints()[-1].epoch == 4
+
+
+def test_a_file_where_a_store_should_be_is_named_as_such(tmp_path):
+    """ObjectSpace.open("notes.py") failed with a raw NotADirectoryError on '.../notes.py/retired'
+    (issue 32): every open says the path is a file, and writes nothing."""
+    f = tmp_path / "notes.py"
+    f.write_text("x = 1\n")
+    for kw in ({}, {"read_only": True}, {"create": "force"}, {"create": False}):
+        with pytest.raises(dkv.NotAStoreError, match="notes.py: it is a file, not a folder"):
+            dkv.open(str(f), **kw)
+    assert f.read_text() == "x = 1\n"

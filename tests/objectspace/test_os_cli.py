@@ -210,3 +210,30 @@ def test_show_with_the_name_first_says_the_order(history, capsys):
     assert f"the location comes first, then the name: python -m objectspace show {history} " in err
     rc, _, err = run(capsys, "show", "/no/such/folder", "q")
     assert rc == 1 and "location comes first" not in err
+
+
+def test_ls_of_several_stores_names_a_damaged_one_and_lists_the_others(tmp_path, capsys):
+    """`ls` of a folder of several stores died on the first damaged one with a bare
+    "checksum mismatch" (issue 32): it lists the others, then names the damaged store on
+    stderr and exits 1."""
+    root = tmp_path / "root"
+    for name in ("a", "b", "c"):
+        with ObjectSpace.open(str(root / name)) as sp:
+            sp.create_dict(f"{name}-d", {i: "x" * 50 for i in range(200)})
+            sp.checkpoint()
+            sp.db.flush()                   # the dict into a table, which the damage hits
+            sp.create_value(f"{name}-v", 1)
+            sp.checkpoint()
+    ssts = [os.path.join(dp, f) for dp, _, fs in os.walk(root / "b") for f in fs if f.endswith(".sst")]
+    assert ssts, "the checkpoint wrote a table"
+    for path in ssts:
+        data = bytearray(open(path, "rb").read())
+        for i in range(64, len(data) - 64, 97):
+            data[i] ^= 0xFF
+        open(path, "wb").write(bytes(data))
+    code, out, err = run(capsys, "ls", str(root))
+    assert code == 1
+    assert '"a-d"' in out or "a-d" in out and "c-d" in out
+    assert "could not be read" in err and "b @ epoch 2" in err and "Corruption" in err
+    code, out, err = run(capsys, "stats", str(root))
+    assert code == 1 and "b @ epoch 2" in err

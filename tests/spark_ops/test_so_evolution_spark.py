@@ -251,9 +251,10 @@ def test_each_change_of_an_operators_code_across_restarts(utc_spark, tmp_path, c
     assert sorted((r["k"], r["kind"], r["n"]) for r in got) == [("a", "count", 1), ("b", "count", 1),
                                                                 ("c", "count", 1)]
 
-    # A variable whose kind changed: a value becomes a dict of its history, through migrate.
+    # A variable whose kind changed: refused without a migration; a value becomes a dict of
+    # its history through migrate=.
     class Counts(Operator):
-        state_vars = {"n": StateVar("dict", migrate=lambda old: {"before": old}), "window": StateVar.dropped()}
+        state_vars = {"n": StateVar("dict"), "window": StateVar.dropped()}
 
         def on_event(self, key, row, ctx):
             d = ctx.state("n")
@@ -261,6 +262,8 @@ def test_each_change_of_an_operators_code_across_restarts(utc_spark, tmp_path, c
             ctx.emit({"k": key, "kind": "count", "n": len(d), "total": float(d.get("before", 0))})
 
     q.add(_rows(6))
+    _fails(q, Counts(), "'n' is stored as a value and declared a dict: add migrate=", name="alerts")
+    Counts.state_vars = {"n": StateVar("dict", migrate=lambda old: {"before": old}), "window": StateVar.dropped()}
     q.run(Counts(), name="alerts")
     got = q.new_output()[6]
     assert sorted((r["k"], r["n"], r["total"]) for r in got) == [("a", 2, 1.0), ("b", 2, 1.0), ("c", 2, 1.0)]

@@ -111,3 +111,20 @@ def test_event_times_and_nested_rows_fit_a_ddl_schema():
     out = h.run_batch([{"user": "a", "ts": 1_000, "v": 3}])
     assert out == [{"user": "a", "at": dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=dt.timezone.utc),
                     "items": [{"v": 3}]}]
+
+
+def test_an_operators_own_output_schema_is_checked_without_output_schema_given():
+    """Operator.output_schema ("set by the operator or by output_schema=") is what the harness
+    checks when output_schema= is not given, as apply_operator uses it (issue 32)."""
+    import spark_ops
+
+    class Totals(spark_ops.Operator):
+        output_schema = "k string, total double"
+
+        def on_event(self, key, row, ctx):
+            ctx.emit({"k": key, "totl": 1.0})
+
+    h = spark_ops.testing.OperatorHarness(Totals(), key="k")
+    with pytest.raises(spark_ops.UnknownKeyError, match="totl"):
+        h.run_batch([{"k": "a"}])
+    assert h.spec.groups == 256             # Spark's default count of key groups, as apply_operator's

@@ -139,7 +139,7 @@ def test_a_key_spanning_early_saves_is_handed_over_once(monkeypatch):
             s.value += int(rows["v"].sum())
             ctx.emit({"k": key, "sum": s.value})
 
-    h = OperatorHarness(Sum(), key="k", partitions=1)
+    h = OperatorHarness(Sum(), key="k", partitions=1, key_groups=16)     # a before b
     h.run_batch([{"k": "a", "v": 0}])
     for st in _runtime._SHARDS.values():
         if st is not None and st.db is not None:
@@ -210,7 +210,7 @@ def test_on_rows_wins_over_on_event():
         def on_rows(self, key, rows, ctx):
             ctx.emit({"k": key, "n": len(rows)})
 
-    h = OperatorHarness(Both(), key="k", partitions=1)
+    h = OperatorHarness(Both(), key="k", partitions=1, key_groups=16)     # a before b
     assert h.run_batch([{"k": "a"}, {"k": "a"}, {"k": "b"}]) == [{"k": "a", "n": 2}, {"k": "b", "n": 1}]
 
     class Sub(Both):            # a subclass inherits on_rows: still on_rows

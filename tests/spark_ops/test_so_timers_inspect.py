@@ -128,6 +128,12 @@ def test_cli_lists_timers_from_each_folder(state, capsys):
     kg = rows[0]["key_group"]
     assert {r["key_group"] for r in cli(capsys, "timers", state, "--key-group", kg, "--json")} == {kg}
     assert cli(capsys, "timers", state, "--operator", "other", "--json") == []
+    # one key's timers: a plain word, or JSON
+    for key in ("a", '"a"'):
+        assert [(r["key"], r["time"]) for r in cli(capsys, "timers", state, "--key", key, "--json")] == [
+            ("a", 5000), ("a", FAR)]
+    assert cli(capsys, "timers", state, "--key", "zz", "--json") == []
+    assert [r["time"] for r in spark_ops.read_timers(state, key="c")] == [7000]
     text = cli(capsys, "timers", state)
     assert "OPERATOR" in text and "1970-01-01T00:00:01.000Z" in text and "4 timers" in text
     assert "no dkv store" in cli(capsys, "timers", f"{state}/nothing", ok=False)
