@@ -286,13 +286,26 @@ def _peer_ok(conn) -> bool:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs. A zombie (exited, not yet reaped: under an init that does
+    not reap, the executor's daemon can stay one) answers os.kill, so on Linux its state in
+    /proc decides."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:             # no /proc (not Linux), or gone meanwhile: os.kill said enough
+        return False
+    # "pid (comm) S ...": the state follows the last ')' (comm may hold spaces and parentheses)
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] == b"Z"
 
 
 def serve(sock_path: str, owner: int, idle: float) -> None:

@@ -292,11 +292,32 @@ def _store(location: str, dkv_options: dict):
         return s
 
 
-def _shard_state(spec: ShardSpec, store, groups: int, batch: int, shard: int, fresh: bool) -> ShardState:
+_RERUNS: set = set()
+
+
+def _note_rerun(spec: ShardSpec, st: ShardState, batch: int, shard: int, run: str | None) -> None:
+    """A batch this process already ran in this run of the query runs again: a task retry,
+    or (every batch, on every shard) a foreachBatch whose function runs two actions on the
+    operator's output. Said once per state and run at WARNING, each time at INFO."""
+    if run is None or st.vars._run != run:
+        return
+    key = (spec.state, run)
+    level = logging.INFO if key in _RERUNS else logging.WARNING
+    _RERUNS.add(key)
+    log.log(level, "spark_ops: shard %d of %s runs batch %d again in the same run of the query (%s): if it happens "
+            "in every batch, a foreachBatch function runs two actions (collect, count, write...) on the operator's "
+            "output, which runs the operator twice; persist() the batch DataFrame first (and unpersist() it "
+            "after), as Spark's guide says for foreachBatch", shard, spec.state, batch, run)
+
+
+def _shard_state(spec: ShardSpec, store, groups: int, batch: int, shard: int, fresh: bool,
+                 run: str | None = None) -> ShardState:
     st = take((spec.state, shard, spec.shards))
     if st is not None and not fresh and st.layout.shards == spec.shards:
         if st.epoch == batch - 1:
             return st
+        if st.epoch >= batch:
+            _note_rerun(spec, st, batch, shard, run)
         try:
             if st.epoch < batch - 1 and st.catch_up(store, spec, batch):
                 return st
@@ -358,7 +379,7 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
         new_basis = [max(b, heartbeat_time) for b in new_basis]
     for attempt in range(3):
         t_open = time.perf_counter()
-        st = _shard_state(spec, store, groups, batch, shard, fresh=attempt > 0)
+        st = _shard_state(spec, store, groups, batch, shard, fresh=attempt > 0, run=run)
         open_ms = (time.perf_counter() - t_open) * 1000
         try:
             st.sink, st.sent = (sink if convert is not None else None), 0

@@ -325,3 +325,20 @@ def test_a_state_the_host_closes_leaves_its_memory(owner, tmp_path):
     _host.call(0, _opened.drop_cached, (str(tmp_path / "a"),), owner=owner.pid)
     assert _host.call(0, spaces_alive, (), owner=owner.pid) == 0
     assert _host.call(0, run_buffer_batch, (str(tmp_path / "a"), 2), owner=owner.pid) == 1   # reopens
+
+
+def test_a_zombie_owner_is_not_alive():
+    """A host outlived its worker when the worker's daemon was a zombie (exited, not reaped:
+    os.kill(pid, 0) still succeeds); the host now reads the process state (issue 32)."""
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _host._zombie(child.pid):
+            time.sleep(0.01)            # exited, and not reaped: we have not waited for it
+        assert _host._zombie(child.pid)
+        assert not _host._alive(child.pid)
+    finally:
+        child.wait()
+    assert not _host._alive(child.pid)
+    assert _host._alive(os.getpid()) and not _host._zombie(os.getpid())

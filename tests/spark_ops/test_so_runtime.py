@@ -669,3 +669,28 @@ def test_a_stopped_querys_state_is_closed_after_a_minute_while_the_one_in_use_st
     assert len(out) == 3 and all(len(r["items"]) == 3 for r in out)          # each key's third event
     assert out == run_shard_batch(specs["slow"], 2, 0, _events_for(3))[0]
     _opened.drop_cached()
+
+
+def test_a_batch_run_twice_in_one_run_is_said_once_at_warning(caplog):
+    """foreachBatch with two actions on the operator's output runs every batch twice (issue
+    32): the shard says so, once per run at WARNING (then at INFO), naming the way out."""
+    import logging
+
+    from spark_ops import _runtime
+
+    class Count(Operator):
+        def on_event(self, key, row, ctx):
+            n = ctx.value("n", default=0)
+            n.value += 1
+            ctx.emit({"k": key, "n": n.value})
+
+    spec = _runtime.ShardSpec(state=f"memory://rerun-{id(caplog)}", operator=Count(), groups=4, shards=1)
+    ev = [(0, ("a",), None, {"k": "a"})]
+    with caplog.at_level(logging.INFO, logger="spark_ops._runtime"):
+        for batch in range(3):
+            first, _ = _runtime.run_shard_batch(spec, batch, 0, ev, run="r1")
+            again, _ = _runtime.run_shard_batch(spec, batch, 0, ev, run="r1")      # the second action
+            assert first == again == [{"k": "a", "n": batch + 1}]
+    said = [r for r in caplog.records if "runs batch" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.INFO, logging.INFO]
+    assert "persist()" in said[0].getMessage() and "foreachBatch" in said[0].getMessage()
