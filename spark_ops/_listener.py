@@ -68,35 +68,48 @@ def ensure_listener(session) -> bool:
     with _LOCK:
         if key in _SESSIONS:
             return True
-        listener = _make_listener(session)
+        from py4j.java_gateway import java_import
+        from pyspark import SparkContext
+        from pyspark.java_gateway import ensure_callback_server_started
+        gw = SparkContext._gateway
+        java_import(gw.jvm, "org.apache.spark.sql.streaming.*")
+        ensure_callback_server_started(gw)
+        listener = gw.jvm.PythonStreamingQueryListenerWrapper(_Listener(session))
+        session._jsparkSession.streams().addListener(listener)
         _SESSIONS[key] = listener
-    session.streams.addListener(listener)
     return True
 
 
-def _make_listener(session):
-    from pyspark.sql.streaming import StreamingQueryListener
+class _Listener:
+    """The JVM's ``PythonStreamingQueryListener``, implemented here rather than through
+    pyspark's StreamingQueryListener: that one turns every event into Python objects with a
+    py4j call per field before it calls the listener, tens of calls per batch of every query
+    of the session on the driver; this one reads two fields of a start and ignores the rest.
+    Decides each run's verdict before its first batch (see the module docstring)."""
 
-    class EvolutionListener(StreamingQueryListener):
-        """Decides each run's verdict before its first batch (see the module docstring)."""
+    def __init__(self, session) -> None:
+        self.session = session
 
-        def onQueryStarted(self, event):
-            try:
-                on_start(session, str(event.id), str(event.runId))
-            except Exception as e:  # noqa: BLE001 - never break the query; its tasks check what they can
-                log.warning("spark_ops: could not check the operators of query %s at its start (%s); its tasks "
-                            "check what they can", event.id, e)
+    def onQueryStarted(self, jevent):
+        query = run = None
+        try:
+            query, run = jevent.id().toString(), jevent.runId().toString()
+            on_start(self.session, query, run)
+        except Exception as e:  # noqa: BLE001 - never break the query; its tasks check what they can
+            log.warning("spark_ops: could not check the operators of query %s at its start (%s); its tasks "
+                        "check what they can", query, e)
 
-        def onQueryProgress(self, event):
-            pass
+    def onQueryProgress(self, jevent):
+        pass
 
-        def onQueryIdle(self, event):
-            pass
+    def onQueryIdle(self, jevent):
+        pass
 
-        def onQueryTerminated(self, event):
-            pass
+    def onQueryTerminated(self, jevent):
+        pass
 
-    return EvolutionListener()
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
 def plan_of(session, query_id: str) -> str:
