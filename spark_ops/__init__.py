@@ -21,7 +21,7 @@ from ._plan import apply_operator
 from ._progress import metrics_listener, progress_metrics
 from ._runs import StaleRunError
 from ._timers import Timer
-from ._vars import StateVar
+from ._statevar import StateVar
 from .datasource import register_datasource
 from .errors import EpochGapError, SparkOpsError, StateMismatchError
 from .operator import Context, Operator

@@ -35,7 +35,7 @@ IDENTITY = "identity.json"
 
 def identity(operator, name: str, named: bool) -> dict:
     """The identity of ``operator`` run under ``name`` (``named``: given by ``name=``)."""
-    from ._vars import describe
+    from ._statevar import describe
     cls = type(operator)
     return {"name": name, "class": f"{cls.__module__}.{cls.__qualname__}", "from": "name=" if named else "class",
             "state_vars": describe(operator)}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from . import _host, _identity, _initial, _listener, _progress, _vars
+from . import _host, _identity, _initial, _listener, _progress, _statevar
 from ._runtime import ShardSpec
 from ._shards import TOKEN, route
 from ._units import duration_ms, memory_bytes
@@ -138,7 +138,7 @@ def apply_operator(df, operator, key, *, output_schema=None, event_time: str | N
     named = name is not None
     name = check_name(name or type(operator).__name__.lower())
     retire = _retire_list(retire, name)
-    _vars.declarations(operator)        # bad state_vars fail here, on the driver
+    _statevar.declarations(operator)    # bad state_vars fail here, on the driver
     spec = ShardSpec(state=_resolve_state(state), operator=operator, key_arity=len(keys), event_time=event_time,
                      delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
                      drop_late=watermark is not None,

@@ -24,7 +24,7 @@ import zlib
 
 import msgpack
 
-from . import _identity, _opened, _vars
+from . import _identity, _opened, _statevar
 from ._plan import check_name
 from ._keys import to_parts
 from ._output import rows_to_arrow
@@ -109,7 +109,7 @@ class OperatorHarness:
                               memory=None if memory is None else memory_bytes(memory), inplace="raise")
         self.name = check_name(name or type(operator).__name__.lower())
         self.spec.name = name
-        _vars.declarations(operator)
+        _statevar.declarations(operator)
         self.batch_id = self._resume()
         self._run = uuid.uuid4().hex        # this harness is a run of the operator's code
         self.metrics: list[dict] = []
