@@ -175,34 +175,23 @@ def _twin_of(t: type):
         return _TWINS[t]
     except KeyError:
         pass
-    module = t.__module__.split(".", 1)[0]
-    twin = None
-    if module == "numpy":
-        import numpy as np
-        if issubclass(t, np.bool_):
-            twin = bool
-        elif issubclass(t, np.datetime64):
-            twin = _np_datetime
-        elif issubclass(t, np.timedelta64):      # a signedinteger to numpy: before integer
-            twin = _np_timedelta
-        elif issubclass(t, np.integer):
-            twin = int
-        elif issubclass(t, np.floating):
-            twin = float
-        elif issubclass(t, np.str_):
-            twin = str
-        elif issubclass(t, np.bytes_):
-            twin = bytes
-    elif module == "pandas":
-        import pandas as pd
-        if issubclass(t, pd.Timestamp):
-            twin = _pd_timestamp
-        elif issubclass(t, pd.Timedelta):
-            twin = _pd_timedelta
-        elif t is type(pd.NaT):
-            twin = _none
+    table = {"numpy": _numpy_twins, "pandas": _pandas_twins}.get(t.__module__.split(".", 1)[0])
+    twin = next((f for base, f in table() if issubclass(t, base)), None) if table is not None else None
     _TWINS[t] = twin
     return twin
+
+
+def _numpy_twins() -> tuple:
+    """(numpy base class, converter), tried in order: timedelta64 is a signedinteger to
+    numpy, so it comes before integer."""
+    import numpy as np
+    return ((np.bool_, bool), (np.datetime64, _np_datetime), (np.timedelta64, _np_timedelta), (np.integer, int),
+            (np.floating, float), (np.str_, str), (np.bytes_, bytes))
+
+
+def _pandas_twins() -> tuple:
+    import pandas as pd
+    return ((pd.Timestamp, _pd_timestamp), (pd.Timedelta, _pd_timedelta), (type(pd.NaT), _none))
 
 
 def _none(_):
