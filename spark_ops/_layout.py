@@ -98,7 +98,7 @@ def latest_before(store, instance: str, batch: int) -> int | None:
     return max(epochs) if epochs else None
 
 
-def plan_open(store, batch: int, shard: int, n: int, groups: int) -> OpenPlan:
+def plan_open(store, batch: int, shard: int, n: int, groups: int, operator: str | None = None) -> OpenPlan:
     """Decide how shard ``shard`` of ``n`` opens its state for ``batch``.
 
     Per key group of the shard, the source is the instance holding that group's newest
@@ -142,7 +142,7 @@ def plan_open(store, batch: int, shard: int, n: int, groups: int) -> OpenPlan:
             f"ones were removed by retention, or a batch this old cannot be re-run)")
     behind = [p[3] for p in pieces if p[3] < batch - 1]
     if behind:
-        raise _gap(store, batch, max(p[3] for p in pieces))
+        raise _gap(store, batch, max(p[3] for p in pieces), operator)
     if len(pieces) == 1:
         _, _, instance, epoch, lay = pieces[0]
         if lay.shards == n and instance == lay.instance(shard):
@@ -154,10 +154,10 @@ def plan_open(store, batch: int, shard: int, n: int, groups: int) -> OpenPlan:
     return OpenPlan(new, new.instance(shard), sources=sources)
 
 
-def _gap(store, batch: int, last: int) -> EpochGapError:
+def _gap(store, batch: int, last: int, operator: str | None = None) -> EpochGapError:
     """The error of a shard whose newest checkpoint (``last``) is older than ``batch - 1``."""
     loc = store.location.rstrip("/")
-    name = loc.rsplit("/", 1)[-1]
+    name = operator or loc.rsplit("/", 1)[-1]
     skipped = f"batch {last + 1}" if last + 1 == batch - 1 else f"batches {last + 1} to {batch - 1}"
     return EpochGapError(
         f"spark_ops: the state of operator {name!r} ({loc}) was last checkpointed in batch {last}, but this is "

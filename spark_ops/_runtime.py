@@ -87,7 +87,7 @@ class ShardState:
         self.interval = 0.0             # seconds between its last two batches (0: not known)
         lo, hi = shard_range(shard, spec.shards, groups)
         self.key_groups = range(lo, hi)
-        plan = _layout.plan_open(store, batch, shard, spec.shards, groups)
+        plan = _layout.plan_open(store, batch, shard, spec.shards, groups, _operator_name(spec))
         memory = spec.memory or DEFAULT_MEMORY
         derived, cache_bytes = budget(memory)
         opts = {**DKV_OPTIONS, **derived, **spec.dkv_options}
@@ -123,7 +123,7 @@ class ShardState:
     def catch_up(self, store, spec: ShardSpec, batch: int) -> bool:
         """Bring a cached state left at an older epoch up to ``batch - 1`` by applying only
         what another worker wrote meanwhile (see dkv's DB.refresh). False: reopen instead."""
-        plan = _layout.plan_open(store, batch, self.shard, spec.shards, self.groups)
+        plan = _layout.plan_open(store, batch, self.shard, spec.shards, self.groups, _operator_name(spec))
         if plan.instance != self.instance or plan.checkpoint is None or plan.checkpoint <= self.epoch:
             return False
         changed = self.db.refresh(plan.checkpoint)
@@ -229,6 +229,10 @@ class ShardState:
             self.db.close()
         except Exception as e:  # noqa: BLE001 - a fenced or broken instance is dropped anyway
             log.debug("closing shard state: %s", e)
+
+
+def _operator_name(spec: ShardSpec) -> str:
+    return spec.name or type(spec.operator).__name__.lower()
 
 
 @contextmanager

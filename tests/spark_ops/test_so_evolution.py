@@ -87,7 +87,7 @@ def test_a_batch_after_a_gap_is_refused_and_writes_nothing(tmp_path):
     with pytest.raises(EpochGapError) as e:
         h.run_batch(rows(4, 2))
     msg = str(e.value)
-    assert "'s'" in msg and "last checkpointed in batch 1" in msg and "this is batch 4" in msg
+    assert "operator 'counter'" in msg and "last checkpointed in batch 1" in msg and "this is batch 4" in msg
     assert "batches 2 to 3 ran without this state" in msg and "name=" in msg and "retire" in msg
     assert checkpoints(state) == before
     h.rerun_batch(1)                    # a re-run of a batch is no gap
