@@ -10,7 +10,7 @@ stream, except for combine_latest, whose initial rows are shaped as its output) 
 from __future__ import annotations
 
 from ._initial import check_keys, input_rows
-from ._plan import apply_operator, check_columns
+from ._plan import apply_operator, check_columns, spark_watermark
 from ._units import duration_ms
 from .operators import Buffer, CombineLatest, Delay, SessionWindow, Timeout
 from .operators._combine import SOURCE
@@ -78,6 +78,10 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
     flat = all([(f.name, f.dataType) for f in df.schema] == [(f.name, f.dataType) for f in first.schema]
                for df in inputs.values())
     et = (event_time if flat else "__spark_ops_event_time") if event_time else None
+    # Spark's watermark on each input, so that its eventTime block follows the slowest input
+    # as the operator's watermark does (Spark's default policy: the minimum; see _plan).
+    delay = duration_ms(watermark, "watermark") if watermark is not None else 0
+    inputs = {n: spark_watermark(df, event_time, delay) for n, df in inputs.items()}
     parts = []
     for n, df in inputs.items():
         if flat:

@@ -160,8 +160,9 @@ def apply_operator(df, operator, key, *, output_schema=None, event_time: str | N
     # Timestamps reach pandas as naive wall-clock times, ambiguous around DST changes; their
     # exact instants are read from the Arrow columns as microseconds (see _worker._arrow_to_pandas).
     instants = {c.name: f"{US}{i}" for i, c in enumerate(df.schema.fields) if isinstance(c.dataType, TimestampType)}
-    routed = route(df, keys, key_groups, n)
     columns = df.columns
+    df = spark_watermark(df, event_time, spec.delay_ms)
+    routed = route(df, keys, key_groups, n)
     hosts = _host.enabled(shard_host)
     if isolate is None:
         isolate = not hosts
@@ -186,6 +187,28 @@ def apply_operator(df, operator, key, *, output_schema=None, event_time: str | N
     # the shard keeps each shard's rows together and in emission order.
     shard_col = "__spark_ops_out_shard"
     return out.withColumn(shard_col, F.spark_partition_id()).repartition(n, shard_col).drop(shard_col)
+
+
+def spark_watermark(df, event_time: str | None, delay_ms: int):
+    """``df`` with Spark's own watermark on the event-time column (``withWatermark``), so
+    that the query's progress has its ``eventTime`` block (max, min, avg event time and the
+    watermark: what standard dashboards plot). It changes no row: only Spark's stateful
+    operators drop rows behind it, and spark_ops keeps its own watermark, which is Spark's
+    (the largest event time of the batches before, minus the delay). Left out for a batch
+    DataFrame, an event time of ms (Spark watermarks timestamps only), a Spark Connect
+    client (no local plan to look at), and a plan with a watermark of its own."""
+    if event_time is None or not df.isStreaming:
+        return df
+    from pyspark.sql.types import TimestampType
+    if not isinstance(df.schema[event_time].dataType, TimestampType):
+        return df
+    try:
+        plan = df._jdf.queryExecution().logical().toString()
+    except Exception:       # noqa: BLE001 - Spark Connect: no JVM DataFrame here
+        return df
+    if "EventTimeWatermark" in plan:
+        return df
+    return df.withWatermark(event_time, f"{max(0, delay_ms)} milliseconds")
 
 
 def check_name(name) -> str:

@@ -194,3 +194,37 @@ def test_two_operators_and_metrics_off(utc_spark, tmp_path):
     assert sorted(observed) == ["custom", "spark_ops.first"]
     assert observed["spark_ops.first"]["rows_out"] == 3 and observed["custom"]["rows_in"] == 3
     assert len(spark.table("so_progress_three").collect()) == 9
+
+
+def test_the_progress_has_sparks_event_time_block_with_the_operators_watermark(utc_spark, tmp_path):
+    """Spark's eventTime block (max, min, avg, watermark) was empty, so standard watermark
+    dashboards showed nothing (issue 32): Spark's own watermark now sits on the event-time
+    column of every input, and it is the operator's (a row behind it still reaches the
+    operator, which drops it: no row is dropped by Spark)."""
+    from pyspark.sql import functions as F
+    spark = utc_spark
+    write_batch_files(tmp_path / "a", [[{"k": "a", "ts": at(1000), "v": 1}, {"k": "b", "ts": at(3000), "v": 2}],
+                                       [{"k": "a", "ts": at(9000), "v": 3}], [{"k": "a", "ts": at(2000), "v": 4}]])
+    write_batch_files(tmp_path / "b", [[{"k": "a", "ts": at(500), "v": 5}], [{"k": "a", "ts": at(600), "v": 6}],
+                                       [{"k": "a", "ts": at(700), "v": 7}]])
+    out = spark_ops.buffer(read_stream(spark, tmp_path / "a"), "k", count=2, event_time="ts", watermark="1 second",
+                           state=str(tmp_path / "s1"))
+    q = (out.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp1"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    progress = {p["batchId"]: p for p in q.recentProgress}
+    for b in (1, 2):
+        et = progress[b]["eventTime"]
+        ours = spark_ops.progress_metrics(progress[b])["buffer"]["watermark"]
+        assert dt.datetime.fromisoformat(et["watermark"].replace("Z", "+00:00")).timestamp() * 1000 == ours
+    assert progress[1]["eventTime"]["max"] == "2024-01-01T00:00:09.000Z"
+    assert spark_ops.progress_metrics(progress[2])["buffer"]["late_rows_dropped"] == 1
+    # combine_latest: a watermark per input, the slowest wins, as the operator's
+    both = spark_ops.combine_latest({"a": read_stream(spark, tmp_path / "a"), "b": read_stream(spark, tmp_path / "b")},
+                                    "k", event_time="ts", state=str(tmp_path / "s2"))
+    q = (both.select(F.col("k")).writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp2"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    last = q.recentProgress[-1]
+    ours = spark_ops.progress_metrics(last)["combine_latest"]["watermark"]
+    assert dt.datetime.fromisoformat(last["eventTime"]["watermark"].replace("Z", "+00:00")).timestamp() * 1000 == ours
