@@ -157,6 +157,13 @@ def run_query(spark, name: str, df, state: str) -> list[dict]:
     print(f"{name}: query progress, all batches: {total['rows_in']:,} rows in, {total['rows_out']:,} out, "
           f"{total['timers_fired']:,} timers fired, {total['late_rows_dropped']:,} late rows dropped, "
           f"checkpoints {total['checkpoint_bytes']:,} B", flush=True)
+    if last:
+        skew = last["rows_in_max"] * last["shards"] / max(1, last["rows_in"])
+        print(f"{name}: state after the last batch: {last['state_keys']:,} keys with state (busiest shard "
+              f"{last['state_keys_max']:,}), {last['state_objects']:,} objects ({last['objects_removed']:,} removed, "
+              f"{last['ttl_expired']:,} expired by TTL), {last['timers_registered']:,} timers registered; shard "
+              f"memory {last['memory_bytes'] / 2**20:.0f} MiB of a {last['memory_budget'] / 2**20:.0f} MiB budget; "
+              f"input skew {skew:.2f}x; open {last['open_ms']:.0f} ms", flush=True)
     print(f"{name}: lastProgress['observedMetrics']['spark_ops.{name}'] = {last}\n", flush=True)
     return rows_out
 

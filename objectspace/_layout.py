@@ -14,6 +14,7 @@ Under a space prefix ``P``::
     P 0x01 <name> 0x02 <node>          linked list: next-node links (8-byte node ids)
     P 0x01 <name> 0x03 <group>         stream: consumer group records
     P 0x01 <name> 0x04 <group> <id>    stream: pending entries of a group
+    P 0x02                             counts record: msgpack [1, objects, scopes] (_counts.py)
 
 ``<name>`` is the prefix-free encoding of the object name (``_keycodec.encode_name``), so
 one object's namespace never contains another's keys.
@@ -42,6 +43,7 @@ SCHEMA_STATE = 0x00
 
 INDEX = b"\x00"
 OBJECTS = b"\x01"
+COUNTS = b"\x02"
 META = b"\x00"
 ITEMS = b"\x01"
 LINKS = b"\x02"

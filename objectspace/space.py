@@ -20,6 +20,7 @@ import dkv
 from dkv.batch import WriteBatch
 from dkv.keys import key_prefix
 
+from . import _counts
 from . import _layout as L
 from ._layout import SCHEMA_STATE
 from ._base import F_INDEX, F_REPLACE
@@ -109,7 +110,10 @@ class ObjectSpace(KindMethods):
         self._live: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._touched: dict = {}        # nkey -> object with dirty or pending changes
         self._graves: dict = {}         # nkey -> _Grave
-        self._last_saved: tuple = ((), ())
+        self._last_saved: tuple = ((), (), None)
+        self._counts: tuple | None = None   # (objects, scopes, recorded) as of the last confirmed save
+        self._counts_gen = 0                # bumped when the store changed outside save (see _counts.py)
+        self._deletions = 0
         self._sized: list = []          # (start, end) in a save's records of objects sized by their own bytes
         self._known_absent = None
         self._owns_db = False
@@ -358,6 +362,12 @@ class ObjectSpace(KindMethods):
         for key, value in self._db.scan_prefix(op + okey):
             batch.put(op + nkey + key[n:], value)
             batch.delete(key)
+        objects, scopes, recorded = _counts.stored(self._db, self._prefix)
+        if recorded:
+            d_objects, d_scopes = _counts.change(self._db, self._prefix, [(nkey, new, True)], [okey])
+            if d_scopes:
+                batch.put(_counts.key(self._prefix), _counts.encode(objects, scopes + d_scopes))
+        self._counts, self._counts_gen = None, self._counts_gen + 1
         self._db.write(batch)
 
     # -- listing --------------------------------------------------------------------------------
@@ -441,16 +451,55 @@ class ObjectSpace(KindMethods):
                 out.extend((k, None) for k, _ in self._db.scan_prefix(op + g.nkey))
         if full:
             self._collect_clean(out)
+        counts = self._count(objs, graves, out)
         if batch is None:
             batch = WriteBatch()
-        batch.extend(out)
         # The per-item cost is learned from the kinds whose items are values: an ndarray's
         # 64 KiB chunks would make every dict entry of the cache look 64 KiB large.
         self._cache.learn(out if not self._sized else _without(out, self._sized))
+        batch.extend(out)
         for obj in objs:
             obj._promote()
-        self._last_saved = (objs, graves)
+        self._last_saved = (objs, graves, (self._counts_gen, counts))
         return batch
+
+    def _count(self, objs: list, graves: list, out: list) -> tuple:
+        """The space's counts after this save, with the counts record appended to ``out``
+        when they change (or the store has none yet). See _counts.py."""
+        created = []
+        for obj in objs:
+            flags = obj._flags | obj._pflags
+            if flags & F_INDEX:     # never saved or unconfirmed: certain only for the first
+                created.append((obj._nkey, obj._name, not (obj._pflags & F_INDEX or flags & F_REPLACE)))
+        deleted = [g.nkey for g in graves]
+        if not created and not deleted and (not out or (self._counts is not None and self._counts[2])):
+            return self._counts     # nothing to count (a store without the record gets it with a write)
+        objects, scopes, recorded = _counts.stored(self._db, self._prefix)
+        d_objects, d_scopes = _counts.change(self._db, self._prefix, created, deleted)
+        objects, scopes = objects + d_objects, scopes + d_scopes
+        if not objects:             # an empty space keeps no record (none: count the index, one seek)
+            if recorded:
+                out.append((_counts.key(self._prefix), None))
+        elif d_objects or d_scopes or not recorded:
+            out.append((_counts.key(self._prefix), _counts.encode(objects, scopes)))
+        return objects, scopes, True
+
+    @property
+    def deletions(self) -> int:
+        """Object deletions that confirmed saves wrote since this space was made (a
+        deletion of an object never saved writes nothing and is not counted)."""
+        return self._deletions
+
+    def counts(self) -> dict:
+        """``{"objects": n, "scopes": m}``: the objects the space holds, and the distinct
+        scopes of their names (a tuple name without its last part: a spark_ops key), as of
+        the last confirmed save (unsaved creations and deletions are not counted). O(1): the
+        saves keep a counts record; a store written before that record existed is counted
+        with one scan of its index, once (its next save writes the record)."""
+        self._check_open()
+        if self._counts is None:
+            self._counts = _counts.stored(self._db, self._prefix)
+        return {"objects": self._counts[0], "scopes": self._counts[1]}
 
     def _find_inplace(self, objs: list | None = None) -> None:
         """Mark written (or report: InPlaceChangeError) the clean values of ``objs`` (None:
@@ -481,8 +530,10 @@ class ObjectSpace(KindMethods):
     def on_saved(self) -> None:
         """Confirm that the batch of the last save() was committed: its records become clean.
         Objects that are clean and unreferenced may then be dropped from memory. O(saved)."""
-        objs, graves = self._last_saved
-        self._last_saved = ((), ())
+        objs, graves, counts = self._last_saved
+        self._last_saved = ((), (), None)
+        if counts is not None and counts[0] == self._counts_gen:
+            self._counts = counts[1]
         touched, clean = self._touched, self._cache.clean
         for obj in objs:
             if not obj._dead and obj._confirm():
@@ -493,6 +544,7 @@ class ObjectSpace(KindMethods):
         for g in graves:
             if self._graves.get(g.nkey) is g:
                 del self._graves[g.nkey]
+        self._deletions += len(graves)
         objs = obj = None       # what the cache did not keep leaves _live now, before _shrink
         self._shrink()
 
@@ -559,6 +611,7 @@ class ObjectSpace(KindMethods):
             obj._kill()
         self._live = weakref.WeakValueDictionary()
         self._cache.forget_space(self)
+        self._counts, self._counts_gen = None, self._counts_gen + 1
 
     def close(self) -> None:
         """Forget the objects (their handles stop working) and close the db if the space

@@ -36,6 +36,17 @@ FIELDS = [
     ("state_records", "sum", "records in the shards' stores (until compaction: overwritten versions and "
                              "tombstones too)"),
     ("objects_in_memory", "sum", "state objects the shards hold in memory (their object caches)"),
+    ("state_keys", "sum", "keys with state after the batch (exact: counts the saves keep)"),
+    ("state_keys_max", "max", "keys with state in the shard that holds the most (skew)"),
+    ("state_objects", "sum", "state objects after the batch (exact: counts the saves keep)"),
+    ("objects_removed", "sum", "state objects deleted by the batch (by the operator or by TTL)"),
+    ("ttl_expired", "sum", "objects, entries and elements TTL removed before the batch ran"),
+    ("timers_registered", "sum", "timer registrations the batch made"),
+    ("timers_deleted", "sum", "timer deletions the batch made (fired timers included)"),
+    ("rows_in_max", "max", "input rows of the busiest shard (skew: rows_in_max x shards / rows_in)"),
+    ("memory_bytes", "max", "largest resident memory (RSS) of a process that ran a shard, after the batch"),
+    ("memory_budget", "max", "a shard's memory budget (memory=), for memory_bytes to be read against"),
+    ("open_ms", "max", "slowest shard's opening or catching up of its state (ms; 0 when kept open)"),
     ("dirty_slots", "sum", "slots (object parts) that changed and were saved"),
     ("checkpoint_bytes", "sum", "bytes the checkpoints wrote: WAL segments, manifests and tables flushed"),
     ("checkpoint_objects", "sum", "files the checkpoints wrote (WAL segments, manifests, tables)"),
@@ -51,7 +62,13 @@ def shard_record(m: dict) -> dict:
     return {"shards": 1, "rows_in": m.get("rows", 0), "rows_out": m.get("emitted", 0),
             "late_rows_dropped": m.get("late_rows", 0), "timers_fired": m.get("timers_fired", 0),
             "state_bytes": m.get("state_bytes", 0), "state_records": m.get("state_records", 0),
-            "objects_in_memory": m.get("objects_in_memory", 0), "dirty_slots": m.get("dirty_slots", 0),
+            "objects_in_memory": m.get("objects_in_memory", 0), "state_keys": m.get("state_keys", 0),
+            "state_keys_max": m.get("state_keys", 0), "state_objects": m.get("state_objects", 0),
+            "objects_removed": m.get("objects_removed", 0), "ttl_expired": m.get("ttl_expired", 0),
+            "timers_registered": m.get("timers_registered", 0), "timers_deleted": m.get("timers_deleted", 0),
+            "rows_in_max": m.get("rows", 0), "memory_bytes": m.get("memory_bytes", 0),
+            "memory_budget": m.get("memory_budget", 0), "open_ms": m.get("open_ms", 0.0),
+            "dirty_slots": m.get("dirty_slots", 0),
             "checkpoint_bytes": m.get("checkpoint_bytes", 0) + m.get("sst_bytes", 0),
             "checkpoint_objects": m.get("checkpoint_objects", 0), "commit_ms": m.get("commit_ms", 0.0),
             "duration_ms": m.get("duration_ms", 0.0), "watermark": m.get("watermark")}
@@ -83,8 +100,10 @@ def summary_line(operator: str, m: dict) -> str:
             f"{r['rows_in']} rows in, {r['rows_out']} out, {r['late_rows_dropped']} late dropped, "
             f"{r['timers_fired']} timers fired, {r['dirty_slots']} dirty slots, checkpoint "
             f"{r['checkpoint_bytes']} B in {r['checkpoint_objects']} objects, commit {r['commit_ms']} ms, "
-            f"batch {r['duration_ms']} ms, state {r['state_bytes']} B / {r['state_records']} records / "
-            f"{r['objects_in_memory']} objects in memory")
+            f"batch {r['duration_ms']} ms (open {r['open_ms']} ms), state {r['state_keys']} keys / "
+            f"{r['state_objects']} objects ({r['objects_removed']} removed, {r['ttl_expired']} expired) / "
+            f"{r['state_bytes']} B / {r['state_records']} records / {r['objects_in_memory']} objects in memory, "
+            f"memory {r['memory_bytes'] >> 20} MiB of a {r['memory_budget'] >> 20} MiB budget")
 
 
 # -- on the driver ----------------------------------------------------------------------------
@@ -205,8 +224,10 @@ def format_metrics(operator: str, batch, m: dict) -> str:
     return (f"spark_ops {operator} batch {batch}: {g('rows_in')} rows in, {g('rows_out')} out, "
             f"{g('late_rows_dropped')} late dropped, {g('timers_fired')} timers fired, {g('dirty_slots')} dirty "
             f"slots, checkpoint {g('checkpoint_bytes')} B in {g('checkpoint_objects')} objects, commit "
-            f"{g('commit_ms')} ms (slowest of {g('shards')} shards), state {g('state_bytes')} B / "
-            f"{g('state_records')} records")
+            f"{g('commit_ms')} ms (slowest of {g('shards')} shards), state {g('state_keys')} keys / "
+            f"{g('state_objects')} objects ({g('objects_removed')} removed, {g('ttl_expired')} expired) / "
+            f"{g('state_bytes')} B, memory {g('memory_bytes') >> 20} MiB (budget {g('memory_budget') >> 20} MiB "
+            f"a shard), open {g('open_ms')} ms")
 
 
 def metrics_listener(spark, *, log_level: int = logging.INFO, keep: int = 1000, callback=None):

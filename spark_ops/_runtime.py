@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 END_OF_TIME = (1 << 62)
 MEMO_OBJECTS = 1 << 17
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 CHUNK_EVENTS = 1 << 14      # events per chunk of a batch (a list is cut so; see _chunked)
 OUT_CHUNK = 1 << 10         # emitted rows converted at once when the caller converts (a row may hold a whole buffer)
 DEFAULT_MEMORY = 512 << 20
@@ -88,7 +91,7 @@ class ShardState:
         lo, hi = shard_range(shard, spec.shards, groups)
         self.key_groups = range(lo, hi)
         plan = _layout.plan_open(store, batch, shard, spec.shards, groups, _operator_name(spec))
-        memory = spec.memory or DEFAULT_MEMORY
+        memory = self.memory = spec.memory or DEFAULT_MEMORY
         derived, cache_bytes = budget(memory)
         opts = {**DKV_OPTIONS, **derived, **spec.dkv_options}
         self.cache = ObjectCache(cache_bytes, None)
@@ -223,6 +226,21 @@ class ShardState:
                     "write_ms": round((t2 - t1) * 1000, 1), "checkpoint_ms": round((t4 - t2) * 1000, 1),
                     "commit_ms": round((t4 - t0) * 1000, 1)}
         return finish
+
+    def counts(self) -> tuple[int, int]:
+        """(state objects, keys with state) of the shard's key groups as of its last
+        confirmed save: objectspace's counts records, O(key groups) (see objectspace
+        ``ObjectSpace.counts``)."""
+        objects = keys = 0
+        for kg in self.key_groups:
+            c = self.space(kg).counts()
+            objects += c["objects"]
+            keys += c["scopes"]
+        return objects, keys
+
+    def deletions(self) -> int:
+        """Object deletions the shard's saves wrote since it was opened."""
+        return sum(sp.deletions for sp in self.spaces.values())
 
     def close(self) -> None:
         try:
@@ -454,6 +472,7 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     # (renames, kind migrations, upgrades, drops; RFC 0010), then what expired by this
     # batch's processing time goes, both before the operator runs.
     st.ttl.ptime = ptime
+    deletions, registered, deleted = st.deletions(), st.timers.registered, st.timers.deleted
     if st.vars.begin(batch, run, op):
         st.objects.clear()          # a new run meets its objects anew (see VarRegistry.begin)
     migrated = st.vars.prepare(batch)
@@ -526,8 +545,12 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     finish = st.commit(batch)
     st.forget_dropped()
     state_bytes, state_records = _state_figures(st.db)
+    objects, keys = st.counts()
     metrics = {"rows": rows, "late_rows": late, "timers_fired": fired, "state_bytes": state_bytes,
                "state_records": state_records, "objects_in_memory": len(st.cache),
+               "state_objects": objects, "state_keys": keys, "objects_removed": st.deletions() - deletions,
+               "timers_registered": st.timers.registered - registered, "timers_deleted": st.timers.deleted - deleted,
+               "memory_bytes": resident_bytes(), "memory_budget": st.memory,
                "emitted": emitted + len(st.emitted)}
     if initial_rows >= 0:
         metrics["initial_rows"] = initial_rows
@@ -581,6 +604,21 @@ def _raise_basis(basis: list, events: list, index, column) -> None:
             i = index.get(row.get(column))
             if i is not None and ts > basis[i]:
                 basis[i] = ts
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (RSS) in bytes: /proc/self/statm on Linux (one small
+    read), else the peak resident size getrusage reports (0 where neither exists)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        try:
+            import resource
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            return peak if sys.platform == "darwin" else peak * 1024
+        except (ImportError, OSError):
+            return 0
 
 
 def _state_figures(db) -> tuple[int, int]:

@@ -118,6 +118,9 @@ def render_key(key: bytes, prefix: bytes, kinds: dict) -> str:
     rest = key[len(prefix):]
     assert key.startswith(prefix), key
     space_part, rest = rest[:1], rest[1:]
+    if space_part == L.COUNTS:
+        assert not rest, key
+        return "counts"
     name, end = _dec(rest, 0)
     sub = rest[end:]
     if space_part == L.INDEX:
@@ -173,6 +176,9 @@ def render(log: list, prefix: bytes, kinds: dict) -> list[str]:
         key = render_key(rec[1], prefix, kinds)
         if rec[0] == "delete":
             out.append(f"delete {key}")
+        elif key == "counts":
+            objects, scopes = msgpack.unpackb(rec[2])[1:]
+            out.append(f"put counts = {objects} objects, {scopes} scopes")
         elif key.startswith("index "):
             kind, codec, version = msgpack.unpackb(rec[2])
             named[key[6:]] = L.KIND_NAMES[kind]

@@ -52,6 +52,7 @@ def test_format1_objects_read_and_move_to_format2_on_their_next_metadata_write(o
     assert render(rec.take(), P, {"q": "queue", "v": "value"}) == [
         "put index q = queue codec=1 v2", "put q meta = [0, 3]", "put q item 2 = 'c'",
         "put v value = 8",                                  # no metadata: stays as it is
+        "put counts = 3 objects, 0 scopes",                 # a store from before the counts record gets it
     ]
     again = ObjectSpace(RecordingDB(old_store), prefix=P)
     rec2 = again._db

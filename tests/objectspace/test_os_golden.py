@@ -36,6 +36,7 @@ def test_reference_array_example_full_then_differential(env):
         "put foo meta = [8]",
         "put foo item 0 = 0", "put foo item 1 = 0", "put foo item 2 = 0", "put foo item 3 = 42",
         "put foo item 4 = 0", "put foo item 5 = 43", "put foo item 6 = 0", "put foo item 7 = 0",
+        "put counts = 1 objects, 0 scopes",         # the space's counts record: a new object
     ]
     a[1] = 7
     commit(space)
@@ -80,6 +81,7 @@ def test_queue_enqueue_dequeue(env):
     commit(space)
     assert log(rec, q="queue") == [
         "put index q = queue codec=1 v2", "put q meta = [0, 2]", "put q item 0 = 1", "put q item 1 = 2",
+        "put counts = 1 objects, 0 scopes",
     ]
     q.enqueue(3)
     assert q.dequeue() == 1
@@ -154,7 +156,7 @@ def test_linked_list_insert_and_remove(env):
     assert log(rec, ll="linked_list") == [
         "put index ll = linked_list codec=1 v2", "put ll meta = [1, 3, 3, 4]",
         "put ll item 1 = 'a'", "put ll item 2 = 'b'", "put ll item 3 = 'c'",
-        "put ll link 1 = 2", "put ll link 2 = 3", "put ll link 3 = 0",
+        "put ll link 1 = 2", "put ll link 2 = 3", "put ll link 3 = 0", "put counts = 1 objects, 0 scopes",
     ]
     ll.add_after(ll.find("a"), "X")
     commit(space)
@@ -213,7 +215,7 @@ def test_delete_then_recreate_same_name_before_a_save(env):
     ]
     again = ObjectSpace(rec.db, prefix=P)
     assert list(again.get_queue("x")) == [5]
-    assert len(list(rec.db.scan_prefix(P))) == 3
+    assert len(list(rec.db.scan_prefix(P))) == 4     # index, meta, item, and the counts record
 
 
 def test_full_checkpoint_writes_clean_objects(env):
@@ -251,7 +253,7 @@ def test_stream_add_and_group_records(env):
     commit(space)
     assert log(rec, st="stream") == [
         "put index st = stream codec=1 v2", "put st meta = [1000, 0, 1]",
-        "put st entry 1000-0 = {'a': 1}", "put st group 'g' = [0, 0, 0, {}]",
+        "put st entry 1000-0 = {'a': 1}", "put st group 'g' = [0, 0, 0, {}]", "put counts = 1 objects, 0 scopes",
     ]
     st.read_group("g", "c1")
     commit(space)
@@ -315,6 +317,7 @@ def test_bounded_queue_stores_its_maxlen(env):
     commit(space)
     assert log(rec, q="queue") == [
         "put index q = queue codec=1 v2", "put q meta = [1, 3, 2]", "put q item 1 = 2", "put q item 2 = 3",
+        "put counts = 1 objects, 0 scopes",
     ]
     q.append(4)
     commit(space)

@@ -139,7 +139,7 @@ def test_raise_names_object_and_slot_and_writes_nothing(loc, kind):
     msg = str(e)
     assert f"{kind} 'o' {spec['label']} was changed in place" in msg and 'inplace="save"' in msg
     assert e.changes == [("o", kind, spec["label"])]
-    assert len(batch) == 0 and not sp.dirty and sp._last_saved == ((), ())
+    assert len(batch) == 0 and not sp.dirty and sp._last_saved == ((), (), None)
     with pytest.raises(InPlaceChangeError):
         sp.checkpoint()
     assert sp.last_checkpoint == last

@@ -342,7 +342,7 @@ def test_one_cell_written_after_a_checkpoint_writes_one_chunk(rspace, rec):
     a = rspace.create_ndarray("a", (256, 256), "float64", chunks=(32, 32))
     a[...] = 1.0
     rspace.checkpoint(1)
-    assert len([r for r in rec.take() if r[0] == "put"]) == 2 + 64       # index, metadata, 64 chunks
+    assert len([r for r in rec.take() if r[0] == "put"]) == 3 + 64       # index, metadata, counts, 64 chunks
     a[100, 200] = 2.5
     assert a._dirty_count() == 1
     rspace.checkpoint(2)
@@ -357,7 +357,7 @@ def test_writes_touch_only_their_chunks_and_fill_is_sparse(rspace, rec):
     a = rspace.create_ndarray("a", (100, 100), "int32", chunks=(10, 10))
     rspace.checkpoint(1)
     puts = [r for r in rec.take() if r[0] == "put"]
-    assert len(puts) == 2                               # a new array stores no chunk
+    assert len(puts) == 3                               # a new array stores no chunk (index, meta, counts)
     a[5:15, 5] = 3                                      # two chunks
     rspace.checkpoint(2)
     log = [line for line in render(rec.take(), rspace.prefix, {"a": "ndarray"}) if "item" in line]

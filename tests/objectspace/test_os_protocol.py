@@ -76,7 +76,7 @@ def test_save_appends_to_the_hosts_batch(rspace):
     batch = WriteBatch()
     batch.put(b"timer/1", b"t")
     assert rspace.save(batch=batch) is batch
-    assert [k for k, _ in batch][0] == b"timer/1" and len(batch) == 3
+    assert [k for k, _ in batch][0] == b"timer/1" and len(batch) == 4     # + index, value, counts
 
 
 def test_many_spaces_save_into_one_atomic_batch(db):

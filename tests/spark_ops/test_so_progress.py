@@ -219,6 +219,12 @@ def test_the_progress_has_sparks_event_time_block_with_the_operators_watermark(u
         assert dt.datetime.fromisoformat(et["watermark"].replace("Z", "+00:00")).timestamp() * 1000 == ours
     assert progress[1]["eventTime"]["max"] == "2024-01-01T00:00:09.000Z"
     assert spark_ops.progress_metrics(progress[2])["buffer"]["late_rows_dropped"] == 1
+    # the state figures a dashboard plots: keys a and b hold a buffer each from batch 0 on
+    for b in (0, 1, 2):
+        m = spark_ops.progress_metrics(progress[b])["buffer"]
+        assert (m["state_keys"], m["state_objects"], m["objects_removed"]) == (2, 2, 0), (b, m)
+        assert 1 <= m["state_keys_max"] <= 2 and m["rows_in_max"] <= m["rows_in"]
+        assert m["memory_bytes"] > 0 and m["memory_budget"] == 512 << 20 and m["open_ms"] >= 0
     # combine_latest: a watermark per input, the slowest wins, as the operator's
     both = spark_ops.combine_latest({"a": read_stream(spark, tmp_path / "a"), "b": read_stream(spark, tmp_path / "b")},
                                     "k", event_time="ts", state=str(tmp_path / "s2"))
