@@ -5,6 +5,8 @@ Each subclass also inherits the builtin a caller would naturally catch, so
 """
 from __future__ import annotations
 
+import dkv
+
 
 class ObjectSpaceError(Exception):
     """Root of every error objectspace raises on purpose."""
@@ -46,9 +48,12 @@ class ObjectDeletedError(ObjectSpaceError):
     """
 
 
-class CorruptionError(ObjectSpaceError):
+class CorruptionError(ObjectSpaceError, dkv.CorruptionError):
     """A stored record is missing or unreadable (unknown kind, codec or format version,
-    a slot that metadata promises but the store lacks). The data is not returned."""
+    a slot that metadata promises but the store lacks). The data is not returned.
+
+    It is a ``dkv.CorruptionError`` too, which the store underneath raises for damaged
+    files: ``except dkv.CorruptionError`` catches both."""
 
 
 class StreamIdError(ObjectSpaceError, ValueError):

@@ -65,7 +65,7 @@ def _show_pos(pos: int, width: int):
 
 def parse_index_key(raw: bytes) -> tuple[int, int, bytes, bytes]:
     """(key group, expiry, nkey, ek) of an index record."""
-    kg = (raw[0] << 8) | raw[1]
+    kg = dkv.key_group_of(raw)
     expiry = int.from_bytes(raw[4:12], "big") - _OFFSET
     nkey, ek = msgpack.unpackb(raw[12:])
     return kg, expiry, nkey, ek

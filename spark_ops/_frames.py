@@ -17,13 +17,15 @@ import os
 import pickle
 import struct
 
+from .errors import SparkOpsError
+
 HEADER = struct.Struct(">Q")
 COUNT = struct.Struct(">I")
 MAX_FRAME = int(os.environ.get("SPARK_OPS_HOST_MAX_FRAME", 4 << 30))   # bytes of one request or reply
 READ_STEP = 64 << 20                     # a frame's buffer grows by this as its bytes arrive
 
 
-class FrameError(EOFError):
+class FrameError(SparkOpsError, EOFError):
     """A frame announced a length above MAX_FRAME: the connection is dropped unread."""
 
 

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 END_OF_TIME = (1 << 62)
 MEMO_OBJECTS = 1 << 17
+TIMER_ROUNDS = 1000
+"""Rounds of firing due timers in one batch: on_timer may register timers due at once."""
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 CHUNK_EVENTS = 1 << 14      # events per chunk of a batch (a list is cut so; see _chunked)
 OUT_CHUNK = 1 << 10         # emitted rows converted at once when the caller converts (a row may hold a whole buffer)
@@ -135,7 +137,7 @@ class ShardState:
         self.timers.forget()
         self.ttl.forget()
         self.vars.forget()
-        for kg in {(k[0] << 8) | k[1] for k in changed if len(k) >= 2}:
+        for kg in {dkv.key_group_of(k) for k in changed if len(k) >= 2}:
             sp = self.spaces.get(kg)
             if sp is not None:
                 sp.refresh()
@@ -532,7 +534,7 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     for kind, limit in ((EVENT_TIME, watermark), (PROCESSING_TIME, ptime)):
         if limit is None:
             continue
-        for _ in range(1000):       # firing may register timers that are due already
+        for _ in range(TIMER_ROUNDS):       # firing may register timers that are due already
             due = st.timers.due(kind, limit)
             if not due:
                 break
@@ -541,6 +543,12 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
                 ctx.key_group, ctx._parts, ctx.key = kg, parts, user_key(parts, arity)
                 op.on_timer(ctx.key, Timer(t, name, "event" if kind == EVENT_TIME else "processing"), ctx)
                 fired += 1
+        else:
+            log.warning("%s shard %d batch %d: on_timer registered %s-time timers that were due at once for "
+                        "%d rounds in a row (a timer registered at or before the %s fires in the same batch); "
+                        "the ones still due fire in the next batch", type(op).__name__, shard, batch,
+                        "event" if kind == EVENT_TIME else "processing", TIMER_ROUNDS,
+                        "watermark" if kind == EVENT_TIME else "processing time")
     op.close(ctx)
     finish = st.commit(batch)
     st.forget_dropped()

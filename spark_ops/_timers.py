@@ -46,7 +46,7 @@ def timer_key(kg: int, kind: int, due: int, key: tuple, name: str) -> bytes:
 
 def parse_timer_key(raw: bytes) -> tuple[int, int, int, tuple, str]:
     """(key group, kind, due, key, name)."""
-    kg = (raw[0] << 8) | raw[1]
+    kg = dkv.key_group_of(raw)
     kind = raw[3]
     due = int.from_bytes(raw[4:12], "big") - _OFFSET
     key, name = msgpack.unpackb(raw[12:], use_list=True)
@@ -134,7 +134,7 @@ def scan_timers(db, groups: tuple = (0, 1 << 16)):
         if len(key) < 3:
             start = key + b"\x00"
             continue
-        kg = (key[0] << 8) | key[1]
+        kg = dkv.key_group_of(key)
         if key[2] < SCHEMA_TIMER:
             start = dkv.key_prefix(kg, SCHEMA_TIMER)
             continue

@@ -220,7 +220,7 @@ def key_groups_of(db, first: int = 0, end: int = 1 << 16) -> list[int]:
         if len(key) < 3:
             start = key + b"\x00"
             continue
-        kg = (key[0] << 8) | key[1]
+        kg = dkv.key_group_of(key)
         if key[2] == SCHEMA_STATE:
             out.append(kg)
             start = key_prefix(kg, SCHEMA_STATE + 1)

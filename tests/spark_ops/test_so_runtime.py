@@ -694,3 +694,26 @@ def test_a_batch_run_twice_in_one_run_is_said_once_at_warning(caplog):
     said = [r for r in caplog.records if "runs batch" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.WARNING, logging.INFO, logging.INFO]
     assert "persist()" in said[0].getMessage() and "foreachBatch" in said[0].getMessage()
+
+
+def test_timers_that_keep_registering_due_timers_stop_after_a_bound_and_say_so(caplog, monkeypatch):
+    """An on_timer that registers a timer already due fires it in the same batch; one that
+    does so forever stops after TIMER_ROUNDS rounds with a warning (it used to stop
+    silently), and what is still due fires in the next batch."""
+    from spark_ops import _runtime
+    monkeypatch.setattr(_runtime, "TIMER_ROUNDS", 5)
+
+    class Forever(Operator):
+        def on_event(self, key, row, ctx):
+            ctx.register_processing_timer(1)
+
+        def on_timer(self, key, timer, ctx):
+            ctx.emit({"key": key, "t": timer.time})
+            ctx.register_processing_timer(timer.time + 1)
+
+    h = OperatorHarness(Forever(), key="key", partitions=1, key_groups=8)
+    with caplog.at_level("WARNING", logger="spark_ops"):
+        out = h.run_batch([{"key": "a"}], processing_time=100)
+    assert [r["t"] for r in out] == [1, 2, 3, 4, 5]
+    assert "registered processing-time timers that were due at once for 5 rounds" in caplog.text
+    assert [r["t"] for r in h.run_batch([], processing_time=100)] == [6, 7, 8, 9, 10]
