@@ -10,7 +10,8 @@ State root: ``<state>/<query id>/<operator name>/`` holding
     wm/<batch:012>/<n>-<s>-...      per shard and batch: watermark basis and batch time in
                                     the name, metrics (JSON) in the body (see _watermark.py)
     wm/<batch:012>/first            a first batch's processing time (written once)
-    metrics/<batch:012>/p<s:05>     metrics as states written before session 12 kept them
+    metrics/<batch:012>/p<s:05>     metrics as the first state layout kept them (0.1.0 before
+                                    commit 4e7f175: a wm/ record's body was then empty)
 
 and beside the operators ``<state>/<query id>/_query/``: the query's ledger of operators and
 the driver's verdict on each run (_identity.py; names starting with ``_`` are not operators').

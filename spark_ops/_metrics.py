@@ -32,7 +32,7 @@ def read_metrics(state: str, query_id: str | None = None, operator: str | None =
         if operator is not None and owner and owner[-1] != operator:
             continue
         body = store.get(name)
-        if not body:                # a watermark record of a batch that ran before session 12
+        if not body:                # a wm/ record of the first state layout: its metrics are under metrics/
             continue
         rec = json.loads(body)
         rec["operator"] = owner[-1] if owner else None
