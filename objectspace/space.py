@@ -364,7 +364,7 @@ class ObjectSpace(KindMethods):
             batch.delete(key)
         objects, scopes, recorded = _counts.stored(self._db, self._prefix)
         if recorded:
-            d_objects, d_scopes = _counts.change(self._db, self._prefix, [(nkey, new, True)], [okey])
+            d_objects, d_scopes = _counts.change(self._db, self._prefix, [(nkey, new, True)], [okey], objects)
             if d_scopes:
                 batch.put(_counts.key(self._prefix), _counts.encode(objects, scopes + d_scopes))
         self._counts, self._counts_gen = None, self._counts_gen + 1
@@ -475,7 +475,7 @@ class ObjectSpace(KindMethods):
         if not created and not deleted and (not out or (self._counts is not None and self._counts[2])):
             return self._counts     # nothing to count (a store without the record gets it with a write)
         objects, scopes, recorded = _counts.stored(self._db, self._prefix)
-        d_objects, d_scopes = _counts.change(self._db, self._prefix, created, deleted)
+        d_objects, d_scopes = _counts.change(self._db, self._prefix, created, deleted, objects)
         objects, scopes = objects + d_objects, scopes + d_scopes
         if not objects:             # an empty space keeps no record (none: count the index, one seek)
             if recorded:

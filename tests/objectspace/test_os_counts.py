@@ -112,8 +112,11 @@ def _random_name(rng):
     return (k, f"v{rng.randrange(4)}")
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_counts_match_a_scan_through_failures_reopens_and_crashes(tmp_path, seed):
+@pytest.mark.parametrize("walk", [0, _counts.WALK_FACTOR, 10**9], ids=["probes", "default", "walks"])
+@pytest.mark.parametrize("seed", range(8))
+def test_counts_match_a_scan_through_failures_reopens_and_crashes(tmp_path, seed, walk, monkeypatch):
+    """With a range scan per scope (probes), one scan of the index (walks), or the choice."""
+    monkeypatch.setattr(_counts, "WALK_FACTOR", walk)
     rng = random.Random(seed)
     path = str(tmp_path / "s")
     db = dkv.open(path)
