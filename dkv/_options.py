@@ -14,7 +14,7 @@ class Options:
     memtable_bytes: int = 32 * MiB        # seal the active memtable past this size (a checkpoint seals it too)
     flush_segments: int = 16              # flush the immutable memtables when this many are live
                                           # WAL segment files (or sealed, not yet uploaded) ...
-    flush_inline_segments: int = 256      # ... or this many live segments are inline in manifests
+    flush_inline_segments: int = 64       # ... or this many live segments are inline in manifests
                                           # (RFC 0011: an open reads one manifest per such segment)
     flush_bytes: int = 64 * MiB           # ... or when their WAL segments hold this many bytes
     max_sealed_memtables: int = 4         # writes wait for encodings past this many sealed memtables

@@ -184,16 +184,16 @@ def fetch(store, segments: list, ns: str = "", where: str = "") -> list:
     decoded = {}
     for name, blob in zip(carriers, blobs[len(files):]):
         try:
-            decoded[name] = mf.decode(blob, name)
+            decoded[name] = mf.decode_inline(blob, name)
         except CorruptionError as e:
             raise CorruptionError(f"manifest {where or '?'}: {e} (it carries WAL segments this one names)") from None
     for s in wanted:
         name = carrier_name(ns, s)
-        entry = mf.carried_segment(decoded[name], s.ns, s.writer, s.id)
-        if entry is None:
+        data = decoded[name].get((s.ns, s.writer, s.id))
+        if data is None:
             raise CorruptionError(f"manifest {where or '?'}: WAL segment {s.name} is carried by manifest {name}, "
                                   "which does not hold it")
-        s.data = entry.data
+        s.data = data
     return [s.data if s.state == "inline" else next(got) for s in segments]
 
 

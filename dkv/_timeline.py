@@ -46,10 +46,11 @@ class Timeline:
         self.store = store
         self.ns = ns
         self._newest: tuple | None = None       # (CheckpointInfo, decoded manifest or None)
+        self._valid: tuple | None = None
         self._listed()
 
     def _listed(self) -> None:
-        self._newest = None
+        self._newest = self._valid = None
         for attempt in range(MAX_LISTINGS):
             try:
                 self._list(_paths.ns_prefix(self.ns))
@@ -93,7 +94,14 @@ class Timeline:
         return max(list(self.claim_names) + [m.writer for m in self.manifests], default=0)
 
     def valid(self) -> list[CheckpointInfo]:
-        """Valid checkpoints, one per epoch (highest writer), oldest first."""
+        """Valid manifests, one per epoch (highest writer), oldest first (computed once per
+        listing and claim): the checkpoints and the carriers (``checkpoints``)."""
+        key = (len(self.manifests), tuple(sorted(self.claims.items())))
+        if self._valid is None or self._valid[0] != key:
+            self._valid = (key, self._compute_valid())
+        return list(self._valid[1])
+
+    def _compute_valid(self) -> list[CheckpointInfo]:
         later = sorted(self.claims.items())
         best: dict[int, CheckpointInfo] = {}
         for m in self.manifests:

@@ -112,14 +112,17 @@ class WalRange:
             return cls(v[0], v[1], v[2], v[2], v[3], groups, bytes(v[4]))
         if isinstance(v[4], list):                      # a carried run
             run = v[4]
-            if len(run) < 2 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in run):
-                raise ValueError(f"carried run {run!r}")
-            if not isinstance(v[2], int) or isinstance(v[2], bool):
-                raise TypeError(f"carried segment number {v[2]!r}")
-            cw, epoch, carried = run[0], run[1], [(run[1], run[0])]
+            if len(run) < 2 or not isinstance(v[2], int) or isinstance(v[2], bool):
+                raise ValueError(f"carried run {run!r} from {v[2]!r}")
+            cw, epoch = run[0], run[1]
+            carried = [(epoch, cw)]
             for d in run[2:]:
+                if type(d) is not int or d < 0:
+                    raise ValueError(f"carried run {run!r}")
                 epoch += d
                 carried.append((epoch, cw))
+            if type(cw) is not int or type(run[1]) is not int or cw < 0 or run[1] < 0:
+                raise ValueError(f"carried run {run!r}")
             return cls(v[0], v[1], v[2], v[2] + len(carried) - 1, v[3], groups, None, tuple(carried))
         return cls(v[0], v[1], v[2], v[3], v[4], groups)
 
@@ -165,6 +168,36 @@ def encode(m: Manifest) -> bytes:
 
 
 def decode(data: bytes, what: str = "manifest") -> Manifest:
+    ver, b = _body(data, what)
+    try:
+        levels = [[TableRef.from_list(t) for t in level] for level in b.get("l", [])]
+        return Manifest(
+            epoch=b["e"], writer=b["w"], last_seq=b["s"], levels=levels,
+            wal=[WalRange.from_list(r) for r in b.get("r", []) if _allowed(r, ver)], retained=b.get("k", []),
+            parent=b.get("p"), groups=tuple(b.get("g", ALL_KEY_GROUPS)), created_ms=b.get("t", 0),
+            reserved={int(w): int(n) for w, n in b.get("v", [])})
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise CorruptionError(f"{what}: malformed body ({e!r})") from None
+
+
+def decode_inline(data: bytes, what: str = "manifest") -> dict:
+    """The inline segments of a manifest (what an open needs of a carrier, RFC 0011):
+    ``{(instance, writer, segment): bytes}``. Checks the header, checksum and those
+    entries; the rest of the body is not turned into objects."""
+    ver, b = _body(data, what)
+    out = {}
+    try:
+        for r in b.get("r", []):
+            if len(r) > 4 and isinstance(r[4], (bytes, bytearray)) and _allowed(r, ver):
+                if not isinstance(r[2], int) or isinstance(r[2], bool):
+                    raise TypeError(f"inline segment number {r[2]!r}")
+                out[(r[0], r[1], r[2])] = bytes(r[4])
+    except (TypeError, IndexError, ValueError) as e:
+        raise CorruptionError(f"{what}: malformed body ({e!r})") from None
+    return out
+
+
+def _body(data: bytes, what: str) -> tuple:
     if len(data) < HEADER_SIZE:
         raise CorruptionError(f"{what}: {len(data)} bytes is shorter than the header")
     magic, ver, flags, _, blen, bcrc = _HEADER.unpack_from(data)
@@ -181,15 +214,7 @@ def decode(data: bytes, what: str = "manifest") -> Manifest:
     b = unpack_obj(raw, what)
     if not isinstance(b, dict):
         raise CorruptionError(f"{what}: body is a {type(b).__name__}, not a map")
-    try:
-        levels = [[TableRef.from_list(t) for t in level] for level in b.get("l", [])]
-        return Manifest(
-            epoch=b["e"], writer=b["w"], last_seq=b["s"], levels=levels,
-            wal=[WalRange.from_list(r) for r in b.get("r", []) if _allowed(r, ver)], retained=b.get("k", []),
-            parent=b.get("p"), groups=tuple(b.get("g", ALL_KEY_GROUPS)), created_ms=b.get("t", 0),
-            reserved={int(w): int(n) for w, n in b.get("v", [])})
-    except (KeyError, TypeError, IndexError, ValueError) as e:
-        raise CorruptionError(f"{what}: malformed body ({e!r})") from None
+    return ver, b
 
 
 def _allowed(r: list, ver: int) -> bool:
