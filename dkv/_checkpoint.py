@@ -21,6 +21,7 @@ import time
 from . import _paths
 from ._memtable import Memtable
 from ._timeline import CheckpointInfo, check_not_fenced, instance_label
+from ._timeline import _read_claim as read_claim
 from .errors import DkvError, FencedError, StorageError, with_context
 from .format import manifest as mf
 from .format.wal import count as wal_count
@@ -291,9 +292,13 @@ class CheckpointMixin:
                 # listed, the checkpoint is reported failed too, so its manifest is withdrawn.
                 self._claims = check_not_fenced(self.store, self.ns, self._writer)
             except BaseException as e:
-                if isinstance(e, FencedError):
+                fenced = isinstance(e, FencedError)
+                if fenced:
                     self._fenced = True
-                if created:
+                # A newer writer that started from this epoch or later may have opened this
+                # manifest and name it as the carrier of its inline segments (RFC 0011): it
+                # stays (it is valid; the newer writer collects it). Otherwise it goes.
+                if created and not (fenced and self._started_from_here(cp.epoch)):
                     self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
                 if isinstance(e, StorageError):
                     raise with_context(f"checkpoint {cp.epoch}: listing the writer claims after "
@@ -365,6 +370,21 @@ class CheckpointMixin:
                 behind += max(0, version.l0_runs() - self.opts.l0_trigger)
             backlog = 1 + 0.5 * behind
             self._pacer.grant(wal_bytes, backlog)
+
+    def _started_from_here(self, epoch: int) -> bool:
+        """Whether a writer newer than this one claimed the instance starting from ``epoch``
+        or later (True when the claims cannot be read: keeping a manifest is safe, an
+        invalid one is ignored and collected)."""
+        try:
+            for name, _ in self.store.list(_paths.ns_prefix(self.ns) + _paths.WRITER_DIR):
+                w = _paths.parse_claim_name(name)
+                if w is not None and w > self._writer:
+                    start = read_claim(self.store, name)
+                    if start is not None and start >= epoch:
+                        return True
+            return False
+        except Exception:  # noqa: BLE001
+            return True
 
     def _drop_failed_manifest(self, info: CheckpointInfo) -> None:
         try:

@@ -376,3 +376,56 @@ def test_inline_segments_flush_by_their_own_count():
     db.close()
     with dkv.open(store.inner, read_only=True) as ro:
         assert contents(ro) == model
+
+
+def test_a_zombies_manifest_that_a_new_writer_opened_from_stays():
+    """The zombie creates manifest 4, a new writer opens from it (its claim starts at 4),
+    then the zombie finds the claim and reports FencedError: its manifest carries segment 4
+    for the new writer's checkpoints, so it is not withdrawn (RFC 0011)."""
+    from dkv.storage import ObjectStore
+
+    class OpenBetween(ObjectStore):
+        """Opens a second writer right after the first manifest 4 is created."""
+        def __init__(self, inner):
+            self.inner, self.location, self.w2 = inner, "between://", None
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def put_if_absent(self, key, data):
+            ok = self.inner.put_if_absent(key, data)
+            if ok and key == _paths.manifest_name("", 4, 1) and self.w2 is None:
+                self.w2 = dkv.open(self.inner, background=False, retain=2, **INLINE)
+            return ok
+
+        def get(self, key, start=None, end=None):
+            return self.inner.get(key, start, end)
+
+        def put(self, key, data):
+            return self.inner.put(key, data)
+
+        def list(self, prefix=""):
+            return self.inner.list(prefix)
+
+        def delete(self, key):
+            return self.inner.delete(key)
+
+        def size(self, key):
+            return self.inner.size(key)
+
+    inner = MemoryStore()
+    store = OpenBetween(inner)
+    model: dict = {}
+    w1 = dkv.open(store, background=False, retain=2, **INLINE)
+    _small_checkpoints(w1, model, range(1, 4))
+    w1.put(b"k99", b"four")
+    model[b"k99"] = b"four"
+    with pytest.raises(dkv.FencedError):
+        w1.checkpoint(4).wait()
+    w2 = store.w2
+    assert contents(w2) == model
+    _small_checkpoints(w2, model, [5, 6])
+    assert (4, 1) in mf.carriers(read_manifest(inner, w2.checkpoints()[-1].name))
+    w2.close()
+    with dkv.open(inner, read_only=True) as ro:
+        assert contents(ro) == model
