@@ -29,8 +29,10 @@ def instances(location, *, required: bool = False, **store_options) -> list[str]
 
 def list_checkpoints(location, instance: str = "", **store_options) -> list:
     """Valid checkpoints of ``instance`` (CheckpointInfo, oldest first) without opening it.
-    Costs two listings; reads no manifest."""
-    return Timeline(open_store(location, create=False, **store_options), instance).valid()
+    Costs two listings and, when there are two manifests or more, a read of the newest
+    (its retained epochs tell checkpoints from manifests kept only for the inline WAL
+    segments they carry, RFC 0011)."""
+    return Timeline(open_store(location, create=False, **store_options), instance).checkpoints()
 
 
 def timeline(store, instance: str = "", checkpoint: int | None = None) -> Timeline:
@@ -58,8 +60,9 @@ def referenced_files(store, instance: str) -> set:
         out = set()
         root = None
         try:
-            for info in Timeline(store, instance).valid():
-                m = mf.decode(store.get(info.name), info.name)
+            tl = Timeline(store, instance)
+            for info in tl.checkpoints():
+                m = tl.manifest(info)
                 if root is None:
                     root = _locate.root_of(store, instance, m)
                 for name in _locate.manifest_names(m):
@@ -118,24 +121,38 @@ def verify(location, instance: str = "", checkpoint: int | None = None, progress
     segments, SST footers, metadata and each data block). Raises CorruptionError on the
     first damaged file, naming it; returns counts when all is well."""
     store = open_store(location, create=False, **store_options)
-    info = timeline(store, instance, checkpoint).find(checkpoint)
+    tl = timeline(store, instance, checkpoint)
+    info = tl.find(checkpoint)
     if info is None:
-        raise CheckpointNotFoundError(f"no checkpoint {'at all' if checkpoint is None else checkpoint} "
-                                      f"in {store.location!r} instance {instance!r}")
-    m = mf.decode(store.get(info.name), info.name)
-    store = _locate.root_of(store, instance, m).store    # where the manifest's names are relative to
+        if checkpoint is not None:
+            raise tl.not_found(checkpoint, f"{store.location!r} instance {instance!r}")
+        raise CheckpointNotFoundError(f"no checkpoint at all in {store.location!r} instance {instance!r}")
+    m = tl.manifest(info)
+    root = _locate.root_of(store, instance, m)
+    store = root.store    # where the manifest's names are relative to
     files = [("sst", t.path, t.size, None) for t in m.tables()]
+    carriers: dict = {}
     for r in m.wal:
-        if r.inline:
-            files.append(("wal", _paths.wal_name(r.ns, r.writer, r.first), None, r.data))
+        if r.data is not None:
+            files.append(("wal", _paths.wal_name(r.ns, r.writer, r.first), None, (info.name, r.data)))
+        elif r.carried is not None:     # carried by earlier manifests (RFC 0011): read each once
+            for i, c in zip(range(r.first, r.last + 1), r.carried):
+                name = _paths.manifest_name(root.ns, *c)
+                if name not in carriers:
+                    carriers[name] = mf.decode(store.get(name), name)
+                entry = mf.carried_segment(carriers[name], r.ns, r.writer, i)
+                if entry is None:
+                    raise CorruptionError(f"manifest {info.name}: WAL segment {_paths.wal_name(r.ns, r.writer, i)} "
+                                          f"is carried by manifest {name}, which does not hold it")
+                files.append(("wal", _paths.wal_name(r.ns, r.writer, i), None, (name, entry.data)))
         else:
             files += [("wal", _paths.wal_name(r.ns, r.writer, i), None, None) for i in range(r.first, r.last + 1)]
     report = {"epoch": m.epoch, "manifest": info.name, "sst_files": 0, "wal_segments": 0, "inline_segments": 0,
-              "blocks": 0, "records": 0, "bytes": 0}
+              "carriers": len(carriers), "blocks": 0, "records": 0, "bytes": 0}
     for n, (kind, path, size, inline) in enumerate(files):
-        if inline is not None:      # carried by the manifest (RFC 0007): no file to read
-            data = inline
-            what = f"manifest {info.name}: its inline WAL segment {path}"
+        if inline is not None:      # carried by a manifest (RFC 0007, 0011): no file to read
+            carrier, data = inline
+            what = f"manifest {carrier}: its inline WAL segment {path}"
             report["inline_segments"] += 1
         else:
             data = store.get(path)

@@ -7,9 +7,10 @@ conditional create, list the writer claims (a newer claim means this writer is f
 manifest is withdrawn and the checkpoint fails), then collect garbage.
 SSTs are referenced by name, never copied: a checkpoint costs its WAL segment plus a
 manifest of ~100 bytes. A small segment is not a file at all: the manifest carries it
-(an inline segment, RFC 0007), and so does every later manifest that still needs it
-while the inline bytes stay within ``INLINE_MANIFEST_BYTES``; past that, the oldest go
-out as files.
+(an inline segment, RFC 0007), and every later manifest that still needs it names that
+manifest, its *carrier*, instead of carrying it again (a carried run, RFC 0011). Garbage
+collection keeps a carrier that left retention while a retained manifest, a pending
+checkpoint or the live state names it; such a manifest is no checkpoint.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import time
 from . import _paths
 from ._memtable import Memtable
 from ._timeline import CheckpointInfo, check_not_fenced, instance_label
+from ._timeline import _read_claim as read_claim
 from .errors import DkvError, FencedError, StorageError, with_context
 from .format import manifest as mf
 from .format.wal import count as wal_count
@@ -34,16 +36,25 @@ class Segment:
     then a Delta over ``data`` (the segment's bytes); None for a segment whose records
     are not replayed (a flush covers them). ``state``: pending (not uploaded yet),
     uploaded (a file), failed (a checkpoint's upload failed: the next one retries it), or
-    inline (no file: manifests carry its bytes, ``data``, which it keeps; every
-    checkpoint that still needs it carries it again or writes it out as a file)."""
+    inline (no file: a manifest carries its bytes, ``data``, which it keeps).
+    ``carrier``: for an inline segment, ``(epoch, writer)`` of the committed manifest of
+    this instance that carries it (later manifests name it there, RFC 0011); None while
+    no committed manifest does (the next checkpoint carries it, or writes it out as a
+    file when it does not fit)."""
 
-    __slots__ = ("ns", "writer", "id", "max_seq", "skip", "groups", "state", "source", "data", "error")
+    __slots__ = ("ns", "writer", "id", "max_seq", "skip", "groups", "state", "source", "data", "error", "carrier")
 
     def __init__(self, ns, writer, id, max_seq, skip=0, groups=mf.ALL_KEY_GROUPS, state="uploaded", source=None):
         self.ns, self.writer, self.id, self.max_seq = ns, writer, id, max_seq
         self.skip, self.groups, self.state, self.source = skip, groups, state, source
         self.data = None
         self.error = None
+        self.carrier = None
+
+    @property
+    def carried(self) -> bool:
+        """In a committed manifest of this instance: later manifests name it there."""
+        return self.state == "inline" and self.carrier is not None
 
     @property
     def name(self) -> str:
@@ -57,7 +68,7 @@ class Checkpoint:
     the WAL segments it made durable: files, and segments new in its manifest inline),
     ``manifest_bytes`` (the rest of the manifest), ``records`` (WAL records uploaded),
     ``bytes_written`` (their sum: every byte it wrote), ``inline_segments`` (segments its
-    manifest carries).
+    manifest carries), ``carried_segments`` (segments it names in earlier manifests).
     """
 
     def __init__(self, epoch: int) -> None:
@@ -67,6 +78,7 @@ class Checkpoint:
         self.manifest_bytes = 0
         self.records = 0
         self.inline_segments = 0
+        self.carried_segments = 0
         self.inline_new = 0     # bytes of segments new in its manifest inline (in wal_bytes)
         self._done = threading.Event()
         self._error: BaseException | None = None
@@ -122,19 +134,29 @@ def wal_ranges(segments, flushed_seq: int, ns: str, inline=frozenset()) -> list:
     """Compress the live segment list into manifest WalRanges (consecutive ids share one).
     Own segments skip what this instance flushed; other instances' keep their own skip
     (their sequence numbers are another instance's). Segments in ``inline`` (by id()) are
-    carried inline, one entry each, with their bytes."""
+    carried inline, one entry each, with their bytes; segments an earlier manifest
+    carries are named there (carried runs: consecutive ids of one writer share one)."""
     out: list[mf.WalRange] = []
     for s in segments:
         skip = max(s.skip, flushed_seq) if s.ns == ns else s.skip
         if id(s) in inline:
             out.append(mf.WalRange(s.ns, s.writer, s.id, s.id, skip, s.groups, s.data))
             continue
-        if out:
-            r = out[-1]
-            if (not r.inline and (r.ns, r.writer, r.groups, r.skip_through) == (s.ns, s.writer, s.groups, skip)
-                    and r.last + 1 == s.id):
-                out[-1] = mf.WalRange(r.ns, r.writer, r.first, s.id, skip, r.groups)
-                continue
+        r = out[-1] if out else None
+        same = r is not None and (r.ns, r.writer, r.groups, r.skip_through) == (s.ns, s.writer, s.groups, skip) \
+            and r.last + 1 == s.id
+        if s.state == "inline":
+            if s.carrier is None:       # _choose_inline put it inline or wrote it out
+                raise DkvError(f"inline WAL segment {s.name} is in no manifest")
+            c = tuple(s.carrier)
+            if same and r.carried is not None and r.carried[-1][1] == c[1] and r.carried[-1][0] <= c[0]:
+                out[-1] = mf.WalRange(r.ns, r.writer, r.first, s.id, skip, r.groups, None, r.carried + (c,))
+            else:
+                out.append(mf.WalRange(s.ns, s.writer, s.id, s.id, skip, s.groups, None, (c,)))
+            continue
+        if same and not r.inline:
+            out[-1] = mf.WalRange(r.ns, r.writer, r.first, s.id, skip, r.groups)
+            continue
         out.append(mf.WalRange(s.ns, s.writer, s.id, s.id, skip, s.groups))
     return out
 
@@ -144,10 +166,10 @@ class CheckpointMixin:
 
     INLINE_BYTES = 64 * 1024
     # A WAL segment of at most INLINE_SEGMENT_BYTES (encoded) goes inside the manifest, not
-    # in a file of its own, as long as all the segments a manifest carries stay within
-    # INLINE_MANIFEST_BYTES (RFC 0007); past that, the oldest are written out as files. Set
-    # per store from the options inline_segment_bytes (default 0: off) and
-    # inline_manifest_bytes at open.
+    # in a file of its own, as long as the new segments a manifest carries stay within
+    # INLINE_MANIFEST_BYTES (RFC 0007); past that, the oldest are written out as files.
+    # Later manifests name the manifest that carries it (RFC 0011). Set per store from the
+    # options inline_segment_bytes (default 0: off) and inline_manifest_bytes at open.
     INLINE_SEGMENT_BYTES = 0
     INLINE_MANIFEST_BYTES = 12 * 1024
 
@@ -237,9 +259,11 @@ class CheckpointMixin:
                 raise with_context(f"checkpoint {cp.epoch}: making the writer claim durable failed", e) from e
             inline = self._choose_inline(cp, pin)
             for seg in pin.segments:
-                # failed: an earlier checkpoint's, retried; inline but not carried any more:
-                # written out now (atomically: another writer may have written it out too)
-                if seg.state in ("pending", "failed", "inline") and id(seg) not in inline:
+                # failed: an earlier checkpoint's, retried; inline in no committed manifest
+                # (its checkpoint failed) that does not fit in this one: written out now
+                # (atomically: its failed manifest may have been created after all)
+                if (seg.state in ("pending", "failed") or (seg.state == "inline" and seg.carrier is None)) \
+                        and id(seg) not in inline:
                     self._upload_segment(cp, seg)
             self._grant_background_bytes(cp.wal_bytes)
             m = mf.Manifest(
@@ -268,9 +292,13 @@ class CheckpointMixin:
                 # listed, the checkpoint is reported failed too, so its manifest is withdrawn.
                 self._claims = check_not_fenced(self.store, self.ns, self._writer)
             except BaseException as e:
-                if isinstance(e, FencedError):
+                fenced = isinstance(e, FencedError)
+                if fenced:
                     self._fenced = True
-                if created:
+                # A newer writer that started from this epoch or later may have opened this
+                # manifest and name it as the carrier of its inline segments (RFC 0011): it
+                # stays (it is valid; the newer writer collects it). Otherwise it goes.
+                if created and not (fenced and self._started_from_here(cp.epoch)):
                     self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
                 if isinstance(e, StorageError):
                     raise with_context(f"checkpoint {cp.epoch}: listing the writer claims after "
@@ -286,6 +314,9 @@ class CheckpointMixin:
             with self._lock:
                 self._committed.append(info)
                 self._manifests[name] = m
+                for seg in pin.segments:
+                    if id(seg) in inline:      # later manifests name this one as its carrier
+                        seg.carrier = (cp.epoch, self._writer)
             cp.name = name
             self._just_checked = True    # the claims were listed right after the create
             log.debug("checkpoint %d of %r: wal %d B, manifest %d B", cp.epoch, self.ns, cp.wal_bytes, len(data))
@@ -332,11 +363,28 @@ class CheckpointMixin:
             # Half a grant more per immutable memtable past twice the flush trigger (a flush
             # that fell a whole flush behind) or L0 run waiting: enough to catch up over a
             # few intervals without one interval doubling its bytes.
-            behind = max(0, len(immutable) - 2 * self.opts.flush_segments)
+            files, inline = self._live_segment_counts()
+            behind = (max(0, files - 2 * self.opts.flush_segments)
+                      + max(0, inline - 2 * self.opts.flush_inline_segments))
             if self.opts.compaction:
                 behind += max(0, version.l0_runs() - self.opts.l0_trigger)
             backlog = 1 + 0.5 * behind
             self._pacer.grant(wal_bytes, backlog)
+
+    def _started_from_here(self, epoch: int) -> bool:
+        """Whether a writer newer than this one claimed the instance starting from ``epoch``
+        or later (True when the claims cannot be read: keeping a manifest is safe, an
+        invalid one is ignored and collected)."""
+        try:
+            for name, _ in self.store.list(_paths.ns_prefix(self.ns) + _paths.WRITER_DIR):
+                w = _paths.parse_claim_name(name)
+                if w is not None and w > self._writer:
+                    start = read_claim(self.store, name)
+                    if start is not None and start >= epoch:
+                        return True
+            return False
+        except Exception:  # noqa: BLE001
+            return True
 
     def _drop_failed_manifest(self, info: CheckpointInfo) -> None:
         try:
@@ -348,15 +396,20 @@ class CheckpointMixin:
 
     def _choose_inline(self, cp: Checkpoint, pin: Pinned) -> set:
         """The segments (by id()) this checkpoint's manifest carries inline: the newest of
-        those not in a file yet that are at most INLINE_SEGMENT_BYTES, as long as they add
-        up to at most INLINE_MANIFEST_BYTES; once one does not fit, every older one goes
-        out as a file, so a manifest stays small however long the writer runs. Other
-        instances' inline segments (after a rescale) are always carried: this writer must
-        not write files in their names. Counts the new ones' bytes and records into ``cp``."""
+        those in no file and no committed manifest yet that are at most
+        INLINE_SEGMENT_BYTES, as long as they add up to at most INLINE_MANIFEST_BYTES; once
+        one does not fit, every older one goes out as a file. Segments an earlier manifest
+        carries are named there, not carried again (RFC 0011), so a manifest holds only
+        what is new in it. Other instances' inline segments (after a rescale, until this
+        instance's first manifest carries them) are always carried: this writer must not
+        write files in their names. Counts the new ones' bytes and records into ``cp``."""
         out: set = set()
         total, full = 0, False
-        cp.inline_new = 0
+        cp.inline_new = cp.carried_segments = 0
         for seg in reversed(pin.segments):
+            if seg.carried:
+                cp.carried_segments += 1
+                continue
             if seg.state not in ("pending", "failed", "inline"):
                 continue
             if seg.data is None:
@@ -369,12 +422,11 @@ class CheckpointMixin:
                            and total + size <= self.INLINE_MANIFEST_BYTES):
                 out.add(id(seg))
                 total += size
-                if seg.state != "inline":
-                    cp.records += wal_count(seg.data)
-                    cp.wal_bytes += size
-                    cp.inline_new += size
-                    self._count_bytes("wal_inline", size)
-                    seg.state, seg.error = "inline", None
+                cp.records += wal_count(seg.data)
+                cp.wal_bytes += size
+                cp.inline_new += size
+                self._count_bytes("wal_inline", size)
+                seg.state, seg.error = "inline", None
             elif size <= self.INLINE_SEGMENT_BYTES:
                 full = True
         cp.inline_segments = len(out)
@@ -419,7 +471,13 @@ class CheckpointMixin:
     def _collect_garbage(self, orphans: bool = False) -> None:
         """Delete manifests past retention (and abandoned ones), then own files that no
         retained checkpoint, pending checkpoint or live state needs. A manifest that could
-        not be deleted stays doomed and keeps its files until a later round deletes it."""
+        not be deleted stays doomed and keeps its files until a later round deletes it.
+
+        A manifest past retention that carries inline segments a retained manifest, a
+        pending checkpoint or the live state still names (RFC 0011) is not deleted but
+        kept as a *carrier*: no checkpoint (readers tell by the newest manifest's retained
+        epochs), its files not kept for it, deleted by the first round that finds it
+        needed no more."""
         if self.read_only or self._fenced:
             return
         self._claim_durable()
@@ -434,11 +492,34 @@ class CheckpointMixin:
             with self._lock:
                 committed = list(self._committed)
                 for info in committed[:-self.opts.retain] + self._abandoned:
-                    if info not in self._doomed:
+                    if info not in self._doomed and info not in committed[-self.opts.retain:]:
                         self._doomed.append(info)
                 self._abandoned = []
                 self._committed = committed[-self.opts.retain:]
-                doomed_manifests = list(self._doomed)
+                retained = list(self._committed)
+                live_carriers = {s.carrier for s in self._segments if s.carried}
+                for pin in self._pending:
+                    live_carriers.update(s.carrier for s in pin.segments if s.carried)
+            # The retained manifests say which carriers must stay: read them before deleting
+            # any manifest. An unreadable one: delete nothing this round.
+            try:
+                retained_manifests = [self._manifest_of(info) for info in retained]
+            except Exception as e:  # noqa: BLE001 - retried next round
+                log.warning("garbage collection of %r skipped: a retained manifest is unreadable: %s", self.ns, e)
+                return
+            for m in retained_manifests:
+                live_carriers |= mf.carriers(m)
+            needed = {_paths.manifest_name(self.ns, e, w) for e, w in live_carriers}
+            with self._lock:
+                for info in list(self._doomed):
+                    if info.name in needed:     # kept only for the segments it carries
+                        self._doomed.remove(info)
+                        if info not in self._carriers:
+                            self._carriers.append(info)
+                unneeded = [info for info in self._carriers if info.name not in needed]
+                self._carriers = [info for info in self._carriers if info.name in needed]
+                doomed_manifests = list(self._doomed) + [i for i in unneeded if i not in self._doomed]
+                self._doomed = list(doomed_manifests)
             own = _paths.ns_prefix(self.ns)
             still_there = []
             for info in doomed_manifests:   # manifests first: none may point at a deleted file
@@ -450,9 +531,9 @@ class CheckpointMixin:
                     log.warning("could not delete manifest %s (will retry): %s", info.name, e)
                     still_there.append(info)
             keep: set = set()
-            for info in self._committed + still_there:
+            for info, m in list(zip(retained, retained_manifests)) + [(i, None) for i in still_there]:
                 try:
-                    m = self._manifest_of(info)
+                    m = m or self._manifest_of(info)
                 except Exception:  # noqa: BLE001 - an unreadable manifest: keep every file this round
                     return
                 keep.update(t.path for t in m.tables())
@@ -472,7 +553,8 @@ class CheckpointMixin:
                 self.store.delete(name)
                 self._forget_table(name)
             if doomed or doomed_manifests:
-                log.debug("gc of %r: deleted %d manifests, %d files", self.ns, len(doomed_manifests), len(doomed))
+                log.debug("gc of %r: deleted %d manifests, %d files; %d carriers kept", self.ns,
+                          len(doomed_manifests), len(doomed), len(self._carriers))
             self._delete_old_claims()
 
     def _live_files(self) -> set:
@@ -506,7 +588,8 @@ class CheckpointMixin:
     def _delete_old_claims(self) -> None:
         if not self._committed:
             return
-        oldest = min(self._manifest_of(i).writer for i in self._committed)
+        # Claims rule on the validity of every manifest still there, carriers included.
+        oldest = min(i.writer for i in self._committed + self._carriers + self._doomed)
         for name in self._claims:
             w = _paths.parse_claim_name(name)
             if w is not None and w < oldest and w < self._writer:

@@ -79,6 +79,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self._deferred_pins = 0
         self._gen = 0       # bumped by refresh(): background work begun before it is void
         self._doomed: list = []
+        self._carriers: list = []   # manifests past retention kept for their inline segments
         self._fenced = False
         self._just_checked = False
         self._claims: list = []
@@ -105,7 +106,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             # The manifest names files relative to the folder its writer opened: continue
             # from there (a reader or writer may have been given an enclosing folder, or the
             # instance's own folder).
-            manifest = mf.decode(self.store.get(info.name), info.name)
+            manifest = timeline.manifest(info)
             root = _locate.root_of(self.store, self.ns, manifest)
             if root.store is not self.store:
                 log.debug("instance %r of %r is read from %r as instance %r", self.ns, self.store.location,
@@ -134,9 +135,13 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self.opened_from = restored.info
         # SSTs the checkpoint we opened reserves (see _list_orphans)
         self._base_reserved = dict(restored.manifest.reserved) if sources is None and restored.manifest else {}
+        # Checkpoints as the newest manifest says before our claim (a writer that continues
+        # from an older one makes the later ones invalid, and with them their word on which
+        # older manifests are no checkpoints any more, RFC 0011).
+        checkpoints = set(timeline.checkpoints()) if sources is None else set()
         if self.read_only:
             self._writer = 0
-            self._committed = [c for c in timeline.valid() if start < 0 or c.epoch <= start]
+            self._committed = [c for c in timeline.valid() if c in checkpoints and (start < 0 or c.epoch <= start)]
             self._abandoned = []
             return
         # The claim is visible at once (it fences older writers), durable at this writer's
@@ -153,8 +158,10 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         else:
             timeline = Timeline(self.store, self.ns)    # with our claim: later epochs are abandoned
         valid = timeline.valid()
-        self._committed = [c for c in valid if c.epoch <= start] if sources is None else []
+        self._committed = [c for c in valid if c.epoch <= start and c in checkpoints] if sources is None else []
         own = _paths.ns_prefix(self.ns)
+        # ... the others go, but carriers that our checkpoints or live segments name stay
+        # (garbage collection tells them apart)
         self._abandoned = [m for m in timeline.manifests if m not in self._committed and m.name.startswith(own)]
         self._last_epoch = start
         self._known_files = {t.path for t in restored.version.tables() if t.path.startswith(own)}
@@ -431,9 +438,11 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         return cp
 
     def checkpoints(self) -> list[CheckpointInfo]:
-        """Retained checkpoints of this instance, oldest first."""
+        """Retained checkpoints of this instance, oldest first: the newest ``retain`` (those its
+        newest manifest lists as retained; an older one whose manifest garbage collection
+        has not deleted yet is no checkpoint any more, RFC 0011)."""
         with self._lock:
-            return list(self._committed)
+            return list(self._committed[-self.opts.retain:]) if not self.read_only else list(self._committed)
 
     # -- maintenance ----------------------------------------------------------------------
 
@@ -586,7 +595,7 @@ def _filters(sources: tuple) -> tuple:
 def _refuse_discarding(store, ns: str, checkpoint: int, timeline) -> None:
     """A writer opened at ``checkpoint`` continues from it, which abandons every later
     checkpoint: refuse unless the caller said so (``discard_newer=True``)."""
-    newer = [c.epoch for c in timeline.valid() if c.epoch > checkpoint]
+    newer = [c.epoch for c in timeline.checkpoints() if c.epoch > checkpoint]
     if not newer or timeline.find(checkpoint) is None:     # none, or CheckpointNotFoundError follows
         return
     where = store.location + (f" instance {ns!r}" if ns else "")

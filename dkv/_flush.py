@@ -4,7 +4,8 @@ Sealing is synchronous (``DB._seal``: a new memtable takes writes, the old one j
 immutable memtables and becomes a live WAL segment). Encoding runs on the upload thread:
 the sealed memtable's records become the segment's bytes and, in memory, a Delta over
 them that replaces the dict. Flushing runs on its own thread once the immutable memtables
-reach ``flush_segments`` segments or ``flush_bytes`` bytes: it merges all of them into one
+reach ``flush_segments`` segments in files (or ``flush_inline_segments`` segments inline in
+manifests, RFC 0011) or ``flush_bytes`` bytes: it merges all of them into one
 L0 sorted run (a key range at a time, so memory stays bounded), publishes a new Version,
 and drops the WAL segments the run covers. Records that died within those checkpoint
 intervals never reach an SST with their values (a tombstone does when older tables exist). Compaction runs on a third thread so a long merge never
@@ -62,8 +63,9 @@ class FlushMixin:
 
         def behind() -> bool:
             sources = self._view[0]
+            files, inline = self._live_segment_counts()
             return (self._sealed_unencoded() > o.max_sealed_memtables
-                    or len(sources) > 2 * o.flush_segments
+                    or files > 2 * o.flush_segments or inline > 2 * o.flush_inline_segments
                     or sum(m.nbytes for m in sources) > 2 * o.flush_bytes)
         if not behind():
             return
@@ -96,11 +98,31 @@ class FlushMixin:
             self._cond.notify_all()
         self._maybe_flush()
 
+    def _live_segment_counts(self) -> tuple[int, int]:
+        """Live segments with records to replay: (in files or not uploaded yet, inline in
+        manifests). An open reads a file per segment of the first kind, a manifest per
+        segment of the second (its carrier, RFC 0011): a small manifest each, so many more
+        of them may wait for a flush."""
+        files = inline = 0
+        for s in self._segments:
+            if s.source is None:
+                continue
+            if s.state == "inline":
+                inline += 1
+            else:
+                files += 1
+        return files, inline
+
     def _flush_due(self) -> bool:
-        """The immutable memtables reached ``flush_segments`` or ``flush_bytes``."""
+        """The immutable memtables reached ``flush_segments`` segments in files,
+        ``flush_inline_segments`` inline ones, or ``flush_bytes``."""
         sources = self._view[0]
+        if not sources:
+            return False
         o = self.opts
-        return bool(sources) and (len(sources) >= o.flush_segments or sum(m.nbytes for m in sources) >= o.flush_bytes)
+        files, inline = self._live_segment_counts()
+        return (files >= o.flush_segments or inline >= o.flush_inline_segments
+                or sum(m.nbytes for m in sources) >= o.flush_bytes)
 
     def _maybe_flush(self) -> None:
         if self._flush_queued or self._closing or not self._flush_due():

@@ -13,6 +13,9 @@ MiB = 1 << 20
 class Options:
     memtable_bytes: int = 32 * MiB        # seal the active memtable past this size (a checkpoint seals it too)
     flush_segments: int = 16              # flush the immutable memtables when this many are live
+                                          # WAL segment files (or sealed, not yet uploaded) ...
+    flush_inline_segments: int = 64       # ... or this many live segments are inline in manifests
+                                          # (RFC 0011: an open reads one manifest per such segment)
     flush_bytes: int = 64 * MiB           # ... or when their WAL segments hold this many bytes
     max_sealed_memtables: int = 4         # writes wait for encodings past this many sealed memtables
     wal_block_bytes: int = 32 * KiB       # raw bytes of a block of a WAL segment
@@ -57,7 +60,7 @@ class Options:
         opts = cls(**kwargs)
         for name in ("memtable_bytes", "block_bytes", "block_cache_bytes", "table_bytes", "l0_trigger",
                      "level_base_bytes", "level_ratio", "max_levels", "retain", "max_sealed_memtables",
-                     "flush_segments", "flush_bytes", "wal_block_bytes"):
+                     "flush_segments", "flush_inline_segments", "flush_bytes", "wal_block_bytes"):
             value = getattr(opts, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"dkv option {name} must be a positive int, got {value!r}")

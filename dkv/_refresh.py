@@ -16,10 +16,9 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _paths
-from ._recovery import fetch, load_segment, segments_of
+from ._recovery import carrier_name, fetch, load_segment, segments_of
 from ._timeline import Timeline, claim_writer
-from .errors import CheckpointNotFoundError, ClosedError, ReadOnlyError
-from .format import manifest as mf
+from .errors import ClosedError, ReadOnlyError
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +52,9 @@ class RefreshMixin:
             timeline = Timeline(self.store, self.ns)
             info = timeline.find(checkpoint)
             if info is None:
-                raise CheckpointNotFoundError(f"instance {self.ns!r} has no checkpoint {checkpoint}")
-            m = mf.decode(self.store.get(info.name), info.name)
+                raise timeline.not_found(checkpoint)
+            m = timeline.manifest(info)
+            ckpts = set(timeline.checkpoints())     # before our claim (RFC 0011: not carriers)
             base = self._manifest_of(self._committed[-1])      # our last checkpoint
             if _levels(base.levels) != _levels(m.levels) or tuple(m.groups) != tuple(self.groups):
                 return None
@@ -67,7 +67,7 @@ class RefreshMixin:
                 return None
             # Segments by name, whether in a file or inline (the other writer may have
             # written out one that we carried inline, or the reverse: same bytes).
-            theirs = segments_of(m.wal)
+            theirs = segments_of(m.wal, home=(m.epoch, m.writer))
             have = [(r.ns, r.writer, i) for r in base.wal for i in range(r.first, r.last + 1)]
             if [(s.ns, s.writer, s.id) for s in theirs[:len(have)]] != have:
                 return None
@@ -86,7 +86,7 @@ class RefreshMixin:
             self._writer = claim_writer(self.store, self.ns, timeline, checkpoint)
             self._claim_synced = True
             timeline = Timeline(self.store, self.ns)
-            self._committed = [c for c in timeline.valid() if c.epoch <= checkpoint]
+            self._committed = [c for c in timeline.valid() if c.epoch <= checkpoint and c in ckpts]
             own = _paths.ns_prefix(self.ns)
             self._abandoned += [c for c in timeline.manifests
                                 if c not in self._committed and c.name.startswith(own) and c not in self._doomed]
@@ -114,8 +114,8 @@ class RefreshMixin:
             return []
         changed: list = []
         added: tuple = ()
-        for seg, blob in zip(segments, fetch(self.store, segments)):
-            seg.source = load_segment(seg, blob, self._cache, where, self.opts.bloom_strip)
+        for seg, blob in zip(segments, fetch(self.store, segments, self.ns, where)):
+            seg.source = load_segment(seg, blob, self._cache, carrier_name(self.ns, seg, where), self.opts.bloom_strip)
             if seg.source is not None:
                 added = (seg.source,) + added
                 for keys, _ in seg.source.records():

@@ -7,6 +7,12 @@ from, or -1). A manifest is named by (checkpoint epoch, writer epoch). A manifes
 that writer rewound the instance to ``s'``, so everything ``w`` wrote after ``s'``
 belongs to an abandoned timeline (a zombie task, or a batch that is being re-run).
 For each epoch the valid manifest of the highest writer wins.
+
+Not every valid manifest is a checkpoint (RFC 0011): a manifest past its writer's
+retention that still carries inline WAL segments which retained manifests name stays
+until they no longer do, and it cannot be opened (the older manifests it names may be
+gone). The **checkpoints** are the valid manifests whose epochs the newest valid
+manifest lists as retained (its ``k``); a Timeline reads that one manifest to tell.
 """
 from __future__ import annotations
 
@@ -14,7 +20,8 @@ import logging
 from dataclasses import dataclass
 
 from . import _paths
-from .errors import CorruptionError, FencedError, ObjectMissingError
+from .errors import CheckpointNotFoundError, CorruptionError, FencedError, ObjectMissingError
+from .format import manifest as mf
 
 log = logging.getLogger(__name__)
 MAX_CLAIM_TRIES = 16
@@ -38,9 +45,15 @@ class Timeline:
     def __init__(self, store, ns: str) -> None:
         self.store = store
         self.ns = ns
+        self._newest: tuple | None = None       # (CheckpointInfo, decoded manifest or None)
+        self._valid: tuple | None = None
+        self._listed()
+
+    def _listed(self) -> None:
+        self._newest = self._valid = None
         for attempt in range(MAX_LISTINGS):
             try:
-                self._list(_paths.ns_prefix(ns))
+                self._list(_paths.ns_prefix(self.ns))
                 return
             except ObjectMissingError:
                 # A newer writer collected a claim between our listing and our read: it
@@ -74,13 +87,21 @@ class Timeline:
         """Count a claim made after the listing (the caller's own)."""
         self.claim_names[writer] = name
         self.claims[writer] = start
+        self._newest = None
 
     @property
     def max_writer(self) -> int:
         return max(list(self.claim_names) + [m.writer for m in self.manifests], default=0)
 
     def valid(self) -> list[CheckpointInfo]:
-        """Valid checkpoints, one per epoch (highest writer), oldest first."""
+        """Valid manifests, one per epoch (highest writer), oldest first (computed once per
+        listing and claim): the checkpoints and the carriers (``checkpoints``)."""
+        key = (len(self.manifests), tuple(sorted(self.claims.items())))
+        if self._valid is None or self._valid[0] != key:
+            self._valid = (key, self._compute_valid())
+        return list(self._valid[1])
+
+    def _compute_valid(self) -> list[CheckpointInfo]:
         later = sorted(self.claims.items())
         best: dict[int, CheckpointInfo] = {}
         for m in self.manifests:
@@ -95,14 +116,74 @@ class Timeline:
         keep = set(self.valid())
         return [m for m in self.manifests if m not in keep]
 
-    def find(self, epoch: int | None) -> CheckpointInfo | None:
+    def newest_manifest(self) -> mf.Manifest | None:
+        """The decoded manifest of the newest valid manifest (None when there is none), read
+        once. A damaged one raises CorruptionError naming it."""
         valid = self.valid()
+        if not valid:
+            return None
+        if self._newest is None or self._newest[0] != valid[-1]:
+            info = valid[-1]
+            self._newest = (info, mf.decode(self.store.get(info.name), info.name))
+        return self._newest[1]
+
+    def manifest(self, info: CheckpointInfo) -> mf.Manifest:
+        """The decoded manifest of ``info`` (no second read of the newest one)."""
+        if self._newest is not None and self._newest[0] == info:
+            return self._newest[1]
+        return mf.decode(self.store.get(info.name), info.name)
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Checkpoints, one per epoch, oldest first: the valid manifests whose epochs the
+        newest one lists as retained. The rest are carriers (see the module's doc). Reads
+        the newest manifest when there are two valid manifests or more; lists again when a
+        writer collected it meanwhile. A damaged newest manifest: every valid manifest
+        counts (opening it reports the damage)."""
+        for attempt in range(MAX_LISTINGS):
+            valid = self.valid()
+            if len(valid) < 2:
+                return valid
+            try:
+                newest = self.newest_manifest()
+            except ObjectMissingError:
+                if attempt == MAX_LISTINGS - 1:
+                    raise
+                self._listed()
+                continue
+            except CorruptionError as e:
+                log.warning("%s: cannot tell carriers from checkpoints: %s", instance_label(self.store, self.ns), e)
+                return valid
+            if not newest.retained:         # written before `k` existed: all count
+                return valid
+            keep = set(newest.retained)
+            return [c for c in valid if c.epoch in keep]
+        raise AssertionError("unreachable")
+
+    def carriers(self) -> list[CheckpointInfo]:
+        """Valid manifests that are no checkpoints: kept for the inline segments they carry."""
+        keep = set(self.checkpoints())
+        return [c for c in self.valid() if c not in keep]
+
+    def find(self, epoch: int | None) -> CheckpointInfo | None:
+        checkpoints = self.checkpoints()
         if epoch is None:
-            return valid[-1] if valid else None
-        for m in valid:
+            return checkpoints[-1] if checkpoints else None
+        for m in checkpoints:
             if m.epoch == epoch:
                 return m
         return None
+
+    def not_found(self, epoch: int, what: str = "") -> CheckpointNotFoundError:
+        """The error for a checkpoint ``epoch`` that ``find`` does not know; says so when
+        its manifest is there as a carrier."""
+        have = [c.epoch for c in self.checkpoints()]
+        where = what or f"{instance_label(self.store, self.ns)}"
+        if any(c.epoch == epoch for c in self.carriers()):
+            return CheckpointNotFoundError(
+                f"epoch {epoch} of {where} is no checkpoint any more: it left retention, and its manifest is "
+                "kept only for the inline WAL segments it carries for later checkpoints (RFC 0011), which "
+                f"does not make it openable; retained epochs: {have}")
+        return CheckpointNotFoundError(f"no checkpoint with epoch {epoch} in {where}; retained epochs: {have}")
 
 
 def _read_claim(store, name: str) -> int | None:

@@ -66,28 +66,38 @@ def cmd_instances(args):
 
 def cmd_checkpoints(args):
     tl = _admin.timeline(_store(args), args.instance)
-    rows = [{"epoch": c.epoch, "writer": c.writer, "manifest": c.name} for c in tl.valid()]
+    rows = [{"epoch": c.epoch, "writer": c.writer, "manifest": c.name} for c in tl.checkpoints()]
     text = "\n".join(f"{r['epoch']:>12}  writer {r['writer']:<6} {r['manifest']}" for r in rows)
+    carriers = tl.carriers()
+    if carriers:        # RFC 0011: past retention, kept for the inline segments they carry
+        text += (f"\n({len(carriers)} older manifest{'s' if len(carriers) > 1 else ''} kept only for the WAL "
+                 "segments they carry: no checkpoints)")
     return rows, text or "(no checkpoints)"
 
 
 def cmd_info(args):
     store = _store(args)
-    info = _admin.timeline(store, args.instance, args.checkpoint).find(args.checkpoint)
+    tl = _admin.timeline(store, args.instance, args.checkpoint)
+    info = tl.find(args.checkpoint)
     if info is None:
-        what = "yet (a writer has opened it but not checkpointed)" if args.checkpoint is None else args.checkpoint
-        raise DkvError(f"no checkpoint {what} in {args.location}"
+        if args.checkpoint is not None:
+            raise tl.not_found(args.checkpoint)
+        raise DkvError(f"no checkpoint yet (a writer has opened it but not checkpointed) in {args.location}"
                        + (f" instance {args.instance!r}" if args.instance else ""))
-    m = mf.decode(store.get(info.name), info.name)
+    m = tl.manifest(info)
     levels = [{"level": i, "tables": len(lv), "bytes": sum(t.size for t in lv), "records": sum(t.count for t in lv)}
               for i, lv in enumerate(m.levels)]
     segs = sum(r.last - r.first + 1 for r in m.wal)
-    inline = sum(1 for r in m.wal if r.inline)
+    inline = sum(1 for r in m.wal if r.data is not None)
+    carried = sum(r.last - r.first + 1 for r in m.wal if r.carried is not None)
     out = {"epoch": m.epoch, "writer": m.writer, "last_seq": m.last_seq, "manifest": info.name,
            "levels": levels, "wal_segments": segs, "inline_segments": inline,
-           "inline_bytes": mf.inline_bytes(m), "retained": m.retained, "key_groups": list(m.groups),
-           "created_ms": m.created_ms}
-    shown = f"{segs} ({inline} inline in the manifest)" if inline else f"{segs}"
+           "inline_bytes": mf.inline_bytes(m), "carried_segments": carried, "carriers": len(mf.carriers(m)),
+           "retained": m.retained, "key_groups": list(m.groups), "created_ms": m.created_ms}
+    parts = [f"{inline} inline in the manifest"] if inline else []
+    if carried:
+        parts.append(f"{carried} inline in {out['carriers']} earlier manifests")
+    shown = f"{segs} ({', '.join(parts)})" if parts else f"{segs}"
     lines = [f"checkpoint {m.epoch} (writer {m.writer}, last seq {m.last_seq}) {info.name}",
              f"key groups [{m.groups[0]}, {m.groups[1]})  live WAL segments (read at open): {shown}  "
              f"retained: {m.retained}"]

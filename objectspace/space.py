@@ -137,8 +137,8 @@ class ObjectSpace(KindMethods):
         a notebook that saves 100,000 rows and restarts reads its first row in ~2 ms, not
         ~30 ms; RFC 0006), and ``inline_segment_bytes`` to ``NOTEBOOK_INLINE_BYTES`` (a
         small checkpoint is one file, its manifest, with two fsyncs on a local disk and
-        one PUT on S3; RFC 0007). Pass ``inline_segment_bytes=0`` for a separate WAL file
-        per checkpoint (fewer bytes written when many small checkpoints stay live).
+        one PUT on S3; RFC 0007; later ones name that manifest, RFC 0011). Pass
+        ``inline_segment_bytes=0`` for a separate WAL file per checkpoint.
         ``inplace`` defaults to ``"save"`` here: a notebook's ``d[k].append(x)`` is written
         by the next checkpoint (see the class docstring; ValueError for a value other than
         None, "save" and "raise"). A ``read_only=True`` space never saves, so it does not

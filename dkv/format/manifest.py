@@ -16,8 +16,10 @@ or more may still be published by this checkpoint's writer, so a writer that ope
 checkpoint must not collect them as orphans).
 
 Version 2 (RFC 0007): an entry of ``r`` may be an inline segment, a small WAL segment's
-encoded bytes carried by the manifest instead of a file. Version 1 manifests (no inline
-segments) still read.
+encoded bytes carried by the manifest instead of a file. Version 3 (RFC 0011): an entry
+may name segments that earlier manifests of the instance carry inline (a carried run),
+instead of carrying their bytes again. A manifest is written with the lowest version
+that holds its body (3 only with a carried run). Versions 1 and 2 still read.
 """
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ from ..errors import CorruptionError
 from ._codec import check_crc, compress, crc32, decompress, pack_obj, unpack_obj
 
 MAGIC = b"DKVM"
-VERSION = 2
-READS = (1, 2)          # version 1: the same body without inline segments
+VERSION = 3             # written only when the body has a carried run; else 2
+READS = (1, 2, 3)       # version 1: the same body without inline segments
 FLAG_ZSTD = 1
 COMPRESS_OVER = 512
 _HEADER = struct.Struct("<4sBBHII")
@@ -67,7 +69,9 @@ class WalRange:
     """WAL segments ``first..last`` of writer ``writer`` in instance ``ns``; replay keeps
     records with ``seq > skip_through`` inside ``groups``. ``data``: the encoded segment
     itself when the manifest carries it inline (then ``first == last`` and there is no
-    file; version 2)."""
+    file; version 2). ``carried``: one ``(epoch, writer)`` per segment ``first..last``,
+    the earlier manifest of this instance that carries that segment inline (a carried
+    run, version 3; no file either). ``inline``: no file (either of the two)."""
     ns: str
     writer: int
     first: int
@@ -75,14 +79,24 @@ class WalRange:
     skip_through: int = 0
     groups: tuple = ALL_KEY_GROUPS
     data: bytes | None = field(default=None, repr=False)
+    carried: tuple | None = None
 
     @property
     def inline(self) -> bool:
-        return self.data is not None
+        return self.data is not None or self.carried is not None
 
     def to_list(self) -> list:
         if self.data is not None:       # [instance, writer, segment, skip_through, bytes]
             out = [self.ns, self.writer, self.first, self.skip_through, self.data]
+        elif self.carried is not None:  # [instance, writer, first, skip_through, [cw, e1, d2, ...]]
+            cw = self.carried[0][1]
+            if len(self.carried) != self.last - self.first + 1 or any(w != cw for _, w in self.carried):
+                raise ValueError(f"carried run {self!r}: one carrier per segment, all of one writer")
+            epochs = [e for e, _ in self.carried]
+            if any(b < a for a, b in zip(epochs, epochs[1:])):
+                raise ValueError(f"carried run {self!r}: carrier epochs must not decrease")
+            out = [self.ns, self.writer, self.first, self.skip_through,
+                   [cw, epochs[0]] + [b - a for a, b in zip(epochs, epochs[1:])]]
         else:
             out = [self.ns, self.writer, self.first, self.last, self.skip_through]
         if self.groups != ALL_KEY_GROUPS:
@@ -96,6 +110,20 @@ class WalRange:
             if not isinstance(v[2], int) or isinstance(v[2], bool):
                 raise TypeError(f"inline segment number {v[2]!r}")
             return cls(v[0], v[1], v[2], v[2], v[3], groups, bytes(v[4]))
+        if isinstance(v[4], list):                      # a carried run
+            run = v[4]
+            if len(run) < 2 or not isinstance(v[2], int) or isinstance(v[2], bool):
+                raise ValueError(f"carried run {run!r} from {v[2]!r}")
+            cw, epoch = run[0], run[1]
+            carried = [(epoch, cw)]
+            for d in run[2:]:
+                if type(d) is not int or d < 0:
+                    raise ValueError(f"carried run {run!r}")
+                epoch += d
+                carried.append((epoch, cw))
+            if type(cw) is not int or type(run[1]) is not int or cw < 0 or run[1] < 0:
+                raise ValueError(f"carried run {run!r}")
+            return cls(v[0], v[1], v[2], v[2] + len(carried) - 1, v[3], groups, None, tuple(carried))
         return cls(v[0], v[1], v[2], v[3], v[4], groups)
 
 
@@ -135,10 +163,41 @@ def encode(m: Manifest) -> bytes:
     flags = 0
     if len(raw) > COMPRESS_OVER:
         raw, flags = compress(raw, 3), FLAG_ZSTD
-    return _HEADER.pack(MAGIC, VERSION, flags, 0, len(raw), crc32(raw)) + raw
+    version = VERSION if any(r.carried is not None for r in m.wal) else 2
+    return _HEADER.pack(MAGIC, version, flags, 0, len(raw), crc32(raw)) + raw
 
 
 def decode(data: bytes, what: str = "manifest") -> Manifest:
+    ver, b = _body(data, what)
+    try:
+        levels = [[TableRef.from_list(t) for t in level] for level in b.get("l", [])]
+        return Manifest(
+            epoch=b["e"], writer=b["w"], last_seq=b["s"], levels=levels,
+            wal=[WalRange.from_list(r) for r in b.get("r", []) if _allowed(r, ver)], retained=b.get("k", []),
+            parent=b.get("p"), groups=tuple(b.get("g", ALL_KEY_GROUPS)), created_ms=b.get("t", 0),
+            reserved={int(w): int(n) for w, n in b.get("v", [])})
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise CorruptionError(f"{what}: malformed body ({e!r})") from None
+
+
+def decode_inline(data: bytes, what: str = "manifest") -> dict:
+    """The inline segments of a manifest (what an open needs of a carrier, RFC 0011):
+    ``{(instance, writer, segment): bytes}``. Checks the header, checksum and those
+    entries; the rest of the body is not turned into objects."""
+    ver, b = _body(data, what)
+    out = {}
+    try:
+        for r in b.get("r", []):
+            if len(r) > 4 and isinstance(r[4], (bytes, bytearray)) and _allowed(r, ver):
+                if not isinstance(r[2], int) or isinstance(r[2], bool):
+                    raise TypeError(f"inline segment number {r[2]!r}")
+                out[(r[0], r[1], r[2])] = bytes(r[4])
+    except (TypeError, IndexError, ValueError) as e:
+        raise CorruptionError(f"{what}: malformed body ({e!r})") from None
+    return out
+
+
+def _body(data: bytes, what: str) -> tuple:
     if len(data) < HEADER_SIZE:
         raise CorruptionError(f"{what}: {len(data)} bytes is shorter than the header")
     magic, ver, flags, _, blen, bcrc = _HEADER.unpack_from(data)
@@ -155,23 +214,31 @@ def decode(data: bytes, what: str = "manifest") -> Manifest:
     b = unpack_obj(raw, what)
     if not isinstance(b, dict):
         raise CorruptionError(f"{what}: body is a {type(b).__name__}, not a map")
-    try:
-        levels = [[TableRef.from_list(t) for t in level] for level in b.get("l", [])]
-        return Manifest(
-            epoch=b["e"], writer=b["w"], last_seq=b["s"], levels=levels,
-            wal=[WalRange.from_list(r) for r in b.get("r", []) if ver >= 2 or _not_inline(r)], retained=b.get("k", []),
-            parent=b.get("p"), groups=tuple(b.get("g", ALL_KEY_GROUPS)), created_ms=b.get("t", 0),
-            reserved={int(w): int(n) for w, n in b.get("v", [])})
-    except (KeyError, TypeError, IndexError, ValueError) as e:
-        raise CorruptionError(f"{what}: malformed body ({e!r})") from None
+    return ver, b
 
 
-def _not_inline(r: list) -> bool:
-    if len(r) > 4 and isinstance(r[4], (bytes, bytearray)):
+def _allowed(r: list, ver: int) -> bool:
+    if ver < 2 and len(r) > 4 and isinstance(r[4], (bytes, bytearray)):
         raise ValueError("an inline segment in a version 1 manifest")
+    if ver < 3 and len(r) > 4 and isinstance(r[4], list):
+        raise ValueError(f"a carried run in a version {ver} manifest")
     return True
 
 
 def inline_bytes(m: Manifest) -> int:
     """Bytes of the WAL segments ``m`` carries inline."""
     return sum(len(r.data) for r in m.wal if r.data is not None)
+
+
+def carriers(m: Manifest) -> set:
+    """The ``(epoch, writer)`` of every earlier manifest whose inline segments ``m``'s
+    carried runs name (RFC 0011): they must outlive ``m``."""
+    return {c for r in m.wal if r.carried is not None for c in r.carried}
+
+
+def carried_segment(m: Manifest, ns: str, writer: int, segment: int) -> WalRange | None:
+    """The inline entry of ``m`` for segment ``segment`` of ``writer`` in instance ``ns``."""
+    for r in m.wal:
+        if r.data is not None and (r.ns, r.writer, r.first) == (ns, writer, segment):
+            return r
+    return None

@@ -171,23 +171,26 @@ def test_records_deleted_before_a_flush_never_reach_an_sst():
 
 # ------------------------------------------------------------------- overwrite checkpoints
 
-# Default Options (16 flush segments, 64 MiB flush bytes, 5 retained checkpoints, background
-# threads). Each checkpoint seals one memtable (50 small records never reach memtable_bytes),
-# so segment ids follow epochs. The bounds:
-#   * live segments (the newest manifest's WAL ranges, what a reopen reads): a flush is queued
-#     once FLUSH live segments exist, and a seal waits (_flush.py _wait_for_background) while
-#     more than 2 * FLUSH are live, so a checkpoint pins at most 2 * FLUSH = 32;
+# Default Options (16 flush segments in files, 256 inline, 64 MiB flush bytes, 5 retained
+# checkpoints, background threads). Each checkpoint seals one memtable (50 small records never
+# reach memtable_bytes), so segment ids follow epochs. The bounds:
+#   * live segments (the newest manifest's WAL entries, what a reopen reads): a flush is queued
+#     once FLUSH live segments are files or FLUSH_INLINE are inline in manifests, and a seal
+#     waits (_flush.py _wait_for_background) while more than twice that many are live, so a
+#     checkpoint pins at most 2 * FLUSH files and 2 * FLUSH_INLINE inline segments;
 #   * WAL segments the retained manifests name (after wait_idle, i.e. garbage collection
 #     done): the union of what the RETAIN retained manifests name. Manifest e names
 #     segments [a_e, e] with a_e non-decreasing, so the union is [a_(e-RETAIN+1), e]:
-#     live(e-RETAIN+1) + RETAIN - 1 <= 2 * FLUSH + RETAIN - 1 = 36. The WAL files in the
-#     folder are exactly those of them that are not inline (RFC 0007).
-#   * a manifest: at most INLINE_MANIFEST_BYTES of inline segments plus its table list and
-#     ranges, however many checkpoints run.
+#     live(e-RETAIN+1) + RETAIN - 1. The WAL files in the folder are exactly those of them
+#     that are not inline (RFC 0007); the manifests, the retained ones and the carriers of
+#     the inline ones (RFC 0011): one each at most;
+#   * a manifest: its own new segments (at most INLINE_MANIFEST_BYTES), about a byte per
+#     carried segment, its table list and ranges, however many checkpoints run.
 FLUSH = dkv.Options().flush_segments
+FLUSH_INLINE = dkv.Options().flush_inline_segments
 RETAIN = dkv.Options().retain
-LIVE_BOUND = 2 * FLUSH
-FILE_BOUND = 2 * FLUSH + RETAIN - 1
+LIVE_BOUND = 2 * FLUSH + 2 * FLUSH_INLINE
+FILE_BOUND = LIVE_BOUND + RETAIN - 1
 
 
 def wal_names(m: mf.Manifest) -> set:
@@ -200,16 +203,19 @@ def segment_names(m: mf.Manifest) -> set:
     return {_paths.wal_name(r.ns, r.writer, i) for r in m.wal for i in range(r.first, r.last + 1)}
 
 
+def carrier_names(m: mf.Manifest) -> set:
+    return {_paths.manifest_name("", e, w) for e, w in mf.carriers(m)}
+
+
 INLINE = 4096          # inline_segment_bytes of these runs (RFC 0007; off by default)
 
 
-def run_overwrites(path: str, checkpoints: int, keys: int = 50, value_bytes: int = 0) -> dict:
-    """``value_bytes``: incompressible values of that size instead of short counters (segments
-    too big for all of them to travel inline: the oldest are written out)."""
+def run_overwrites(path: str, checkpoints: int, keys: int = 50, value_bytes: int = 0, **options) -> dict:
+    """``value_bytes``: incompressible values of that size instead of short counters."""
     rnd = random.Random(5)
-    db = dkv.open(path, fsync=False, inline_segment_bytes=INLINE)
+    db = dkv.open(path, fsync=False, inline_segment_bytes=INLINE, **options)
     model: dict = {}
-    peak_live = peak_files = peak_manifest = 0
+    peak_live = peak_files = peak_manifest = peak_manifests = 0
     beyond_live = False         # a checkpoint where retained manifests still named flushed segments
     decoded: dict = {}          # retained manifests by name, decoded once
     wal_dir = os.path.join(path, "wal")
@@ -233,6 +239,7 @@ def run_overwrites(path: str, checkpoints: int, keys: int = 50, value_bytes: int
             db.wait_idle()          # the garbage collection queued after the checkpoint is done
             cps = db.checkpoints()
             assert [i.epoch for i in cps] == list(range(c - RETAIN + 1, c + 1))
+            assert [i.epoch for i in dkv.list_checkpoints(path)] == [i.epoch for i in cps]
             raw = [open(os.path.join(path, i.name), "rb").read() for i in cps]
             retained = [mf.decode(data, i.name) for data, i in zip(raw, cps)]
             live = segment_names(retained[-1])
@@ -241,44 +248,65 @@ def run_overwrites(path: str, checkpoints: int, keys: int = 50, value_bytes: int
             # The engine's own live list is that, or less once a flush queued by this
             # checkpoint's seal has finished.
             assert db.stats()["wal_segments"] <= len(live)
-            # Garbage collection is exact: the folder holds the files retained manifests name.
+            # Garbage collection is exact: the folder holds the files retained manifests name,
+            # and the manifests: the retained ones and the carriers they name (RFC 0011).
             assert files == set().union(*(wal_names(m) for m in retained)), c
             named = set().union(*(segment_names(m) for m in retained))
             assert len(named) <= FILE_BOUND, (c, len(named))
-            assert sorted(os.listdir(os.path.join(path, "manifest"))) == \
-                [i.name.split("/", 1)[1] for i in cps]
-            # A manifest stays small however long the writer runs (RFC 0007).
+            carriers = set().union(*(carrier_names(m) for m in retained))
+            listed = {"manifest/" + f for f in os.listdir(os.path.join(path, "manifest"))}
+            assert listed == {i.name for i in cps} | carriers, c
+            assert len(listed) <= FILE_BOUND + 1, (c, len(listed))
+            # A manifest stays small however long the writer runs (RFC 0007, 0011).
             assert all(mf.inline_bytes(m) <= db.INLINE_MANIFEST_BYTES for m in retained)
-            assert max(map(len, raw)) <= db.INLINE_MANIFEST_BYTES + 1024, (c, list(map(len, raw)))
+            assert max(map(len, raw)) <= db.INLINE_MANIFEST_BYTES + 1024 + LIVE_BOUND, (c, list(map(len, raw)))
             peak_files = max(peak_files, len(files))
             peak_manifest = max(peak_manifest, *map(len, raw))
+            peak_manifests = max(peak_manifests, len(listed))
     assert contents(db) == model
     db.close()
-    # The bounds were approached, not just never reached: a flush is queued only once FLUSH
-    # segments are live, so the checkpoint before it pins FLUSH - 1 at least; and the
+    # The bounds were approached, not just never reached: a flush is queued only once the
+    # count is reached, so the checkpoint before it pins one less at least; and the
     # checkpoints right after a flush still retain manifests naming flushed segments.
-    assert peak_live >= FLUSH - 1 and beyond_live, (peak_live, beyond_live)
+    bound = FLUSH_INLINE if peak_files == 0 else FLUSH
+    assert peak_live >= min(bound - 1, checkpoints - 1) and beyond_live, (peak_live, beyond_live)
     newest = max(os.listdir(os.path.join(path, "manifest")))
-    want = wal_names(mf.decode(open(os.path.join(path, "manifest", newest), "rb").read()))
+    m = mf.decode(open(os.path.join(path, "manifest", newest), "rb").read())
+    want = wal_names(m) | carrier_names(m)
     log = LoggingStore(LocalDirStore(path, fsync=False))
     with dkv.open(log, fsync=False) as db2:
         assert contents(db2) == model
-        read = [c.key for c in log.calls if c.kind == "get" and c.key.startswith("wal/")]
-        assert set(read) == want and len(read) == len(want) <= LIVE_BOUND, \
-            "a reopen reads just the live segment files (inline ones come with the manifest)"
-    return {"peak_live": peak_live, "peak_files": peak_files, "peak_manifest": peak_manifest}
+        read = [c.key for c in log.calls if c.kind == "get" and c.key.startswith(("wal/", "manifest/"))]
+        assert read[0] == "manifest/" + newest
+        assert set(read[1:]) == want and len(read) - 1 == len(want) <= LIVE_BOUND, \
+            "a reopen reads the newest manifest, the live segment files and the carriers of the inline ones, once each"
+    return {"peak_live": peak_live, "peak_files": peak_files, "peak_manifest": peak_manifest,
+            "peak_manifests": peak_manifests}
 
 
 def test_live_wal_segments_stay_bounded_through_thousands_of_overwrite_checkpoints(tmp_path):
     peaks = run_overwrites(str(tmp_path / "db"), 3000)
     assert peaks["peak_files"] == 0, "segments this small all travel inline"
+    # Each manifest carries its own segment and names the earlier ones (RFC 0011): a
+    # segment of 50 short records and a byte or so per carried one.
+    assert peaks["peak_manifest"] < 2000, peaks
+    assert peaks["peak_manifests"] > FLUSH_INLINE // 2, peaks
 
 
-def test_manifests_stay_bounded_when_inline_segments_outgrow_them(tmp_path):
-    """Segments of ~2.7 KiB: four fit in a manifest's inline budget, so most checkpoints
-    write the oldest inline segment out as a file; manifests stay within the budget, the
-    files are collected exactly, and a reopen reads the model."""
+def test_segments_near_the_inline_limit_each_travel_in_their_own_manifest(tmp_path):
+    """Segments of ~2.7 KiB: each goes inline in the manifest of its checkpoint only (RFC
+    0011; RFC 0007 carried them again until four filled a manifest's budget and the oldest
+    went out as files): no WAL file, manifests of one segment each, and a reopen reads the
+    model."""
     peaks = run_overwrites(str(tmp_path / "db"), 600, keys=20, value_bytes=120)
+    assert peaks["peak_files"] == 0 and 2048 < peaks["peak_manifest"] < 4096 + 1024, peaks
+
+
+def test_new_segments_beyond_a_manifests_budget_go_out_as_files(tmp_path):
+    """A checkpoint whose interval sealed several small memtables (memtable_bytes reached)
+    carries the newest of them inline up to INLINE_MANIFEST_BYTES; the older ones are
+    written out as files. Bounds and exact collection as above."""
+    peaks = run_overwrites(str(tmp_path / "db"), 200, keys=150, value_bytes=120, memtable_bytes=4000)
     assert peaks["peak_files"] > 0 and peaks["peak_manifest"] > dkv.DB.INLINE_MANIFEST_BYTES // 2, peaks
 
 

@@ -51,8 +51,9 @@ def test_minimal_manifest_is_small_and_round_trips():
 def test_header_and_body_keys_are_pinned():
     m = _full(1)
     data = mf.encode(m)
-    assert mf.MAGIC == b"DKVM" and mf.VERSION == 2 and mf.HEADER_SIZE == 16 and mf.COMPRESS_OVER == 512
+    assert mf.MAGIC == b"DKVM" and mf.VERSION == 3 and mf.HEADER_SIZE == 16 and mf.COMPRESS_OVER == 512
     magic, ver, flags, reserved, body_len, crc = struct.unpack_from("<4sBBHII", data)
+    # Without a carried run the manifest is version 2: what older readers read.
     assert (magic, ver, reserved, body_len) == (b"DKVM", 2, 0, len(data) - 16)
     body = data[16:]
     assert crc == zlib.crc32(body)
@@ -88,7 +89,7 @@ def test_damage_is_corruption(mutate):
     if mutate == "magic":
         data[0:4] = b"XKVM"
     elif mutate == "version":
-        data[4] = 3
+        data[4] = 4
     elif mutate == "length":
         data = data[:-1]
     elif mutate == "crc":
@@ -113,6 +114,55 @@ def test_inline_segments_round_trip_and_are_told_apart_from_ranges():
     assert wal.decode(got.wal[2].data).keys == [b"k1", b"k2"]
     assert mf.inline_bytes(got) == len(_segment()) + 4
     assert "data" not in repr(got.wal[2]) or len(repr(got.wal[2])) < 200
+
+
+def _with_carried() -> mf.Manifest:
+    m = _full(0)
+    m.wal = [mf.WalRange("", 7, 3, 5, 100),
+             mf.WalRange("", 7, 6, 9, 100, carried=((40, 7), (40, 7), (41, 7), (44, 7))),
+             mf.WalRange("other", 2, 2, 2, 0, (10, 20), carried=((38, 6),)),
+             mf.WalRange("", 7, 10, 10, 100, data=_segment())]
+    return m
+
+
+def test_carried_runs_round_trip_and_are_pinned():
+    """RFC 0011: [instance, writer, first, skip_through, [carrier writer, first carrier
+    epoch, epoch deltas...]] (+ groups); the header says version 3."""
+    m = _with_carried()
+    data = mf.encode(m)
+    assert data[4] == 3
+    got = mf.decode(data)
+    assert got == m
+    assert [r.inline for r in got.wal] == [False, True, True, True]
+    assert [r.carried is not None for r in got.wal] == [False, True, True, False]
+    assert mf.carriers(got) == {(40, 7), (41, 7), (44, 7), (38, 6)}
+    assert mf.inline_bytes(got) == len(_segment())
+    assert mf.carried_segment(got, "", 7, 10).data == _segment() and mf.carried_segment(got, "", 7, 9) is None
+    raw = data[16:]
+    raw = zstandard.ZstdDecompressor().decompress(raw) if data[5] & mf.FLAG_ZSTD else raw
+    b = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    assert b["r"][1] == ["", 7, 6, 100, [7, 40, 0, 1, 3]]
+    assert b["r"][2] == ["other", 2, 2, 0, [6, 38], 10, 20]
+
+
+@pytest.mark.parametrize("run", [[7], [7, -1], [7, 40, -2], [7, "x"], [7, 40, True]])
+def test_malformed_carried_run_is_corruption(run):
+    body = msgpack.packb({"e": 3, "w": 1, "s": 9, "r": [["", 1, 1, 0, run]]})
+    with pytest.raises(dkv.CorruptionError, match="malformed"):
+        mf.decode(_with_body(body, version=3))
+
+
+def test_a_carried_run_needs_version_3():
+    body = msgpack.packb({"e": 3, "w": 1, "s": 9, "r": [["", 1, 1, 0, [1, 2]]]})
+    assert mf.decode(_with_body(body, version=3)).wal[0].carried == ((2, 1),)
+    with pytest.raises(dkv.CorruptionError, match="malformed"):
+        mf.decode(_with_body(body, version=2))
+
+
+def test_a_carried_run_of_several_carrier_writers_is_refused():
+    r = mf.WalRange("", 7, 6, 7, 0, carried=((40, 7), (41, 8)))
+    with pytest.raises(ValueError):
+        r.to_list()
 
 
 def test_version_1_manifests_still_read():

@@ -155,6 +155,28 @@ def test_random_replay_free_checkpoints(background):
     h.close()
 
 
+@pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
+@pytest.mark.parametrize("seed", range(4))
+def test_random_inline_segments_named_in_their_carriers(seed, background):
+    """RFC 0007 and 0011: small segments inline in the manifest of their checkpoint, later
+    manifests naming that manifest; retained windows that keep carriers past retention,
+    flushes by the inline count, crashes, rewinds and read-only opens in between."""
+    h = Harness(MemoryStore(), retain=(1, 2, 3, 5)[seed], background=background, inline_segment_bytes=4096,
+                flush_inline_segments=(4, 12)[seed % 2], max_replay_bytes=(0, 6000)[seed // 2 % 2])
+    run_random(h, random.Random(300 + seed), 1500)
+    h.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
+@pytest.mark.parametrize("seed", range(3000, 3012))
+def test_random_inline_segments_long(seed, background):
+    h = Harness(MemoryStore(), retain=1 + seed % 4, background=background, inline_segment_bytes=4096,
+                flush_inline_segments=(3, 16, 64)[seed % 3], max_replay_bytes=(0, 6000)[seed % 2])
+    run_random(h, random.Random(seed), 4000)
+    h.close()
+
+
 def test_random_small_key_space_many_overwrites():
     """Ten keys overwritten thousands of times: shadowed versions at every level."""
     h = Harness(MemoryStore(), retain=2, background=True)
