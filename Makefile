@@ -3,7 +3,7 @@ RUN := scripts/env.sh
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup demo test test-all redis bench clean
+.PHONY: setup demo test test-all lint redis bench clean
 
 setup:
 	@scripts/setup_env.sh
@@ -13,6 +13,10 @@ demo: setup
 
 test: setup
 	$(RUN) python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# ruff (pyflakes, pycodestyle, bugbear; pyproject.toml [tool.ruff]): CI runs it before the tests.
+lint: setup
+	$(RUN) python -m ruff check .
 
 test-all: setup redis
 	$(RUN) python -m pytest $(PYTEST_ARGS)

@@ -371,7 +371,7 @@ def run_base(args, root) -> dict:
         os.makedirs(path)
         s = cls(path)
         batches = [list(zip(shuffled[i:i + 1000], vals[i:i + 1000])) for i in range(0, args.n, 1000)]
-        dt, _ = timed(lambda: [s.put_batch(b) for b in batches])
+        dt, _ = timed(lambda: [s.put_batch(b) for b in batches])  # noqa: F821 - deleted after the call
         del batches
         r["batch_put_ops"] = args.n / dt
         dt, _ = timed(s.settle)

@@ -150,7 +150,6 @@ READS = ("cell", "row", "block 64x64", "column")
 
 
 def run(args) -> dict:
-    rng = random.Random(1)
     gen = np.random.default_rng(1)
     dtype = np.dtype(args.dtype)
     arr = (gen.random((args.rows, args.cols)) * 1000).astype(dtype)

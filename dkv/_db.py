@@ -31,7 +31,6 @@ from ._timeline import CheckpointInfo, Timeline, claim_writer, instance_label
 from .batch import WriteBatch, check_key, check_value
 from .errors import (ClosedError, DkvError, FencedError, NewerCheckpointsError, ObjectMissingError, ReadOnlyError,
                      with_context)
-from .format import manifest as mf
 from .format.bloom import candidates as bloom_candidates
 from .format.manifest import ALL_KEY_GROUPS
 

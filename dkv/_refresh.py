@@ -13,7 +13,6 @@ state. Otherwise refresh returns None and the caller reopens.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 
 from . import _paths
 from ._recovery import carrier_name, fetch, load_segment, segments_of

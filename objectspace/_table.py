@@ -14,7 +14,6 @@ from __future__ import annotations
 from sortedcontainers import SortedList
 
 from ._base import ABSENT, F_REPLACE, MISSING
-from ._inplace import IMMUTABLE
 from ._layout import prefix_end
 from .errors import CorruptionError
 

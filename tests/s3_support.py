@@ -38,7 +38,7 @@ def start_moto(log_path: str | None = None, timeout: float = 30) -> tuple[subpro
         except Exception:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"moto server did not start; see {log.name}")
+                raise RuntimeError(f"moto server did not start; see {log.name}") from None
             time.sleep(0.1)
 
 

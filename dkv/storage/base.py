@@ -65,7 +65,7 @@ class ObjectStore(abc.ABC):
         durable when they return keeps this default."""
         return self.put_if_absent(key, data)
 
-    def sync(self, key: str) -> None:
+    def sync(self, key: str) -> None:  # noqa: B027 - a no-op unless a store defers durability
         """Make an object created by ``put_if_absent_deferred`` durable (a no-op where it
         already is)."""
 
@@ -80,7 +80,7 @@ class ObjectStore(abc.ABC):
         for key in keys:
             self.delete(key)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op for stores that hold nothing
         """Release connections or handles. The store is unusable afterwards."""
 
     def parent(self) -> "tuple[ObjectStore, str] | None":

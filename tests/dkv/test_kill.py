@@ -4,7 +4,6 @@ new as the last one the child reported complete, with exactly that checkpoint's 
 """
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess

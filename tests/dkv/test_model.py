@@ -14,7 +14,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from dkv.storage import LocalDirStore, MemoryStore, open_store
 from dkv_helpers import SPECIAL_KEYS, Harness, run_random

@@ -340,7 +340,7 @@ def test_unstorable_keys_are_absent(space):
     with pytest.raises(KeyError):
         s.remove(key)
     with pytest.raises(TypeError):
-        [] in s                     # unhashable: TypeError, as in a set
+        [] in s  # noqa: B015 - unhashable: TypeError, as in a set
     with pytest.raises(TypeError):
         d[key] = 1                  # storing it is what cannot be done
 

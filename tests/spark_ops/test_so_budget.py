@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 
 import msgpack
-import pytest
 
 from spark_ops import _runtime
 from spark_ops._units import memory_bytes
