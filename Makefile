@@ -14,9 +14,11 @@ demo: setup
 test: setup
 	$(RUN) python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-# ruff (pyflakes, pycodestyle, bugbear; pyproject.toml [tool.ruff]): CI runs it before the tests.
+# ruff (pyflakes, pycodestyle, bugbear; pyproject.toml [tool.ruff]) and mypy held to a ratchet
+# (scripts/typecheck.py): CI runs both before the tests.
 lint: setup
 	$(RUN) python -m ruff check .
+	$(RUN) python scripts/typecheck.py
 
 test-all: setup redis
 	$(RUN) python -m pytest $(PYTEST_ARGS)
