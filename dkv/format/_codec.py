@@ -56,13 +56,10 @@ def decompress(data: bytes, what: str) -> bytes:
         raise CorruptionError(f"{what}: zstd frame is damaged ({e})") from None
 
 
-def pack_records(keys: list, values: list, seqs) -> bytes:
-    """A record batch; ``seqs`` is a list or one int shared by every record."""
-    return msgpack.packb((keys, values, seqs), use_bin_type=True)
-
-
 def unpack_records(data: bytes, what: str) -> tuple[list, list, list | int]:
-    """(keys, values, seqs) of a record batch; seqs is a list or one shared int."""
+    """(keys, values, seqs) of a msgpack record batch (SST blocks of the first format, which
+    nothing writes any more: front-coded blocks replaced it); seqs is a list or one shared
+    int."""
     try:
         keys, values, seqs = msgpack.unpackb(data, raw=True, use_list=True)
     except Exception as e:
@@ -129,12 +126,8 @@ def unpack_block(data, what: str, with_seqs: bool) -> tuple[list, list, list | i
     return keys, values, seqs
 
 
-def pack_pair(keys: list, values: list) -> bytes:
-    """A WAL format 2 body: ``[keys, values]``."""
-    return msgpack.packb((keys, values), use_bin_type=True)
-
-
 def unpack_pair(data: bytes, what: str) -> tuple[list, list]:
+    """``[keys, values]`` of a WAL format 2 body (read only: later formats are written)."""
     try:
         keys, values = msgpack.unpackb(data, raw=True, use_list=True)
     except Exception as e:
