@@ -5,7 +5,8 @@ the current Version and the live WAL segments, hand both to the upload thread.
 Asynchronous (upload thread, in order): write the WAL segment, create the manifest with a
 conditional create, list the writer claims (a newer claim means this writer is fenced: the
 manifest is withdrawn and the checkpoint fails; claims that cannot be listed leave the
-manifest in place and the checkpoint's outcome unknown), then collect garbage.
+manifest in place and the checkpoint's outcome unknown; a create that raised is read back
+and, stored whole, kept), then collect garbage.
 SSTs are referenced by name, never copied: a checkpoint costs its WAL segment plus a
 manifest of ~100 bytes. A small segment is not a file at all: the manifest carries it
 (an inline segment, RFC 0007), and every later manifest that still needs it names that
@@ -279,13 +280,19 @@ class CheckpointMixin:
             try:
                 created = self.store.put_if_absent(name, data)
             except BaseException as e:
-                # The create may have left a partial object on a store without atomic puts,
-                # or may even have succeeded: either way this checkpoint is reported failed,
-                # so its manifest must not survive as a checkpoint.
-                self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
-                if isinstance(e, StorageError):
-                    raise with_context(f"checkpoint {cp.epoch}: creating its manifest failed", e) from e
-                raise
+                # The create may have succeeded after all (an answer lost after the object
+                # was stored): a newer writer may already have opened from it and name it as
+                # a carrier (RFC 0011), so a manifest read back whole is kept and the claims
+                # decide, as after any create. Otherwise it may have left a partial object on
+                # a store without atomic puts: this checkpoint is reported failed, so its
+                # manifest must not survive as a checkpoint.
+                if not (isinstance(e, Exception) and self._stored_whole(name, data)):
+                    self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
+                    if isinstance(e, StorageError):
+                        raise with_context(f"checkpoint {cp.epoch}: creating its manifest failed", e) from e
+                    raise
+                log.info("checkpoint %d: creating its manifest reported %s, but it was stored whole", cp.epoch, e)
+                created = True
             try:
                 # A newer writer may have claimed the instance before the create: then this
                 # manifest is invalid (the claim rewound past it) and this writer is a zombie.
@@ -403,6 +410,14 @@ class CheckpointMixin:
             return False
         except Exception:  # noqa: BLE001
             return True
+
+    def _stored_whole(self, name: str, data: bytes) -> bool:
+        """Whether the object ``name`` holds exactly ``data`` (False when it cannot be read:
+        then the caller withdraws it as before, RFC 0011 Risks)."""
+        try:
+            return self.store.get(name) == data
+        except Exception:  # noqa: BLE001 - missing, or unknown
+            return False
 
     def _drop_failed_manifest(self, info: CheckpointInfo) -> None:
         try:

@@ -4,11 +4,12 @@ For every call the operation makes (found by a dry run through a LoggingStore) a
 fault mode, a fresh run fails exactly that call, carries on (the next checkpoints), and
 then the store is reopened on the unwrapped storage:
 
-* ``error`` and ``torn`` (the call reports failure): recovery gives exactly the last
-  checkpoint whose ``wait()`` returned, with its exact contents; a checkpoint whose
-  ``wait()`` raised leaves the next one able to succeed, carrying its records. (One whose
-  claims could not be listed after its manifest was created raised with its outcome
-  unknown: it stays and counts, RFC 0011 Risks; the next checkpoints supersede it.)
+* ``error``, ``torn`` and ``landed`` (the call reports failure; ``landed`` after storing
+  the write whole): recovery gives exactly the last checkpoint whose ``wait()`` returned,
+  with its exact contents; a checkpoint whose ``wait()`` raised leaves the next one able
+  to succeed, carrying its records. (One whose claims could not be listed after its
+  manifest was created raised with its outcome unknown: it stays and counts, RFC 0011
+  Risks; the next checkpoints supersede it.)
 * ``lost`` and ``corrupt`` (storage lies: it reports success): recovery either raises a
   DkvError (CorruptionError, ObjectMissingError) on open or read, or gives the exact
   contents of the checkpoint it opens — never wrong data.
@@ -121,7 +122,7 @@ KNOWN_BUGS: dict = {}
 def _cases():
     for name in SCENARIOS:
         for i, call in enumerate(_op_calls(name)):
-            modes = ("error", "torn", "lost", "corrupt") if call.kind in WRITE_KINDS else ("error",)
+            modes = ("error", "torn", "landed", "lost", "corrupt") if call.kind in WRITE_KINDS else ("error",)
             for mode in modes:
                 bug = KNOWN_BUGS.get((call.kind, call.key.split("/")[0], mode))
                 marks = [pytest.mark.xfail(strict=True, reason=bug)] if bug else []
@@ -168,7 +169,7 @@ def test_fault_in_each_call(name, nth, kind, key, mode):
 
     got = _recover(inner, opts)
     last = run.done[-1]
-    if mode in ("error", "torn"):
+    if mode in ("error", "torn", "landed"):
         assert not isinstance(got, Exception), f"recovery failed after a {mode} {kind} {key}: {got!r}"
         epoch, data, older = got
         assert epoch == last
@@ -229,6 +230,25 @@ def test_failed_manifest_create_then_next_checkpoint():
     assert run.checkpoint()
     with dkv.open(inner, read_only=True) as db:
         assert contents(db) == run.snaps[3]
+
+
+def test_a_manifest_create_that_raised_after_storing_it_completes_the_checkpoint():
+    """The create of manifest 2 stores it whole, then reports an error (a lost answer): the
+    writer reads it back, keeps it (a newer writer may have opened from it, RFC 0011 Risks)
+    and lets the claims decide, so the checkpoint completes."""
+    inner = MemoryStore()
+    fs = FaultInjectingStore(inner)
+    run = Run(fs, dict(SMALL, inline_segment_bytes=4096))
+    run.fill(1, 30)
+    assert run.checkpoint()
+    run.fill(2, 30)
+    fs.fail("put_if_absent", mode="landed", key_prefix="manifest/")
+    assert run.checkpoint()
+    assert fs.fired == ["landed put_if_absent manifest/00000000000000000002-0000000001.manifest"]
+    assert [c.epoch for c in run.db.checkpoints()] == [1, 2]
+    with dkv.open(inner, read_only=True) as db:
+        assert [c.epoch for c in db.checkpoints()] == [1, 2]
+        assert contents(db) == run.snaps[2]
 
 
 def test_torn_manifest_of_a_failed_checkpoint_then_crash():
