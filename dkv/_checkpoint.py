@@ -323,9 +323,9 @@ class CheckpointMixin:
                 note = (f"checkpoint {cp.epoch}: listing the writer claims after creating its manifest "
                         f"failed; its outcome is unknown: the manifest {name} stays and is a checkpoint "
                         "unless a newer writer fenced this one")
-                if isinstance(e, StorageError):
-                    raise with_context(note, e) from e
-                raise DkvError(f"{note}: {e}") from e
+                err = with_context(note, e) if isinstance(e, StorageError) else DkvError(f"{note}: {e}")
+                err.outcome_unknown = True      # for callers that report it (objectspace)
+                raise err from e
             if not created:
                 if self.store.get(name) != data:
                     raise FencedError(f"checkpoint {cp.epoch} of {instance_label(self.store, self.ns)} was already "

@@ -349,7 +349,7 @@ def _fault_fuzz(seed: int) -> None:
                 cp.wait()
                 done.append(epoch)
             except dkv.DkvError as e:
-                if "outcome is unknown" in str(e):
+                if e.outcome_unknown:
                     unknown.append(epoch)
     except dkv.DkvError:
         pass      # a failed background flush or compaction, reported by a call: stop here
@@ -417,8 +417,9 @@ def test_failed_fencing_check_keeps_the_manifest_then_crash_gives_it_whole():
     fs.fail("list", key_prefix="writer/")
     fs.fail("delete", key_prefix="manifest/", repeat=True)
     cp = run.db.checkpoint(2)
-    with pytest.raises(dkv.StorageError, match="outcome is unknown"):
+    with pytest.raises(dkv.StorageError, match="outcome is unknown") as failed:
         cp.wait()
+    assert failed.value.outcome_unknown
     assert fs.fired == ["error list writer/"], fs.fired
     got = _recover(inner, dict(SMALL))
     assert not isinstance(got, Exception), got
