@@ -320,10 +320,12 @@ class CheckpointMixin:
                 # segments named there): kept like any checkpoint, never a dangling carrier.
                 # A zombie's next checkpoint is fenced; its collection deletes nothing.
                 self._commit(cp, pin, m, name, data, inline)
+                if not isinstance(e, Exception):    # an interrupt stays one
+                    raise
                 note = (f"checkpoint {cp.epoch}: listing the writer claims after creating its manifest "
                         f"failed; its outcome is unknown: the manifest {name} stays and is a checkpoint "
                         "unless a newer writer fenced this one")
-                err = with_context(note, e) if isinstance(e, StorageError) else DkvError(f"{note}: {e}")
+                err = with_context(note, e)
                 err.outcome_unknown = True      # for callers that report it (objectspace)
                 raise err from e
             if not created:
