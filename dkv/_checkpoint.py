@@ -4,7 +4,9 @@ Synchronous (``DB.checkpoint``, returns at once): seal the WAL buffer into a seg
 the current Version and the live WAL segments, hand both to the upload thread.
 Asynchronous (upload thread, in order): write the WAL segment, create the manifest with a
 conditional create, list the writer claims (a newer claim means this writer is fenced: the
-manifest is withdrawn and the checkpoint fails), then collect garbage.
+manifest is withdrawn and the checkpoint fails; claims that cannot be listed leave the
+manifest in place and the checkpoint's outcome unknown; a create that raised is read back
+and, stored whole, kept), then collect garbage.
 SSTs are referenced by name, never copied: a checkpoint costs its WAL segment plus a
 manifest of ~100 bytes. A small segment is not a file at all: the manifest carries it
 (an inline segment, RFC 0007), and every later manifest that still needs it names that
@@ -278,46 +280,59 @@ class CheckpointMixin:
             try:
                 created = self.store.put_if_absent(name, data)
             except BaseException as e:
-                # The create may have left a partial object on a store without atomic puts,
-                # or may even have succeeded: either way this checkpoint is reported failed,
-                # so its manifest must not survive as a checkpoint.
-                self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
-                if isinstance(e, StorageError):
-                    raise with_context(f"checkpoint {cp.epoch}: creating its manifest failed", e) from e
-                raise
+                # The create may have succeeded after all (an answer lost after the object
+                # was stored): a newer writer may already have opened from it and name it as
+                # a carrier (RFC 0011), so a manifest read back whole is kept and the claims
+                # decide, as after any create. Otherwise it may have left a partial object on
+                # a store without atomic puts: this checkpoint is reported failed, so its
+                # manifest must not survive as a checkpoint.
+                if not (isinstance(e, Exception) and self._stored_whole(name, data)):
+                    self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
+                    if isinstance(e, StorageError):
+                        raise with_context(f"checkpoint {cp.epoch}: creating its manifest failed", e) from e
+                    raise
+                log.info("checkpoint %d: creating its manifest reported %s, but it was stored whole", cp.epoch, e)
+                created = True
             try:
                 # A newer writer may have claimed the instance before the create: then this
                 # manifest is invalid (the claim rewound past it) and this writer is a zombie.
-                # It must report failure and must not collect garbage. If the claims cannot be
-                # listed, the checkpoint is reported failed too, so its manifest is withdrawn.
+                # It must report failure and must not collect garbage.
                 self._claims = check_not_fenced(self.store, self.ns, self._writer)
             except BaseException as e:
-                fenced = isinstance(e, FencedError)
-                if fenced:
+                if isinstance(e, FencedError):
                     self._fenced = True
-                # A newer writer that started from this epoch or later may have opened this
-                # manifest and name it as the carrier of its inline segments (RFC 0011): it
-                # stays (it is valid; the newer writer collects it). Otherwise it goes.
-                if created and not (fenced and self._started_from_here(cp.epoch)):
-                    self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
-                if isinstance(e, StorageError):
-                    raise with_context(f"checkpoint {cp.epoch}: listing the writer claims after "
-                                       "creating its manifest failed", e) from e
-                raise
+                    # A newer writer that started from this epoch or later may have opened
+                    # this manifest and name it as the carrier of its inline segments (RFC
+                    # 0011): it stays (it is valid; the newer writer collects it). Otherwise
+                    # it goes (invalid for good: the claim rewound past it).
+                    if created and not self._started_from_here(cp.epoch):
+                        self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
+                    raise
+                if not created:
+                    if isinstance(e, StorageError):
+                        raise with_context(f"checkpoint {cp.epoch}: listing the writer claims after "
+                                           "creating its manifest failed", e) from e
+                    raise
+                # The claims cannot be listed: a newer writer may have opened from this
+                # manifest and name it as a carrier, so it is never withdrawn here (RFC 0011,
+                # Risks). Its outcome is unknown to the caller, but this writer goes on as if
+                # it committed (listed in the next manifest's retained epochs, its inline
+                # segments named there): kept like any checkpoint, never a dangling carrier.
+                # A zombie's next checkpoint is fenced; its collection deletes nothing.
+                self._commit(cp, pin, m, name, data, inline)
+                if not isinstance(e, Exception):    # an interrupt stays one
+                    raise
+                note = (f"checkpoint {cp.epoch}: listing the writer claims after creating its manifest "
+                        f"failed; its outcome is unknown: the manifest {name} stays and is a checkpoint "
+                        "unless a newer writer fenced this one")
+                err = with_context(note, e)
+                err.outcome_unknown = True      # for callers that report it (objectspace)
+                raise err from e
             if not created:
                 if self.store.get(name) != data:
                     raise FencedError(f"checkpoint {cp.epoch} of {instance_label(self.store, self.ns)} was already "
                                       f"committed by writer epoch {self._writer} with different contents")
-            cp.manifest_bytes = len(data) - cp.inline_new
-            self._count_bytes("manifest", len(data))
-            info = CheckpointInfo(cp.epoch, self._writer, name)
-            with self._lock:
-                self._committed.append(info)
-                self._manifests[name] = m
-                for seg in pin.segments:
-                    if id(seg) in inline:      # later manifests name this one as its carrier
-                        seg.carrier = (cp.epoch, self._writer)
-            cp.name = name
+            self._commit(cp, pin, m, name, data, inline)
             self._just_checked = True    # the claims were listed right after the create
             log.debug("checkpoint %d of %r: wal %d B, manifest %d B", cp.epoch, self.ns, cp.wal_bytes, len(data))
         except BaseException as e:  # noqa: BLE001 - reported through cp.wait()
@@ -343,6 +358,18 @@ class CheckpointMixin:
             self._collect_garbage()
         except Exception as e:  # noqa: BLE001 - garbage stays for the next round
             log.warning("garbage collection after checkpoint %d failed: %s", cp.epoch, e)
+
+    def _commit(self, cp, pin, m, name: str, data: bytes, inline: set) -> None:
+        """Take a created manifest as this writer's newest checkpoint."""
+        cp.manifest_bytes = len(data) - cp.inline_new
+        self._count_bytes("manifest", len(data))
+        with self._lock:
+            self._committed.append(CheckpointInfo(cp.epoch, self._writer, name))
+            self._manifests[name] = m
+            for seg in pin.segments:
+                if id(seg) in inline:      # later manifests name this one as its carrier
+                    seg.carrier = (cp.epoch, self._writer)
+        cp.name = name
 
     def _reserved(self) -> dict:
         """SST numbers a flush or compaction in progress (or to come) may still publish:
@@ -385,6 +412,14 @@ class CheckpointMixin:
             return False
         except Exception:  # noqa: BLE001
             return True
+
+    def _stored_whole(self, name: str, data: bytes) -> bool:
+        """Whether the object ``name`` holds exactly ``data`` (False when it cannot be read:
+        then the caller withdraws it as before, RFC 0011 Risks)."""
+        try:
+            return self.store.get(name) == data
+        except Exception:  # noqa: BLE001 - missing, or unknown
+            return False
 
     def _drop_failed_manifest(self, info: CheckpointInfo) -> None:
         try:

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 
 class DkvError(Exception):
-    """Root of every error dkv raises on purpose."""
+    """Root of every error dkv raises on purpose. ``outcome_unknown``: True when what
+    failed may have taken effect all the same (a checkpoint whose manifest was created but
+    whose writer could not list the claims after it: the manifest stays, RFC 0011)."""
+
+    outcome_unknown = False
 
 
 class CorruptionError(DkvError):
@@ -75,4 +79,6 @@ def like(error: BaseException, msg: str) -> DkvError:
             pass
     if isinstance(error, OSError) and isinstance(out, OSError):
         out.errno = error.errno
+    if isinstance(error, DkvError) and error.outcome_unknown:
+        out.outcome_unknown = True
     return out

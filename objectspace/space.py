@@ -579,8 +579,11 @@ class ObjectSpace(KindMethods):
                            f"again through the newer one (one writer per store: close a space before "
                            f"opening the store again)")
             elif n:
-                e.add_note(f"objectspace: nothing was checkpointed; the changes to {n} object(s) are kept "
-                           f"in memory and go with the next successful checkpoint()")
+                unknown = isinstance(e, dkv.DkvError) and e.outcome_unknown
+                what = "the checkpoint may have been taken (its manifest stays)" if unknown else \
+                    "nothing was checkpointed"
+                e.add_note(f"objectspace: {what}; the changes to {n} object(s) are kept in memory and go "
+                           f"with the next successful checkpoint(){' either way' if unknown else ''}")
             raise
         self.on_saved()
         return name

@@ -158,7 +158,7 @@ class InjectedFault(StorageError):
 class _Rule:
     kind: str              # a method name, "write" (put or put_if_absent) or "any"
     nth: int               # fire on the nth matching call (1-based) ...
-    mode: str              # error | torn | lost | corrupt
+    mode: str              # error | torn | landed | lost | corrupt
     key_prefix: str = ""
     repeat: bool = False   # ... and on every matching call after it
     seen: int = field(default=0)
@@ -168,7 +168,8 @@ class FaultInjectingStore(_Forwarding):
     """Fails chosen calls: ``fail("put", nth=3, mode="torn")``.
 
     Modes: ``error`` raises before anything is stored; ``torn`` stores a prefix of the
-    data, then raises (a write cut off mid-way on a store without atomic puts); ``lost``
+    data, then raises (a write cut off mid-way on a store without atomic puts); ``landed``
+    stores the write whole, then raises (an answer lost after the write, a timeout); ``lost``
     returns success but stores nothing (an upload lost in a crash); ``corrupt`` stores the
     data with one byte flipped and returns success. ``crash_after(n)`` loses every write
     after the next n (a process dying with writes in flight). ``flip_byte`` damages an
@@ -184,7 +185,7 @@ class FaultInjectingStore(_Forwarding):
         self._lock = threading.Lock()
 
     def fail(self, kind: str, nth: int = 1, mode: str = "error", key_prefix: str = "", repeat: bool = False):
-        if mode not in ("error", "torn", "lost", "corrupt"):
+        if mode not in ("error", "torn", "landed", "lost", "corrupt"):
             raise ValueError(f"unknown fault mode {mode!r}")
         self.rules.append(_Rule(kind, nth, mode, key_prefix, repeat))
         return self
@@ -219,6 +220,9 @@ class FaultInjectingStore(_Forwarding):
         if mode == "torn":
             self.inner.put(key, bytes(data[: max(0, len(data) // 2)]))
             raise InjectedFault(f"injected torn write on {kind} {key}")
+        if mode == "landed":
+            fn(key, data)
+            raise InjectedFault(f"injected error after {kind} {key} was stored")
         if mode == "lost":
             return True
         damaged = bytearray(data)

@@ -429,3 +429,80 @@ def test_a_zombies_manifest_that_a_new_writer_opened_from_stays():
     w2.close()
     with dkv.open(inner, read_only=True) as ro:
         assert contents(ro) == model
+
+
+@pytest.mark.parametrize("fault", ["list", "create"])
+def test_a_zombies_manifest_stays_when_its_fate_is_unknown(fault):
+    """The zombie creates manifest 4 and a new writer opens from it (its claim starts at 4);
+    then ``list``: the zombie's listing of the claims fails, or ``create``: the create
+    reports an error although the manifest was stored. Either way the zombie cannot tell
+    from the answers that the new writer names manifest 4 as a carrier, so it must not
+    withdraw it (RFC 0011, Risks). The new writer's two checkpoints, and every listed
+    checkpoint, open with their data."""
+    from dkv.storage import FaultInjectingStore, ObjectStore
+
+    class OpenBetween(ObjectStore):
+        """Opens a second writer right after manifest 4 is created, then fails the next
+        listing of the claims (``list``) or reports the create failed (``create``)."""
+        def __init__(self, inner, faults):
+            self.inner, self.faults, self.location, self.w2 = inner, faults, "between://", None
+
+        def __getattr__(self, name):
+            return getattr(self.faults, name)
+
+        def put_if_absent(self, key, data):
+            ok = self.faults.put_if_absent(key, data)
+            if ok and key == _paths.manifest_name("", 4, 1) and self.w2 is None:
+                self.w2 = dkv.open(self.inner, background=False, retain=2, **INLINE)
+                if fault == "create":
+                    raise dkv.StorageError(f"timed out creating {key} (it was stored)")
+                self.faults.fail("list", key_prefix=_paths.WRITER_DIR)
+            return ok
+
+        def get(self, key, start=None, end=None):
+            return self.faults.get(key, start, end)
+
+        def put(self, key, data):
+            return self.faults.put(key, data)
+
+        def list(self, prefix=""):
+            return self.faults.list(prefix)
+
+        def delete(self, key):
+            return self.faults.delete(key)
+
+        def size(self, key):
+            return self.faults.size(key)
+
+    inner = MemoryStore()
+    faults = FaultInjectingStore(inner)
+    store = OpenBetween(inner, faults)
+    model: dict = {}
+    snaps: dict = {}
+    w1 = dkv.open(store, background=False, retain=2, **INLINE)
+    for e in range(1, 4):
+        _small_checkpoints(w1, model, [e])
+        snaps[e] = dict(model)
+    w1.put(b"k99", b"four")
+    model[b"k99"] = b"four"
+    with pytest.raises(dkv.DkvError) as failed:     # create: the claims say it is fenced
+        w1.checkpoint(4).wait()
+    assert faults.fired == (["error list writer/"] if fault == "list" else []), faults.fired
+    snaps[4] = dict(model)
+    w2 = store.w2
+    assert w2.opened_from.epoch == 4 and contents(w2) == model
+    for e in (5, 6):
+        _small_checkpoints(w2, model, [e])
+        snaps[e] = dict(model)
+    assert (4, 1) in mf.carriers(read_manifest(inner, w2.checkpoints()[-1].name))
+    listed = [c.epoch for c in dkv.list_checkpoints(inner)]
+    assert listed == [5, 6]
+    for e in listed:
+        with dkv.open(inner, checkpoint=e, read_only=True) as ro:
+            assert contents(ro) == snaps[e], e
+    w2.close()
+    w1.close()
+    with dkv.open(inner, read_only=True) as ro:
+        assert contents(ro) == model
+    # list: its outcome is unknown; create: stored whole, so the claims decided (fenced)
+    assert isinstance(failed.value, dkv.StorageError if fault == "list" else dkv.FencedError), failed.value

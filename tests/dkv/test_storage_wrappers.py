@@ -25,13 +25,13 @@ def test_logging_store_records_calls_in_order():
     assert log.calls == []
 
 
-@pytest.mark.parametrize("mode", ["error", "torn", "lost", "corrupt"])
+@pytest.mark.parametrize("mode", ["error", "torn", "landed", "lost", "corrupt"])
 def test_fault_modes_on_writes(mode):
     inner = MemoryStore()
     fs = FaultInjectingStore(inner).fail("put", nth=2, mode=mode)
     data = bytes(range(100))
     fs.put("one", data)
-    if mode in ("error", "torn"):
+    if mode in ("error", "torn", "landed"):
         with pytest.raises(InjectedFault):
             fs.put("two", data)
     else:
@@ -39,7 +39,7 @@ def test_fault_modes_on_writes(mode):
     fs.put("three", data)
     assert inner.get("one") == data and inner.get("three") == data
     got = inner.get("two") if inner.exists("two") else None
-    expected = {"error": None, "torn": data[:50], "lost": None}
+    expected = {"error": None, "torn": data[:50], "landed": data, "lost": None}
     if mode == "corrupt":
         assert got is not None and len(got) == 100 and sum(a != b for a, b in zip(got, data)) == 1
     else:

@@ -315,6 +315,32 @@ def test_a_failed_checkpoint_keeps_the_changes_and_says_so(tmp_path):
         assert dict(space.get_dict("d")) == {"a": 1, "b": 2}
 
 
+@pytest.mark.skipif(not HAVE_DKV or not hasattr(Exception, "add_note"), reason="needs dkv, Python 3.11")
+def test_a_checkpoint_of_unknown_outcome_says_it_may_have_been_taken():
+    """dkv keeps a manifest whose claims it could not list (RFC 0011 Risks): the note does
+    not say nothing was checkpointed, and the next checkpoint carries the changes anyway."""
+    from dkv.storage import FaultInjectingStore, MemoryStore
+    from objectspace import ObjectSpace
+    inner = MemoryStore()
+    fs = FaultInjectingStore(inner)
+    with ObjectSpace.open(fs, background=False) as space:
+        d = space.get_or_create_dict("d")
+        d["a"] = 1
+        space.checkpoint()
+        d["b"] = 2
+        fs.fail("list", key_prefix="writer/")
+        with pytest.raises(dkv.StorageError) as err:
+            space.checkpoint()
+        note = "\n".join(getattr(err.value, "__notes__", []))
+        assert "may have been taken" in note and "nothing was checkpointed" not in note
+        assert space.dirty
+        d["c"] = 3
+        space.checkpoint()
+        assert space.last_checkpoint == 3 and not space.dirty
+    with ObjectSpace.open(inner, read_only=True) as space:
+        assert dict(space.get_dict("d")) == {"a": 1, "b": 2, "c": 3}
+
+
 @pytest.mark.skipif(not hasattr(Exception, "add_note"), reason="exception notes need Python 3.11")
 def test_an_error_leaving_a_with_block_says_what_it_drops(tmp_path):
     from objectspace import ObjectSpace
