@@ -12,7 +12,8 @@ Not every valid manifest is a checkpoint (RFC 0011): a manifest past its writer'
 retention that still carries inline WAL segments which retained manifests name stays
 until they no longer do, and it cannot be opened (the older manifests it names may be
 gone). The **checkpoints** are the valid manifests whose epochs the newest valid
-manifest lists as retained (its ``k``); a Timeline reads that one manifest to tell.
+manifest lists as retained (its ``k``); a Timeline reads that one manifest to tell (and,
+after a rewind, the invalid manifests of the abandoned timeline: see ``_not_left``).
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class Timeline:
         self.ns = ns
         self._newest: tuple | None = None       # (CheckpointInfo, decoded manifest or None)
         self._valid: tuple | None = None
+        self._k: dict[str, frozenset | None] = {}      # `k` of invalid manifests (_retained_of)
         self._listed()
 
     def _listed(self) -> None:
@@ -138,7 +140,8 @@ class Timeline:
         newest one lists as retained. The rest are carriers (see the module's doc). Reads
         the newest manifest when there are two valid manifests or more; lists again when a
         writer collected it meanwhile. A damaged newest manifest: every valid manifest
-        counts (opening it reports the damage)."""
+        counts (opening it reports the damage). After a rewind, not those that left
+        retention in the abandoned timeline (``_not_left``)."""
         for attempt in range(MAX_LISTINGS):
             valid = self.valid()
             if len(valid) < 2:
@@ -156,8 +159,47 @@ class Timeline:
             if not newest.retained:         # written before `k` existed: all count
                 return valid
             keep = set(newest.retained)
-            return [c for c in valid if c.epoch in keep]
+            try:
+                return self._not_left([c for c in valid if c.epoch in keep])
+            except ObjectMissingError:
+                if attempt == MAX_LISTINGS - 1:
+                    raise
+                self._listed()
         raise AssertionError("unreachable")
+
+    def _not_left(self, checkpoints: list[CheckpointInfo]) -> list[CheckpointInfo]:
+        """``checkpoints`` without those that an invalid manifest says left retention.
+
+        A rewind (a claim from an older epoch) makes the newest valid manifest an older one,
+        whose ``k`` may list a manifest that left retention in the abandoned timeline and
+        that a writer then kept as a carrier and collected the files of. A manifest that
+        ``k`` lists counts only if every later manifest of a writer that knew it (an equal
+        or newer writer epoch: the abandoned ones too, still listed until the rewinding
+        writer's first manifest, whose ``k`` leaves it out in turn) lists it as well. Along
+        one timeline an epoch that left ``k`` never comes back, so only invalid manifests
+        are read, and only after a rewind (or a zombie's leftover). One that is damaged,
+        or has no ``k``, says nothing; one gone meanwhile raises ObjectMissingError (the
+        caller lists again)."""
+        if not checkpoints:
+            return checkpoints
+        oldest = min(c.writer for c in checkpoints)
+        later = [m for m in self.invalid() if m.epoch > checkpoints[0].epoch and m.writer >= oldest]
+        for m in later:
+            retained = self._retained_of(m)
+            if retained is not None:
+                checkpoints = [c for c in checkpoints
+                               if c.epoch in retained or c.epoch >= m.epoch or c.writer > m.writer]
+        return checkpoints
+
+    def _retained_of(self, info: CheckpointInfo) -> frozenset | None:
+        """The ``k`` of a manifest (None when it has none or is damaged), read once."""
+        if info.name not in self._k:
+            try:
+                self._k[info.name] = frozenset(mf.decode(self.store.get(info.name), info.name).retained) or None
+            except CorruptionError as e:
+                log.debug("%s: %s (its retained epochs are not counted)", instance_label(self.store, self.ns), e)
+                self._k[info.name] = None
+        return self._k[info.name]
 
     def carriers(self) -> list[CheckpointInfo]:
         """Valid manifests that are no checkpoints: kept for the inline segments they carry."""

@@ -359,6 +359,49 @@ def test_a_writer_that_rewinds_lists_no_carrier_as_a_checkpoint():
             assert contents(ro) == want
 
 
+
+def test_a_rewind_lists_no_manifest_that_left_retention_in_the_abandoned_timeline():
+    """Epoch 1 leaves retention at writer 2's checkpoint 3 and stays as a carrier (2 names
+    it), its table collected. A rewind to 2 invalidates 3, making 2's `k` ([1, 2]) the
+    newest word: 1 must not count as a checkpoint again (seed 3002 of the long inline runs
+    opened it and found its table gone), neither for a reader nor for the next writer,
+    until and after the rewinding writer's first manifest."""
+    store = MemoryStore()
+    opts = dict(background=False, retain=2, **INLINE)
+    a = dkv.open(store, **opts)
+    a.put(b"a", b"1")
+    a.flush()                                   # table T1
+    a.put(b"b", b"2")
+    a.checkpoint(1, flush=False).wait()         # [T1] + segment 1 inline
+    a.compact(full=True)                        # T1 -> T2
+    a.put(b"c", b"3")
+    a.checkpoint(2, flush=False).wait()         # [T2], names 1 as the carrier of segment 1
+    snap2 = contents(a)
+    a.close()
+    b = dkv.open(store, **opts)
+    b.put(b"d", b"4")
+    b.checkpoint(3, flush=False).wait()         # k = [2, 3]: 1 is a carrier, T1 is collected
+    b.close()
+    table1 = next(iter(read_manifest(store, _paths.manifest_name("", 1, 1)).tables())).path
+    assert _names(store) == [1, 2, 3] and not store.exists(table1)
+
+    rewind = dkv.open(store, checkpoint=2, discard_newer=True, **opts)
+    assert [c.epoch for c in rewind.checkpoints()] == [2]
+    rewind.close()                              # no manifest of its own: 2's `k` is the newest
+    assert [c.epoch for c in dkv.list_checkpoints(store)] == [2]
+    with pytest.raises(dkv.CheckpointNotFoundError, match="no checkpoint any more"):
+        dkv.open(store, checkpoint=1, read_only=True)
+    w = dkv.open(store, **opts)                 # the next writer
+    assert [c.epoch for c in w.checkpoints()] == [2]
+    assert contents(w) == snap2
+    w.checkpoint(3).wait()                      # k = [2, 3]; the abandoned 3 is collected
+    assert [c.epoch for c in w.checkpoints()] == [2, 3]
+    w.close()
+    assert [c.epoch for c in dkv.list_checkpoints(store)] == [2, 3]
+    for e in (2, 3):
+        with dkv.open(store, checkpoint=e, read_only=True) as ro:
+            assert contents(ro) == snap2
+
 # -- bounds -----------------------------------------------------------------------------------
 
 def test_inline_segments_flush_by_their_own_count():
