@@ -25,6 +25,7 @@ from __future__ import annotations
 import msgpack
 
 from . import _layout as L
+from ._base import F_INDEX, F_REPLACE
 from ._keycodec import decode_key, encode_name_scope
 from .errors import CorruptionError
 
@@ -49,6 +50,31 @@ def decode(raw: bytes, prefix: bytes) -> tuple[int, int]:
             or objects < 0 or scopes < 0 or scopes > objects:
         raise CorruptionError(f"the counts record of {where} is corrupt: {[version, objects, scopes]!r}")
     return objects, scopes
+
+
+def after_save(db, prefix: bytes, objs: list, graves: list, out: list, known: tuple | None) -> tuple | None:
+    """``(objects, scopes, True)`` after a save of the touched ``objs`` and the deletions
+    ``graves`` whose records are in ``out``, with the counts record's put (or delete, when
+    the space is empty) appended to ``out`` when they change or the store has no record.
+    ``known``: the counts as of the last confirmed save (None: unknown); returned as they
+    are when the save creates and deletes nothing."""
+    created = []
+    for obj in objs:
+        flags = obj._flags | obj._pflags
+        if flags & F_INDEX:     # never saved or unconfirmed: certain only for the first
+            created.append((obj._nkey, obj._name, not (obj._pflags & F_INDEX or flags & F_REPLACE)))
+    deleted = [g.nkey for g in graves]
+    if not created and not deleted and (not out or (known is not None and known[2])):
+        return known        # nothing to count (a store without the record gets it with a write)
+    objects, scopes, recorded = stored(db, prefix)
+    d_objects, d_scopes = change(db, prefix, created, deleted, objects)
+    objects, scopes = objects + d_objects, scopes + d_scopes
+    if not objects:             # an empty space keeps no record (none: count the index, one seek)
+        if recorded:
+            out.append((key(prefix), None))
+    elif d_objects or d_scopes or not recorded:
+        out.append((key(prefix), encode(objects, scopes)))
+    return objects, scopes, True
 
 
 def scope_of(name):

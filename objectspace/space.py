@@ -466,23 +466,7 @@ class ObjectSpace(KindMethods):
     def _count(self, objs: list, graves: list, out: list) -> tuple:
         """The space's counts after this save, with the counts record appended to ``out``
         when they change (or the store has none yet). See _counts.py."""
-        created = []
-        for obj in objs:
-            flags = obj._flags | obj._pflags
-            if flags & F_INDEX:     # never saved or unconfirmed: certain only for the first
-                created.append((obj._nkey, obj._name, not (obj._pflags & F_INDEX or flags & F_REPLACE)))
-        deleted = [g.nkey for g in graves]
-        if not created and not deleted and (not out or (self._counts is not None and self._counts[2])):
-            return self._counts     # nothing to count (a store without the record gets it with a write)
-        objects, scopes, recorded = _counts.stored(self._db, self._prefix)
-        d_objects, d_scopes = _counts.change(self._db, self._prefix, created, deleted, objects)
-        objects, scopes = objects + d_objects, scopes + d_scopes
-        if not objects:             # an empty space keeps no record (none: count the index, one seek)
-            if recorded:
-                out.append((_counts.key(self._prefix), None))
-        elif d_objects or d_scopes or not recorded:
-            out.append((_counts.key(self._prefix), _counts.encode(objects, scopes)))
-        return objects, scopes, True
+        return _counts.after_save(self._db, self._prefix, objs, graves, out, self._counts)
 
     @property
     def deletions(self) -> int:

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import threading
 
 log = logging.getLogger("spark_ops.metrics")
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 METRICS_COLUMN = "__spark_ops_metrics"
 PREFIX = "spark_ops."
 
@@ -104,6 +107,24 @@ def summary_line(operator: str, m: dict) -> str:
             f"{r['state_objects']} objects ({r['objects_removed']} removed, {r['ttl_expired']} expired) / "
             f"{r['state_bytes']} B / {r['state_records']} records / {r['objects_in_memory']} objects in memory, "
             f"memory {r['memory_bytes'] >> 20} MiB of a {r['memory_budget'] >> 20} MiB budget")
+
+
+# -- in the shard: memory --------------------------------------------------------------------
+
+def resident_bytes() -> int:
+    """This process's resident memory (RSS) in bytes: /proc/self/statm on Linux (one small
+    read), else the peak resident size getrusage reports (0 where neither exists)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        try:
+            import resource
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            return peak if sys.platform == "darwin" else peak * 1024
+        except (ImportError, OSError):
+            return 0
+
 
 
 # -- on the driver ----------------------------------------------------------------------------

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -21,6 +19,7 @@ from dkv.keys import key_prefix
 from objectspace import BLOOM_STRIP, SCHEMA_STATE, InPlaceChangeError, ObjectCache, ObjectSpace
 
 from . import _layout, _rows, _watermark
+from ._progress import resident_bytes
 from ._keys import user_key
 from ._opened import _SHARDS, close, keep, take  # noqa: F401 - _SHARDS: tests look at the kept states
 from ._shards import shard_range
@@ -35,7 +34,6 @@ END_OF_TIME = (1 << 62)
 MEMO_OBJECTS = 1 << 17
 TIMER_ROUNDS = 1000
 """Rounds of firing due timers in one batch: on_timer may register timers due at once."""
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 CHUNK_EVENTS = 1 << 14      # events per chunk of a batch (a list is cut so; see _chunked)
 OUT_CHUNK = 1 << 10         # emitted rows converted at once when the caller converts (a row may hold a whole buffer)
 DEFAULT_MEMORY = 512 << 20
@@ -612,21 +610,6 @@ def _raise_basis(basis: list, events: list, index, column) -> None:
             i = index.get(row.get(column))
             if i is not None and ts > basis[i]:
                 basis[i] = ts
-
-
-def resident_bytes() -> int:
-    """This process's resident memory (RSS) in bytes: /proc/self/statm on Linux (one small
-    read), else the peak resident size getrusage reports (0 where neither exists)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        try:
-            import resource
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            return peak if sys.platform == "darwin" else peak * 1024
-        except (ImportError, OSError):
-            return 0
 
 
 def _state_figures(db) -> tuple[int, int]:
