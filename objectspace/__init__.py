@@ -25,6 +25,7 @@ from ._ndarray import PersistedNDArray
 from ._queue import PersistedQueue, PersistedStack
 from ._set import PersistedSet, PersistedSortedSet
 from ._stream import PersistedStream
+from ._unsaved import Unsaved, item_position, stream_id, stream_position
 from ._value import PersistedArray, PersistedValue
 from .errors import (AlreadyExistsError, CorruptionError, EncodingError, InPlaceChangeError, KindMismatchError,
                      ObjectDeletedError, ObjectNotFoundError, ObjectSpaceError, StreamIdError)
@@ -56,6 +57,7 @@ __all__ = [
     "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
     "PersistedDict", "PersistedSortedDict", "PersistedStream", "PersistedNDArray", "PendingEntry",
     "register_type", "unregister_type", "encode_key", "decode_key", "encode_name",
+    "Unsaved", "item_position", "stream_id", "stream_position",
     "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
     "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError", "InPlaceChangeError",
     # inspection (docs/inspection.md)

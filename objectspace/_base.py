@@ -12,6 +12,7 @@ import logging
 
 from . import _layout as L
 from ._cache import OBJECT_BYTES
+from ._unsaved import Unsaved
 from .errors import EncodingError, ObjectDeletedError
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,12 @@ class PersistedObject:
     def name(self):
         """The object's name in its space."""
         return self._name
+
+    @property
+    def encoded_name(self) -> bytes:
+        """The name as the space stores it (``objectspace.encode_name(name)``), the key of
+        ``ObjectSpace.unsaved_objects()``. O(1)."""
+        return self._nkey
 
     @property
     def space(self):
@@ -184,6 +191,32 @@ class PersistedObject:
         empty collection exists. O(1), no I/O. A value also needs a value that is not
         None (see ``PersistedValue.exists``)."""
         return not self._dead
+
+    @property
+    def valid(self) -> bool:
+        """True while the handle works: False once the object was deleted, or its space was
+        refreshed or closed (get the object again). Unlike ``exists()``, a value that holds
+        None is valid. O(1), no I/O."""
+        return not self._dead
+
+    # -- what a save will write (public: see _unsaved.py) ------------------------------------
+
+    def unsaved(self):
+        """What the next save of the space writes for this object (an ``objectspace.Unsaved``:
+        the entries or positions written and removed), or None when it writes nothing for
+        it. Changes that a save wrote and no checkpoint has confirmed yet count: every save
+        writes them again until one is confirmed. O(changes); no I/O. ObjectDeletedError
+        once the object was deleted (the save then deletes all of it)."""
+        if self._dead:
+            self._raise_dead()
+        if not self._listed:
+            return None
+        written, removed, cleared = self._unsaved_parts()
+        return Unsaved(self.kind, tuple(written), tuple(removed), cleared)
+
+    def _unsaved_parts(self) -> tuple:
+        """(written, removed, cleared) for ``unsaved``; the object as a whole by default."""
+        return (), (), False
 
     # -- dirtiness --------------------------------------------------------------------------
 

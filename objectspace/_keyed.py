@@ -7,6 +7,7 @@ from ._base import F_META, PersistedObject
 ENTRY_BYTES = 80        # per cached entry: its encoded key and dict slot (see _cache.py)
 from ._keycodec import _SHORT_STRS, decode_key, encode_key
 from ._table import Table
+from ._unsaved import split
 from .errors import EncodingError
 
 
@@ -15,6 +16,7 @@ class KeyedObject(PersistedObject):
     _mutable_entries = False        # entries are keys: nothing to watch for in-place changes
     _handle_bytes = 1700
     __slots__ = ("_t",)
+    _t: Table
 
     @classmethod
     def _fresh(cls, space, name, nkey, codec):
@@ -38,6 +40,11 @@ class KeyedObject(PersistedObject):
 
     def _dirty_count(self) -> int:
         return self._t.dirty_count() + super()._dirty_count()
+
+    def _unsaved_parts(self) -> tuple:
+        t = self._t
+        written, removed = split(t)
+        return written, removed, t.clr or t.pclr
 
     def _ek(self, key) -> bytes:
         """Encoded key; errors name the object and the key."""

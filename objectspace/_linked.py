@@ -55,6 +55,12 @@ class LinkedListNode:
         return self._prev
 
     @property
+    def position(self) -> int:
+        """Where the node is stored: its id, which stays the same while it is in the list
+        (see ``objectspace.Unsaved``; ``PersistedLinkedList.node_at`` finds it)."""
+        return self._id
+
+    @property
     def list(self):
         """The list holding the node, or None once removed."""
         return self._list
@@ -303,6 +309,23 @@ class PersistedLinkedList(PersistedObject, Collection):
             self.remove(node)
 
     # -- save -------------------------------------------------------------------------------
+
+    def positions(self) -> list:
+        """The positions (node ids) of the nodes, in list order (see ``objectspace.Unsaved``).
+        O(n): loads every node."""
+        self._check()
+        return [node._id for node in self.nodes()]
+
+    def node_at(self, position: int):
+        """The node at ``position`` (its ``LinkedListNode.position``), or None when no node
+        of the list is there. O(1) once loaded (the first call loads every node)."""
+        self._check()
+        return self._ensure().get(position)
+
+    def _unsaved_parts(self) -> tuple:
+        nodes = self._nodes or {}
+        written = sorted(n for n in self._dv | self._pv if n in nodes)
+        return written, sorted(self._gone | self._pgone), False
 
     def _collect_items(self, out: list, full: bool) -> None:
         ip, lp, enc = self._items, self._ns + L.LINKS, self._encode

@@ -372,6 +372,19 @@ class SlotSequence(PersistedObject):
 
     # -- save -------------------------------------------------------------------------------
 
+    def positions(self) -> range:
+        """The positions (slots) of the elements, in order: element ``i`` is at
+        ``positions()[i]`` (see ``objectspace.Unsaved``). O(1)."""
+        self._check()
+        return range(self._head, self._tail)
+
+    def _unsaved_parts(self) -> tuple:
+        head, tail, lo, hi = self._head, self._tail, self._lo, self._hi
+        d = self._dirty | self._pending if self._pending else self._dirty
+        written = sorted(s for s in d if head <= s < tail)
+        removed = [*range(lo, min(head, hi)), *range(max(tail, lo), hi)] if lo < head or tail < hi else ()
+        return written, removed, False
+
     def _collect_items(self, out: list, full: bool) -> None:
         ip, head, tail, lo, hi = self._items, self._head, self._tail, self._lo, self._hi
         if lo < head or tail < hi:     # stored slots outside [head, tail): delete them

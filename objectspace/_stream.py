@@ -15,6 +15,7 @@ from ._inplace import keep_changed
 from ._layout import MAX_SEQ, format_id, id_key, key_id, parse_id, range_bound
 from ._keyed import ENTRY_BYTES
 from ._table import Table
+from ._unsaved import split
 from .errors import StreamIdError
 
 class PersistedStream(GroupsMixin, PersistedObject, Collection):
@@ -26,6 +27,7 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
     _handle_bytes = 2100
     _mutable_entries = True
     __slots__ = ("_t", "_last", "_groups", "_dead_groups")
+    _t: Table
 
     @classmethod
     def _fresh(cls, space, name, nkey, codec):
@@ -59,6 +61,18 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
 
     def _dirty_count(self) -> int:
         return self._t.dirty_count() + self._groups_dirty_count() + super()._dirty_count()
+
+    def positions(self) -> list:
+        """The positions of the entries (their ids as ints, ``objectspace.stream_position``),
+        oldest first. O(n): reads every entry."""
+        self._check()
+        return [int.from_bytes(ek, "big") for ek, _ in self._t.iterate()]
+
+    def _unsaved_parts(self) -> tuple:
+        t = self._t
+        written, removed = split(t)
+        pos = int.from_bytes
+        return [pos(ek, "big") for ek in written], [pos(ek, "big") for ek in removed], t.clr or t.pclr
 
     # -- adding -----------------------------------------------------------------------------
 

@@ -211,7 +211,7 @@ def cmd_show(args):
     nd = None
     with ExitStack() as stack:
         where, space, info, exp = _locate(args, stack, name)
-        items = [(s, v, exp.item(name, k)) for s, v, k in
+        items = [(s, v, exp.item(name, k, info.kind)) for s, v, k in
                  iter_slots(space, name, offset=args.offset, limit=args.limit + 1, keys=True)]
         expires = exp.object(name)
         if info.kind == "ndarray":

@@ -15,6 +15,7 @@ import logging
 import sys
 import time
 import weakref
+from types import MappingProxyType
 
 import dkv
 from dkv.batch import WriteBatch
@@ -473,6 +474,15 @@ class ObjectSpace(KindMethods):
         """Object deletions that confirmed saves wrote since this space was made (a
         deletion of an object never saved writes nothing and is not counted)."""
         return self._deletions
+
+    def unsaved_objects(self) -> MappingProxyType:
+        """The objects the next save writes something for (``PersistedObject.unsaved`` says
+        what), by encoded name (``PersistedObject.encoded_name``): a read-only view that
+        follows the space. Deleted objects are not in it (the save deletes them). In a space
+        opened with ``inplace=``, values changed in place join it when a save finds them.
+        O(1)."""
+        self._check_open()
+        return MappingProxyType(self._touched)
 
     def counts(self) -> dict:
         """``{"objects": n, "scopes": m}``: the objects the space holds, and the distinct

@@ -25,7 +25,7 @@ from bisect import bisect_left
 import msgpack
 
 import dkv
-from objectspace import decode_key, encode_name
+from objectspace import decode_key, encode_name, item_position, stream_id
 
 SCHEMA_TTL = 0x02
 """The schema byte of TTL records (after objectspace.SCHEMA_STATE 0x00 and timers' 0x01)."""
@@ -54,13 +54,8 @@ def _unpack(raw: bytes) -> int:
     return int.from_bytes(raw[:8], "big") - _OFFSET
 
 
-def format_id(ms: int, seq: int) -> str:
-    """A stream entry id as the stream writes it ("ms-seq")."""
-    return f"{ms}-{seq}"
-
-
 def _show_pos(pos: int, width: int):
-    return format_id(pos >> 64, pos & ((1 << 64) - 1)) if width == 16 else pos
+    return stream_id(pos) if width == 16 else pos
 
 
 def parse_index_key(raw: bytes) -> tuple[int, int, bytes, bytes]:
@@ -130,10 +125,11 @@ class Expiries:
         self._load(name)
         return self._obj
 
-    def item(self, name, item_key: bytes | None) -> int | None:
+    def item(self, name, item_key: bytes | None, kind: str) -> int | None:
         """When the element stored at ``item_key`` (the item record's key after the object's
         items prefix: a slot, node id, stream id or encoded entry key; None for records that
-        are not elements) goes: its entry's or span's expiry, else the object's."""
+        are not elements) of object ``name`` of ``kind`` goes: its entry's or span's expiry,
+        else the object's."""
         if not self.any:
             return None
         self._load(name)
@@ -141,8 +137,8 @@ class Expiries:
             e = self._entries.get(item_key)
             if e is not None:
                 return e
-            if self._spans and len(item_key) in (8, 16):
-                pos = int.from_bytes(item_key, "big")
+            pos = item_position(kind, item_key) if self._spans else None
+            if pos is not None:
                 i = bisect_left(self._spans, (pos,))
                 if i < len(self._spans) and self._spans[i][1] <= pos:
                     return self._spans[i][2]

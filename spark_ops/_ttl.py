@@ -24,17 +24,18 @@ read it, and its removal is part of the batch's checkpoint.
 
 Writes are found where the objects are saved (``before_save``, called by the runtime before
 every save of the spaces): only the objects looked up with ``ttl=`` since the last save are
-checked, against the space's list of written objects, so operators without ttl pay nothing.
+checked, against what the save will write (objectspace's public ``unsaved_objects()`` and
+``PersistedObject.unsaved()``, positions as ``positions()`` gives them), so operators
+without ttl pay nothing.
 """
 from __future__ import annotations
 
 from bisect import bisect_left
 
 import dkv
-from objectspace import ObjectNotFoundError, decode_key, encode_name
+from objectspace import ObjectNotFoundError, decode_key, encode_key, encode_name, stream_id
 
-from ._expiries import (_INDEX, _OFFSET, SPAN, _pack, _pre, _unpack, format_id, index_key, parse_index_key,
-                        stamp_key)
+from ._expiries import _INDEX, _OFFSET, SPAN, _pack, _pre, _unpack, index_key, parse_index_key, stamp_key
 from ._units import duration_ms
 
 _INFINITY = 1 << 63
@@ -111,7 +112,7 @@ class TtlService:
         if reg is None:
             reg = self.used[kg] = {}
             self.active = True
-        reg[obj._nkey] = ms
+        reg[obj.encoded_name] = ms
 
     def before_save(self) -> None:
         """Refresh the expiry of what was written among the objects looked up with ttl since
@@ -125,59 +126,42 @@ class TtlService:
             sp = spaces.get(kg)
             if sp is None:
                 continue
-            touched = sp._touched
+            unsaved = sp.unsaved_objects()
             for nkey, ttl in reg.items():
-                obj = touched.get(nkey)
-                if obj is None or obj._dead:
+                obj = unsaved.get(nkey)
+                if obj is None:
                     continue
+                change = obj.unsaved()
                 expiry = ptime + ttl
-                kind = obj.kind
+                kind = change.kind
                 if kind in PER_ENTRY:
-                    self._refresh_entries(kg, nkey, obj, expiry)
+                    self._refresh_entries(kg, nkey, change, expiry)
                 elif kind in PER_ELEMENT:
-                    self._refresh_elements(kg, nkey, obj, expiry)
+                    self._refresh_elements(kg, nkey, change, expiry)
                 self._set(kg, nkey, b"", expiry)
         self.used = {}
 
-    def _refresh_entries(self, kg: int, nkey: bytes, obj, expiry: int) -> None:
-        t = obj._t
-        if t.clr:       # cleared since the last save: every stored entry stamp goes
+    def _refresh_entries(self, kg: int, nkey: bytes, change, expiry: int) -> None:
+        """Stamp the entries the save writes with ``expiry``, unstamp those it removes (all
+        of them when the object was cleared). O(written entries), a point read per entry
+        not met yet this batch."""
+        if change.cleared:      # every stored entry stamp goes
             self._drop_entries(kg, nkey)
-        vals = t.vals
-        for ek in t.dirty:
-            if ek not in vals or decode_key(ek) not in obj:       # removed since the last save
-                self._set(kg, nkey, ek, None)
-            else:
-                self._set(kg, nkey, ek, expiry)
+        for ek in change.removed:
+            self._set(kg, nkey, ek, None)
+        for ek in change.written:
+            self._set(kg, nkey, ek, expiry)
 
-    def _refresh_elements(self, kg: int, nkey: bytes, obj, expiry: int) -> None:
-        """Stamp the positions of a sequence written since the last save (what the save will
-        write: dirty slots in the range, dirty node values, added stream entries) with
-        ``expiry``, as spans. O(written positions) plus a seek per run of them."""
-        kind = obj.kind
-        if kind in SLOT_KINDS:
-            d = obj._dirty | obj._pending if obj._pending else obj._dirty
-            if not d:
-                return
-            h, t = obj._head, obj._tail
-            runs = _intervals(sorted(s for s in d if h <= s < t))
-        elif kind == "linked_list":
-            nodes = obj._nodes
-            d = obj._dv | obj._pv
-            if nodes is None or not d:
-                return
-            runs = _intervals(sorted(n for n in d if n in nodes))
-        else:           # stream: entries are only added, with ids above every id before
-            t = obj._t
-            vals, gone = t.vals, t.ABSENT
-            added = [ek for ek in (t.dirty | t.pending if t.pending else t.dirty)
-                     if vals.get(ek, gone) is not gone]
-            if not added:
-                return
-            self._put_span(kg, nkey, int.from_bytes(min(added), "big"), int.from_bytes(max(added), "big"),
-                           expiry, 16, merge=False)
+    def _refresh_elements(self, kg: int, nkey: bytes, change, expiry: int) -> None:
+        """Stamp the positions of a sequence that the save writes (slots, node values, stream
+        entries) with ``expiry``, as spans. O(written positions) plus a seek per run of them."""
+        written = change.written
+        if not written:
             return
-        for lo, hi in runs:
+        if change.kind == "stream":     # entries are only added, with ids above every id before
+            self._put_span(kg, nkey, written[0], written[-1], expiry, 16, merge=False)
+            return
+        for lo, hi in _intervals(written):
             self._put_span(kg, nkey, lo, hi, expiry, 8)
 
     def _spans(self, kg: int, nkey: bytes, start: int, width: int):
@@ -272,19 +256,19 @@ class TtlService:
         migration moved it under a new name (RFC 0010), which counts as writing all of it.
         O(entries) for a dict or set, one span for a sequence."""
         expiry = (self.ptime or 0) + ttl_ms(ttl)
-        nkey, kind = obj._nkey, obj.kind
+        nkey, kind = obj.encoded_name, obj.kind
         self.active = True
         if kind in PER_ENTRY:
-            from objectspace import encode_key
             for key in list(obj):
                 self._set(kg, nkey, encode_key(key), expiry)
         elif kind in SLOT_KINDS and len(obj):
-            self._put_span(kg, nkey, obj._head, obj._tail - 1, expiry, 8, merge=False)
+            slots = obj.positions()
+            self._put_span(kg, nkey, slots[0], slots[-1], expiry, 8, merge=False)
         elif kind == "linked_list":
-            for lo, hi in _intervals(sorted(obj._ensure())):
+            for lo, hi in _intervals(sorted(obj.positions())):
                 self._put_span(kg, nkey, lo, hi, expiry, 8, merge=False)
         elif kind == "stream" and len(obj):
-            ids = [(int(ms) << 64) | int(seq) for ms, seq in (i.split("-") for i, _ in obj.range("-", "+"))]
+            ids = obj.positions()
             self._put_span(kg, nkey, min(ids), max(ids), expiry, 16, merge=False)
         self._set(kg, nkey, b"", expiry)
 
@@ -401,7 +385,8 @@ class TtlService:
         other elements keep their slots: O(expired)); from the first other expired slot m
         on, the elements are popped and the survivors appended again, and the spans from m
         on are rewritten to follow them (they keep their expiry): O(len - m)."""
-        h, t = obj._head, obj._tail
+        slots = obj.positions()
+        h, t = slots.start, slots.stop
         gone = sorted({s for lo, hi in due for s in range(max(lo, h), min(hi, t - 1) + 1)})
         if not gone:
             return 0
@@ -416,7 +401,6 @@ class TtlService:
         m, gone_set = gone[i], set(gone[i:])
         spans = list(self._spans(kg, nkey, m, 8))           # (lo, hi, expiry), hi >= m
         his = [hi for _, hi, _ in spans]
-        t = obj._tail
         values = [obj.pop() for _ in range(t - m)]
         values.reverse()                                    # slots m .. t-1
         survivors = []
@@ -431,7 +415,7 @@ class TtlService:
                 self._write_span(kg, nkey, lo, m - 1, e, 8)
         put = obj.push if obj.kind == "stack" else obj.append
         run = None                                          # [lo, hi, expiry] being built
-        for s, (v, e) in enumerate(survivors, obj._tail):
+        for s, (v, e) in enumerate(survivors, obj.positions().stop):
             put(v)
             if run is not None and run[2] == e and run[1] == s - 1:
                 run[1] = s
@@ -447,11 +431,10 @@ class TtlService:
     def _expire_nodes(obj, due: list) -> int:
         """Linked list: node ids are permanent, so the nodes of the due spans that are still
         there are removed, O(1) each; no other node moves."""
-        nodes = obj._ensure()
         n = 0
         for lo, hi in due:
             for nid in range(lo, hi + 1):
-                node = nodes.get(nid)
+                node = obj.node_at(nid)
                 if node is not None:
                     obj.remove(node)
                     n += 1
@@ -460,10 +443,9 @@ class TtlService:
     @staticmethod
     def _expire_entries(obj, due: list) -> int:
         """Stream: the entries with ids in the due spans, by a range read and ``delete``."""
-        mask = (1 << 64) - 1
         n = 0
         for lo, hi in due:
-            ids = [i for i, _ in obj.range(format_id(lo >> 64, lo & mask), format_id(hi >> 64, hi & mask))]
+            ids = [i for i, _ in obj.range(stream_id(lo), stream_id(hi))]
             if ids:
                 n += obj.delete(*ids)
         return n

@@ -220,7 +220,7 @@ class _Reader(DataSourceReader):
                     for info, slot, value, ik in objectspace.walk_slots(space, keys=True):
                         key, obj = _key_and_object(ref, info.name)
                         yield (*_operator(ref), ref.instance, ref.epoch, kg, key, obj, info.kind,
-                               _json(slot), _json(value), exp.item(info.name, ik) if exp is not None and exp.any else None)
+                               _json(slot), _json(value), exp.item(info.name, ik, info.kind) if exp is not None and exp.any else None)
 
     def _changes(self, p):
         ref = p.new or p.old

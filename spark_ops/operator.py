@@ -193,7 +193,7 @@ class Context:
         # that stopped working (deleted, or the space refreshed) is looked up again.
         memo = (self.key_group, self._parts, name)
         obj = self._objects.get(memo)
-        if obj is None or obj.kind != kind or obj._dead:
+        if obj is None or obj.kind != kind or not obj.valid:
             full = self._name(name)
             if self._vars is not None:
                 self._vars.on_use(self.key_group, name, kind)

@@ -9,7 +9,7 @@ another package owns ``_x`` and P does not: then it can only be that package's. 
 both own, such as ``_lock``, cannot be told apart without types and is not counted: the
 check is a lower bound.)
 
-The crossings that exist today are listed in ``KNOWN`` (module -> private names it reads
+Crossings that must stay for a while are listed in ``KNOWN`` (module -> private names it reads
 of another package), a ratchet: a new crossing fails, and so does a listed one that is
 gone (remove it from the list, so that it cannot come back unseen).
 """
@@ -21,15 +21,7 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("dkv", "objectspace", "spark_ops")
 
-KNOWN: dict[str, set[str]] = {
-    # TTL reads objectspace's save bookkeeping: which slots and keys a save will write, a
-    # linked list's nodes, a queue's head and tail (issue 33 item 1: a public interface for
-    # what a save writes is to replace these).
-    "spark_ops/_ttl.py": {"_dead", "_dv", "_ensure", "_head", "_nodes", "_pending", "_pv", "_t", "_tail",
-                          "_touched"},
-    # the operator's handle memo asks whether a handle still works
-    "spark_ops/operator.py": {"_dead"},
-}
+KNOWN: dict[str, set[str]] = {}     # none since TTL reads objectspace.Unsaved (issue 33)
 """Today's crossings (a ratchet; see the module docstring)."""
 
 

@@ -51,8 +51,9 @@ class FamilyRule:
     its members carry: every instance's JSON has them (null where a rule does not apply),
     and tables show the first. ``expiries(db, key_group)``, for a package whose state
     expires (spark_ops' TTL), gives a reader with ``object(name)`` and ``item(name,
-    item_key)`` (``item_key``: an item record's key after the object's items prefix, None
-    for other records), each the expiry in ms since the Unix epoch or None; inspection
+    item_key, kind)`` (``item_key``: an item record's key after the object's items prefix,
+    None for other records; ``objectspace.item_position(kind, item_key)`` gives a sequence
+    element's position), each the expiry in ms since the Unix epoch or None; inspection
     shows it as ``expires_at``."""
     name: str
     member: Callable[[str, str], Optional[FamilyMember]]
@@ -188,7 +189,7 @@ class _NoExpiries:
         return None
 
     @staticmethod
-    def item(name, item_key):
+    def item(name, item_key, kind):
         return None
 
 

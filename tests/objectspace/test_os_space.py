@@ -31,6 +31,8 @@ def test_public_names_are_pinned():
         "PersistedLinkedList", "LinkedListNode", "PersistedSet", "PersistedSortedSet",
         "PersistedDict", "PersistedSortedDict", "PersistedStream", "PersistedNDArray", "PendingEntry",
         "register_type", "unregister_type", "encode_key", "decode_key", "encode_name",
+        # what a save will write (docs/objectspace.md)
+        "Unsaved", "item_position", "stream_id", "stream_position",
         "ObjectSpaceError", "AlreadyExistsError", "ObjectNotFoundError", "KindMismatchError",
         "EncodingError", "ObjectDeletedError", "CorruptionError", "StreamIdError", "InPlaceChangeError",
         # inspection (objectspace/_inspect)
