@@ -109,20 +109,21 @@ def main(argv=None) -> int:
         "session_window": spark_ops.session_window(events, key="user", gap=SESSION_GAP, event_time="ts",
                                                    watermark=WATERMARK, state=state),
     }
-    results = {}
+    results, progress = {}, {}
     for name, df in queries.items():
-        results[name] = run_query(spark, name, df, state)
+        results[name], progress[name] = run_query(spark, name, df, state)
     spark.stop()
     plot(results)
+    plot_metrics(progress)
     total_cp = sum(r["checkpoint"] for res in results.values() for r in res)
     total_snap = sum(r["snapshot"] for res in results.values() for r in res)
     print(f"\nall operators, all batches: checkpoints wrote {total_cp:,} bytes; whole-state snapshots "
           f"would have written {total_snap:,} bytes ({total_snap / max(total_cp, 1):.1f}x more)")
-    print(f"plot: {os.path.join(OUT, 'checkpoint_bytes.png')}")
+    print(f"plots: {os.path.join(OUT, 'checkpoint_bytes.png')}, {os.path.join(OUT, 'metrics.png')}")
     return 0
 
 
-def run_query(spark, name: str, df, state: str) -> list[dict]:
+def run_query(spark, name: str, df, state: str) -> tuple[list[dict], list[dict]]:
     import spark_ops
 
     rows_out: list[dict] = []
@@ -165,7 +166,7 @@ def run_query(spark, name: str, df, state: str) -> list[dict]:
               f"memory {last['memory_bytes'] / 2**20:.0f} MiB of a {last['memory_budget'] / 2**20:.0f} MiB budget; "
               f"input skew {skew:.2f}x; open {last['open_ms']:.0f} ms", flush=True)
     print(f"{name}: lastProgress['observedMetrics']['spark_ops.{name}'] = {last}\n", flush=True)
-    return rows_out
+    return rows_out, [f for f in figures if f]
 
 
 def plot(results: dict) -> None:
@@ -188,6 +189,37 @@ def plot(results: dict) -> None:
         ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(OUT, "checkpoint_bytes.png"), dpi=110)
+
+
+def plot_metrics(progress: dict) -> None:
+    """The figures a dashboard would chart, per batch, from each query's progress: keys and
+    objects with state, what left it, and shard memory against its budget."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(progress), figsize=(5 * len(progress), 4), squeeze=False)
+    for ax, (name, figures) in zip(axes[0], progress.items()):
+        xs = range(len(figures))
+        for key, style in (("state_keys", "o-"), ("state_objects", "s-"), ("objects_removed", "x:"),
+                           ("ttl_expired", "+:"), ("timers_registered", "^:")):
+            ax.plot(xs, [f.get(key) or 0 for f in figures], style, label=key, markersize=4)
+        ax.set_title(f"{name}: state per batch")
+        ax.set_xlabel("batch")
+        ax.set_ylabel("count")
+        ax.set_ylim(bottom=0)
+        mem = ax.twinx()
+        mem.plot(xs, [(f.get("memory_bytes") or 0) / 2**20 for f in figures], "k--", label="memory_bytes (MiB)")
+        budget = max((f.get("memory_budget") or 0 for f in figures), default=0) / 2**20
+        if budget:
+            mem.axhline(budget, color="red", linewidth=0.8, label="memory_budget")
+        mem.set_ylabel("MiB")
+        mem.set_ylim(bottom=0)
+        lines = ax.get_legend_handles_labels()
+        more = mem.get_legend_handles_labels()
+        ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="center left", framealpha=0.6)
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "metrics.png"), dpi=110)
 
 
 if __name__ == "__main__":
