@@ -21,12 +21,11 @@ from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
 from ._flush import FlushMixin
 from ._lanes import Lanes
 from ._refresh import RefreshMixin
-from ._memtable import _MISSING as _ABSENT
-from ._memtable import Memtable
+from ._memtable import NO_RECORD, Memtable
 from ._merge import merge_visible
 from ._options import Options
 from ._pacer import Pacer
-from ._table import _MISSING, BlockCache, group_bounds
+from ._table import BlockCache, group_bounds
 from ._timeline import CheckpointInfo, Timeline, claim_writer, instance_label
 from .batch import WriteBatch, check_key, check_value
 from .errors import (ClosedError, DkvError, FencedError, NewerCheckpointsError, ObjectMissingError, ReadOnlyError,
@@ -283,8 +282,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             key = check_key(key)
         if self._closed:
             raise ClosedError("this dkv store is closed")
-        value = self._active.data.get(key, _ABSENT)
-        if value is not _ABSENT:
+        value = self._active.data.get(key, NO_RECORD)
+        if value is not NO_RECORD:
             return value
         sources, version = self._view
         if sources:
@@ -296,12 +295,12 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             for i in bloom_candidates(key, probe[1]):
                 src = sources[i]
                 if type(src) is Memtable:
-                    value = src.data.get(key, _ABSENT)
-                    if value is not _ABSENT:
+                    value = src.data.get(key, NO_RECORD)
+                    if value is not NO_RECORD:
                         return value
                 elif src.min_key <= key <= src.max_key:
                     rec = src.get_probed(key)
-                    if rec is not _MISSING:
+                    if rec is not NO_RECORD:
                         return rec[1]
         try:
             rec = version.get(key)
@@ -311,7 +310,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             if self._view[1] is version:
                 raise
             return self.get(key)
-        return None if rec is _MISSING else rec[1]
+        return None if rec is NO_RECORD else rec[1]
 
     def scan(self, start: bytes | None = None, end: bytes | None = None):
         """Iterate (key, value) for start <= key < end in ascending order (heap merge of all

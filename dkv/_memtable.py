@@ -16,7 +16,8 @@ from bisect import bisect_left, bisect_right
 from operator import itemgetter
 
 ENTRY_OVERHEAD = 48  # bytes charged per key besides key and value, roughly the dict's cost
-_MISSING = object()
+NO_RECORD = object()
+"""The one sentinel of dkv's read path: no record for the key in this source."""
 _first = itemgetter(0)
 
 
@@ -33,9 +34,9 @@ class Memtable:
     def put(self, key: bytes, value: bytes | None) -> None:
         """Insert or overwrite. O(1)."""
         data = self.data
-        old = data.get(key, _MISSING)
+        old = data.get(key, NO_RECORD)
         data[key] = value
-        if old is _MISSING:
+        if old is NO_RECORD:
             self.nbytes += len(key) + ENTRY_OVERHEAD + (0 if value is None else len(value))
             if self._sorted is not None:
                 self._pending.append(key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .format.bloom import check_strip
+from .storage import STORE_OPTIONS
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -50,6 +51,9 @@ class Options:
     aws_access_key_id: str | None = None
     aws_secret_access_key: str | None = None
     aws_session_token: str | None = None
+    max_attempts: int | None = None       # s3: attempts per request (None: S3Store's default, 8)
+    connect_timeout: float | None = None  # s3: seconds (None: 10)
+    read_timeout: float | None = None     # s3: seconds (None: 60)
 
     @classmethod
     def from_kwargs(cls, kwargs: dict) -> "Options":
@@ -64,6 +68,13 @@ class Options:
             value = getattr(opts, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"dkv option {name} must be a positive int, got {value!r}")
+        if opts.max_attempts is not None and (not isinstance(opts.max_attempts, int) or isinstance(
+                opts.max_attempts, bool) or opts.max_attempts < 1):
+            raise ValueError(f"dkv option max_attempts must be a positive int, got {opts.max_attempts!r}")
+        for name in ("connect_timeout", "read_timeout"):
+            value = getattr(opts, name)
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"dkv option {name} must be a positive number of seconds, got {value!r}")
         for name in ("inline_segment_bytes", "inline_manifest_bytes"):
             value = getattr(opts, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -76,6 +87,5 @@ class Options:
         return opts
 
     def store_options(self) -> dict:
-        keys = ("fsync", "cache_dir", "cache_bytes", "endpoint_url", "region_name",
-                "aws_access_key_id", "aws_secret_access_key", "aws_session_token")
-        return {k: getattr(self, k) for k in keys}
+        """The options for ``storage.open_store``."""
+        return {k: getattr(self, k) for k in STORE_OPTIONS}

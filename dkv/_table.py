@@ -20,9 +20,9 @@ from .format._front import HINT_EVERY
 from .format._front import find as front_find
 from .format._front import index as front_index
 from .format.manifest import ALL_KEY_GROUPS, TableRef
+from ._memtable import NO_RECORD
 
 TAIL_READ = 64 * 1024
-_MISSING = object()
 
 
 def _maybe(key: bytes) -> bool:
@@ -132,13 +132,13 @@ RECORDS_WINDOW = 1 << 20  # bytes of blocks a compaction reads of a table at onc
 
 
 def _list_get(blk: list, key: bytes):
-    """(seq, value) of key in a decoded format-1 block, or _MISSING."""
+    """(seq, value) of key in a decoded format-1 block, or NO_RECORD."""
     pos = blk[3]
     if pos is None:
         pos = blk[3] = dict(zip(blk[0], range(len(blk[0]))))
     j = pos.get(key)
     if j is None:
-        return _MISSING
+        return NO_RECORD
     seqs = blk[2]
     return (seqs if type(seqs) is int else seqs[j]), blk[1][j]
 
@@ -266,7 +266,7 @@ class Table:
         return [raw, pos, seqs if type(seqs) is int else 0], raw_cost(raw)
 
     def get(self, key: bytes):
-        """(seq, value) for key (value None = tombstone), or _MISSING.
+        """(seq, value) for key (value None = tombstone), or NO_RECORD.
 
         The bloom filter first (one C call: a cached block's walk costs ~10x more, and most
         gets that reach a table miss it: at a million keys a get passes dozens of sealed
@@ -274,18 +274,18 @@ class Table:
         answer becomes a Python object).
         """
         if self.clip_lo is not None and not self.owns(key):
-            return _MISSING
+            return NO_RECORD
         if self._meta is None:
             self.meta()
         if not self._bloom(key):
-            return _MISSING
+            return NO_RECORD
         return self._find(key)
 
     def get_probed(self, key: bytes):
         """``get`` for a caller that probed this table's bloom filter already (DB.get
         probes every sealed segment's at once)."""
         if self.clip_lo is not None and not self.owns(key):
-            return _MISSING
+            return NO_RECORD
         if self._meta is None:
             self.meta()
         return self._find(key)
@@ -293,7 +293,7 @@ class Table:
     def _find(self, key: bytes):
         i = bisect_right(self._first, key) - 1
         if i < 0:
-            return _MISSING
+            return NO_RECORD
         blk = self._blocks[i]
         if blk is None:
             blk = self._fetch(i)
@@ -302,7 +302,7 @@ class Table:
             self._cache.hits += 1
         if type(blk[0]) is bytes:
             found, value = front_find(blk[0], key, blk[1], _hints(blk))
-            return (blk[2], value) if found else _MISSING
+            return (blk[2], value) if found else NO_RECORD
         return _list_get(blk, key)
 
     def may_contain(self, key: bytes) -> bool:

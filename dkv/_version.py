@@ -10,7 +10,8 @@ from bisect import bisect_left
 from itertools import chain
 
 from ._compaction import same_run
-from ._table import _MISSING, Table
+from ._memtable import NO_RECORD
+from ._table import Table
 
 
 class Version:
@@ -36,11 +37,11 @@ class Version:
         return sum(t.ref.size for t in tables)
 
     def get(self, key: bytes):
-        """(seq, value) of the newest record for key, or _MISSING. Stops at the first hit."""
+        """(seq, value) of the newest record for key, or NO_RECORD. Stops at the first hit."""
         for t in self.l0:
             if t.min_key <= key <= t.max_key:
                 r = t.get(key)
-                if r is not _MISSING:
+                if r is not NO_RECORD:
                     return r
         for run, maxkeys in zip(self.levels, self._maxkeys):
             i = bisect_left(maxkeys, key)
@@ -49,12 +50,12 @@ class Version:
                 if t.min_key > key:
                     break
                 r = t.get(key)
-                if r is not _MISSING:
+                if r is not NO_RECORD:
                     return r
                 if t.clip_hi is None or key < t.clip_hi:
                     break
                 i += 1      # key sits on a key-group boundary: the next table may own it
-        return _MISSING
+        return NO_RECORD
 
     def sources(self, start: bytes | None, end: bytes | None) -> list:
         """One chunk iterator per L0 table and per level overlapping [start, end); each yields

@@ -25,13 +25,17 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_S3_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key",
-               "aws_session_token", "max_attempts", "client")
+S3_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key",
+              "aws_session_token", "max_attempts", "connect_timeout", "read_timeout")
+"""The options ``open_store`` passes to S3Store (and ``dkv.open`` takes as dkv options): the
+one list, so that what S3Store takes can be passed from ``dkv.open`` and ``ObjectSpace.open``."""
+STORE_OPTIONS = ("fsync", "cache_dir", "cache_bytes") + S3_OPTIONS
+"""Every option of ``open_store`` besides ``create`` (``client``: a ready boto3 client, for tests)."""
 
 
 def open_store(location, *, create: bool = True, **options) -> ObjectStore:
     """An ObjectStore for ``location``: an ObjectStore, a path, ``file://``, ``memory://name``
-    or ``s3://bucket/prefix``. S3 options: endpoint_url, region_name, credentials,
+    or ``s3://bucket/prefix``. S3 options: ``S3_OPTIONS`` (see S3Store), ``client``, and
     cache_dir and cache_bytes (local cache of SSTs; default a temp folder, 1 GiB).
 
     Opening a store writes nothing: a local folder is made by the first write. With
@@ -47,7 +51,7 @@ def open_store(location, *, create: bool = True, **options) -> ObjectStore:
         return MemoryStore.named((url.netloc + url.path).strip("/") or "default", create=create)
     if url.scheme == "s3":
         from .s3 import S3Store
-        s3_opts = {k: options[k] for k in _S3_OPTIONS if options.get(k) is not None}
+        s3_opts = {k: options[k] for k in (*S3_OPTIONS, "client") if options.get(k) is not None}
         store = S3Store(url.netloc, url.path, **s3_opts)
         cache_dir = options.get("cache_dir") or os.path.join(tempfile.gettempdir(), "dkv-cache")
         return CachedStore(store, cache_dir, options.get("cache_bytes") or (1 << 30),

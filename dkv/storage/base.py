@@ -94,7 +94,7 @@ class ObjectStore(abc.ABC):
         return f"<{type(self).__name__} {self.location}>"
 
 
-def check_key(key: str) -> str:
+def check_object_key(key: str) -> str:
     """Reject keys that could escape the store root or are not plain relative names."""
     if not isinstance(key, str) or not key:
         raise ValueError(f"object key must be a non-empty str, got {key!r}")

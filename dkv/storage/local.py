@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 
 from ..errors import ObjectMissingError, StorageError
-from .base import ObjectStore, check_key, clip_range
+from .base import ObjectStore, check_object_key, clip_range
 
 _TMP_PREFIX = ".tmp-"
 
@@ -45,7 +45,7 @@ class LocalDirStore(ObjectStore):
         return LocalDirStore(up, fsync=self.fsync), name
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, *check_key(key).split("/"))
+        return os.path.join(self.root, *check_object_key(key).split("/"))
 
     def get(self, key, start=None, end=None):
         if start is not None or end is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import ObjectMissingError
-from .base import ObjectStore, check_key, clip_range
+from .base import ObjectStore, check_object_key, clip_range
 
 _NAMED: dict[str, "MemoryStore"] = {}
 _NAMED_LOCK = threading.Lock()
@@ -50,13 +50,13 @@ class MemoryStore(ObjectStore):
         return data[lo:hi]
 
     def put(self, key, data):
-        check_key(key)
+        check_object_key(key)
         data = bytes(data)
         with self._lock:
             self._objects[key] = data
 
     def put_if_absent(self, key, data):
-        check_key(key)
+        check_object_key(key)
         with self._lock:
             if key in self._objects:
                 return False

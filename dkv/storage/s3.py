@@ -45,11 +45,11 @@ import threading
 import time
 
 from ..errors import ObjectMissingError, StorageError
-from .base import ObjectStore, check_key
+from .base import ObjectStore, check_object_key
 
 log = logging.getLogger(__name__)
 
-_MISSING = {"NoSuchKey", "404", "NotFound"}
+_NOT_FOUND_CODES = {"NoSuchKey", "404", "NotFound"}
 _PRECONDITION = {"PreconditionFailed", "412"}
 _INVALID_RANGE = {"InvalidRange", "416"}
 _CONFLICT = {"ConditionalRequestConflict", "409"}
@@ -197,7 +197,7 @@ class S3Store(ObjectStore):
                        retry_delay=self.retry_delay), name
 
     def _key(self, key: str) -> str:
-        return self.prefix + check_key(key)
+        return self.prefix + check_object_key(key)
 
     def _fail(self, what: str, key: str, last, attempts: int | None = None) -> StorageError:
         answer = last if isinstance(last, str) else _answer(last)
@@ -223,7 +223,7 @@ class S3Store(ObjectStore):
                 return fn(*args, **kwargs)
             except ClientError as e:
                 code = _code(e)
-                if code in _MISSING:
+                if code in _NOT_FOUND_CODES:
                     raise ObjectMissingError(f"{self.location}/{key} does not exist") from None
                 if code in _PRECONDITION or code in _INVALID_RANGE:
                     raise       # answers, not failures: the caller handles them
@@ -373,7 +373,7 @@ class S3Store(ObjectStore):
                                   Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
                 failed = {}
                 for err in resp.get("Errors", ()) or ():
-                    if err.get("Code") in _MISSING:
+                    if err.get("Code") in _NOT_FOUND_CODES:
                         continue
                     name = err.get("Key", "")
                     name = name[len(self.prefix):] if name.startswith(self.prefix) else name

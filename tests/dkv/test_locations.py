@@ -4,6 +4,7 @@ empty folder unless ``create="force"``; an instance opens from any folder above 
 (its manifests name files relative to the folder its writer opened)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 
@@ -224,3 +225,31 @@ def test_a_file_where_a_store_should_be_is_named_as_such(tmp_path):
         with pytest.raises(dkv.NotAStoreError, match="notes.py: it is a file, not a folder"):
             dkv.open(str(f), **kw)
     assert f.read_text() == "x = 1\n"
+
+
+def test_every_s3_store_option_passes_through_dkv_open(s3_server, tmp_path):
+    """One list of S3 options (dkv.storage.S3_OPTIONS): each keyword S3Store takes for its
+    connection is a dkv option, and dkv.open hands it over (issue 33: max_attempts could not)."""
+    import inspect
+
+    from dkv._options import Options
+    from dkv.storage import S3_OPTIONS, S3Store
+
+    own = {"bucket", "prefix", "client", "retry_delay", "credentials", "self"}
+    takes = set(inspect.signature(S3Store.__init__).parameters) - own
+    creds = {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
+    assert takes | creds == set(S3_OPTIONS)
+    assert set(S3_OPTIONS) <= {f.name for f in dataclasses.fields(Options)}
+    url = s3_server.url()
+    with dkv.open(url, max_attempts=2, connect_timeout=3, read_timeout=5, cache_dir=str(tmp_path / "c")) as db:
+        inner = db.store
+        while not isinstance(inner, S3Store):
+            inner = inner.inner
+        assert inner.max_attempts == 2
+        assert inner.client.meta.config.connect_timeout == 3 and inner.client.meta.config.read_timeout == 5
+        db.put(b"k", b"v")
+        db.checkpoint().wait()
+    with pytest.raises(ValueError, match="max_attempts must be a positive int, got 0"):
+        dkv.open(url, max_attempts=0)
+    with pytest.raises(ValueError, match="read_timeout must be a positive number of seconds"):
+        dkv.open(url, read_timeout=-1)
