@@ -5,15 +5,20 @@ floor, or runtime: spark_ops' runtime with its state in memory). The runner feed
 file stream source that admits exactly one pre-written parquet file per micro-batch, runs
 the query with `trigger(availableNow=True)` and measures, per batch:
 - time: `triggerExecution` from Spark's query progress, minus the runner's own listing time;
-- rows in (progress `numInputRows`) and rows out (counted by the sink);
+- rows in (progress `numInputRows`) and rows out (counted by the sink); with `digest` (all but
+  the floor), in the same pass over the output, an order-independent digest of its rows (the
+  bit_xor of an xxhash64 of each row), so that contenders can be checked to emit the same rows
+  in the same batches;
 - state bytes and objects: the sink lists every file under the contender's state locations
   after the batch has run and attributes what was written since the previous listing (new or
   replaced files whole, grown ones their growth) to this batch, so background uploads (RocksDB
   snapshots) show up as spikes in the batch during which they landed; of those, the metadata
   (metadata_file: our manifests, the RocksDB store's snapshot zips and schema files). Hadoop's
   `.crc` sidecars are left out: an object store has none;
-- RSS: after each batch, of the Python processes holding state (ProcessSampler: PySpark
-  workers; for ours also the shard hosts), and their peak (VmHWM) over the run.
+- RSS: after each batch, of the processes holding state (ProcessSampler: PySpark workers, the
+  Spark JVM, where Spark's state stores live, and for ours the shard hosts), and their peak
+  (VmHWM) over the run; before each run the JVM closes the state stores earlier runs left
+  loaded and does a full GC, so that an earlier run's memory does not count as this run's.
 Sources are keyed by their parameters (source_name) and written once; a run reads a folder of
 links to the first N files (source_view), so a run can stop after N batches.
 """
@@ -208,6 +213,9 @@ class Contender:
     role: str                                       # "ours" | "peer" | "floor" | "runtime"
     build: Callable                                 # (inputs, RunContext) -> DataFrame
     unavailable: Callable[[], str | None] = lambda: None  # a reason, or None when it can run
+    # called before the Spark session starts when the contender is selected: jars it needs on
+    # spark.jars (the JVM peers: see _spark_jvm.prepare)
+    prepare: Callable[[], list[str]] | None = None
 
 
 # ---------------------------------------------------------------- measuring
@@ -219,6 +227,7 @@ class BatchStat:
     events: int = 0            # events in the batch's source file
     rows_in: int = 0           # Spark's numInputRows (counts a source once per scan of it)
     rows_out: int = 0
+    digest: str | None = None  # of the output rows (see the module doc); None: not computed
     ms: float = 0.0            # Spark's triggerExecution minus overhead_ms
     overhead_ms: float = 0.0   # the runner's own listing of the state locations and RSS sampling
     state_bytes: int = 0       # bytes written under the state locations (new files, growth)
@@ -241,6 +250,7 @@ class RunResult:
     count: int = 0             # buffer size of the run
     warmup: int = 0            # batches left out of the steady figures
     memory: dict = field(default_factory=dict)   # see ProcessSampler.report
+    output_schema: str = ""    # the output DataFrame's (simpleString): digests compare within one schema
 
     def summary(self, warmup: int | None = None) -> dict:
         """Steady-state figures over the batches after `warmup` (default: the run's)."""
@@ -277,6 +287,7 @@ def summarize(batches: list[dict], warmup: int, memory: dict | None = None, skip
         "manifest_bytes_max": None if manifest[0] is None else max(manifest),
         "peak_rss": {cls: v["sum"] for cls, v in peak.items() if v.get("n")},
         "peak_rss_max": {cls: v["max"] for cls, v in peak.items() if v.get("n")},
+        "rss_at_start": {cls: v["sum"] for cls, v in (memory or {}).get("at_start", {}).items() if v.get("n")},
         "rows_out": sum(b["rows_out"] for b in steady),
     }
 
@@ -328,14 +339,16 @@ def _written(now: dict, before: dict) -> dict[str, int]:
 
 SPARK_OPS_ROLES = ("ours", "runtime")   # roles that run in spark_ops (its state folder, its shard hosts)
 HOST_MARK = "spark_ops._host"   # in the command line of a shard host (spark_ops/_host.py _start)
-CLASSES = ("workers", "hosts")
+CLASSES = ("workers", "hosts", "jvm")
 
 
 class ProcessSampler:
-    """RSS of the Python processes that hold state: the PySpark workers (Python processes
-    under the Spark JVM: pyspark.daemon and the workers it forks) and, with `hosts`, the
-    spark_ops shard hosts whose owner (a worker's parent) is one of them; of those, the ones
-    that take part in the run (started during it, or using CPU in it). Peaks are Linux's
+    """RSS of the processes that hold state: the PySpark workers (Python processes under the
+    Spark JVM: pyspark.daemon and the workers it forks), the Spark JVM itself ("jvm": driver and
+    executor in local mode; Spark's state stores, RocksDB's native memory included, live there,
+    for the Python peers as for the JVM one) and, with `hosts`, the spark_ops shard hosts whose
+    owner (a worker's parent) is one of them; of those, the ones that take part in the run
+    (started during it, or using CPU in it). Peaks are Linux's
     VmHWM, reset at the start of a run (/proc/<pid>/clear_refs) where the kernel allows, so
     a process reused from an earlier run starts at its current RSS (`at_start` in the report)."""
 
@@ -356,13 +369,14 @@ class ProcessSampler:
         except psutil.Error:
             return {}
         under_jvm: dict[int, object] = {}
+        found = {}
         for p in below:
             try:
                 if p.name().startswith("java"):
+                    found[p.pid] = ("jvm", p)
                     under_jvm.update((c.pid, c) for c in p.children(recursive=True))
             except psutil.Error:
                 continue
-        found = {}
         for pid, p in under_jvm.items():
             try:
                 cmd = p.cmdline()
@@ -399,6 +413,25 @@ class ProcessSampler:
                 _host.call_at(cmd[cmd.index("--socket") + 1], _opened.drop_cached)
             except (self._psutil.Error, ValueError, IndexError, _host.HostError) as e:
                 print(f"note: could not clear a shard host's states ({e})", file=sys.stderr)
+
+    def settle_jvm(self, timeout: float = 5.0, step: float = 0.25) -> None:
+        """Wait (at most `timeout` s) until the JVM's RSS stops falling: G1 gives the heap that a
+        full GC freed back in the background (JDK 16+), so right after _clean_jvm the RSS would
+        still be the earlier run's and the peak reset below would start from it."""
+        jvms = [p for cls, p in self.processes().values() if cls == "jvm"]
+        if not jvms:
+            return
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                now = sum(p.memory_info().rss for p in jvms)
+            except self._psutil.Error:
+                return
+            if last is not None and now > last - 2**20:      # fell less than 1 MB in a step: settled
+                return
+            last = now
+            time.sleep(step)
 
     def start(self) -> None:
         """At the start of a run: reset the peaks of the processes already there and note
@@ -474,10 +507,26 @@ def interpreter_baseline() -> dict:
 # ---------------------------------------------------------------- running
 
 
+def _clean_jvm(spark) -> None:
+    """Before a run: close the state stores that earlier queries left loaded in the JVM (Spark's
+    maintenance would unload them a while later; a new application would start without them), then
+    a full GC (G1 gives the freed heap back), so that the JVM's RSS at the run's start is not an
+    earlier run's."""
+    jvm = spark.sparkContext._jvm
+    for what, call in (("close the loaded state stores",
+                        lambda: jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()),
+                       ("run a full GC", lambda: jvm.java.lang.System.gc())):
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001 - a measuring nicety, never a reason to fail the run
+            print(f"note: could not {what} in the Spark JVM before the run ({e})", file=sys.stderr)
+
+
 def run_contender(spark, contender: Contender, scenario: Scenario, source: Path, work: Path,
-                  ctx: RunContext, events_by_batch: list[int]) -> RunResult:
+                  ctx: RunContext, events_by_batch: list[int], digest: bool = True) -> RunResult:
     """Run one contender over the prepared source (every file of the folder, one per batch);
-    one RunResult with a BatchStat per batch. `events_by_batch`: the rows of each batch file."""
+    one RunResult with a BatchStat per batch. `events_by_batch`: the rows of each batch file.
+    `digest`: also a digest of each batch's output rows (not for the floor: a pass-through)."""
     from pyspark.sql import functions as F
 
     result = RunResult(contender.name, contender.role, scenario.name, ctx.keys, count=ctx.count)
@@ -494,10 +543,17 @@ def run_contender(spark, contender: Contender, scenario: Scenario, source: Path,
     sampler = ProcessSampler(hosts=contender.role in SPARK_OPS_ROLES)
     if sampler.hosts:
         sampler.drop_host_states()
+    _clean_jvm(spark)
+    sampler.settle_jvm()
     sampler.start()
+    digest = digest and contender.role != "floor"
 
     def sink(batch_df, batch_id):
-        rows_out = batch_df.select(F.count(F.lit(1)).alias("n")).collect()[0]["n"]  # runs the plan once
+        aggs = [F.count(F.lit(1)).alias("n")]
+        if digest:
+            aggs.append(F.bit_xor(F.xxhash64(*batch_df.columns)).alias("h"))
+        row = batch_df.select(*aggs).collect()[0]         # runs the plan once
+        rows_out = row["n"]
         t0 = time.perf_counter()
         now = _listing(roots)
         written = _written(now, seen)
@@ -505,13 +561,16 @@ def run_contender(spark, contender: Contender, scenario: Scenario, source: Path,
         seen.update(now)
         meta = [s for p, s in written.items() if metadata_file(p, contender.role)]
         rss = sampler.sample()
-        stats[batch_id] = BatchStat(batch_id, rows_out=rows_out, state_bytes=sum(written.values()),
+        stats[batch_id] = BatchStat(batch_id, rows_out=rows_out,
+                                    digest=f"{(row['h'] or 0) & (2**64 - 1):016x}" if digest else None,
+                                    state_bytes=sum(written.values()),
                                     state_files=len(written), manifest_bytes=sum(meta), manifest_files=len(meta),
                                     rss=rss, overhead_ms=1000 * (time.perf_counter() - t0))
 
     df = (spark.readStream.schema(scenario.schema).option("maxFilesPerTrigger", 1)
           .parquet(str(source)))
     out = contender.build(scenario.split(df), ctx)
+    result.output_schema = out.schema.simpleString()
     query = (out.writeStream.foreachBatch(sink).outputMode("update").option("checkpointLocation", str(cp))
              .trigger(availableNow=True).start())
     try:
@@ -541,16 +600,20 @@ def run_contender(spark, contender: Contender, scenario: Scenario, source: Path,
 # ---------------------------------------------------------------- session
 
 
-def spark_session(partitions: int, batches: int, log_level: str = "ERROR"):
-    """local[2] with `partitions` shuffle partitions and RocksDB (changelog checkpointing) for Spark's state."""
+def spark_session(partitions: int, batches: int, log_level: str = "ERROR", jars: list[str] = ()):
+    """local[2] with `partitions` shuffle partitions and RocksDB (changelog checkpointing) for Spark's state;
+    `jars` go on spark.jars (the driver's and executors' classpath)."""
     import sys
 
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
     spark = (
-        SparkSession.builder.master("local[2]").appName("spark_vs_tws")
+        builder.master("local[2]").appName("spark_vs_tws")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")

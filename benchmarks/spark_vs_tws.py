@@ -2,6 +2,7 @@
 
     scripts/env.sh python benchmarks/spark_vs_tws.py --keys 1000,10000 --batches 30
     scripts/env.sh python benchmarks/spark_vs_tws.py --keys 1000 --batches 12 --only floor,transformWith --json
+    scripts/env.sh python benchmarks/spark_vs_tws.py --keys 1000 --scenarios buffer --only JVM,Row,floor
 
 Big state (the issue's two runs; transform-with-state takes tens of seconds a batch at
 K = 100,000, so the peers run only the first --peer-batches batches; the floor and ours all):
@@ -24,12 +25,24 @@ out of step and fill at different batches, ~(count-1)/2 events per key (~49 at c
 events at K = 1,000,000 with count 20); it is always a warm-up batch. combine_latest needs none:
 batch 0 already fills every key's state. Contenders: (i) spark_ops, (ii) transformWithStateInPandas
 and (ii b) transformWithState, the Row interface (Spark 4.1+, what Spark's guide recommends for
-high key cardinality: the anchor to beat), both with RocksDB and changelog checkpointing,
-(iii) applyInPandasWithState (buffer only), (iv) a stateless mapInPandas pass-through behind the
-same shuffle: the floor, and (v) for `buffer`, the runtime floor: the same buffer through
-spark_ops' own runtime (apply_operator) with its state in a dict of lists in the shard hosts
-(benchmarks/_memory_buffer.py; not durable, not exactly-once, a measuring stick only;
-`--only runtime` selects it, `--only spark_ops` does not).
+high key cardinality: the anchor to beat), (ii c) transformWithState (JVM): Spark's own
+transformWithState with a Java StatefulProcessor (benchmarks/jvm/*.java, the same ListState +
+ValueState, resp. ValueState per input, and the same output as (ii b); no Python in its query,
+so it can come in under the floor below, which pays a Python pass-through: compare its ms per
+batch, a negative state cost only says so), all three with RocksDB and changelog checkpointing
+(the session's), (iii) applyInPandasWithState (buffer only), (iv) a stateless mapInPandas
+pass-through behind the same shuffle: the floor, and (v) for `buffer`, the runtime floor: the
+same buffer through spark_ops' own runtime (apply_operator) with its state in a dict of lists in
+the shard hosts (benchmarks/_memory_buffer.py; not durable, not exactly-once, a measuring stick
+only; `--only runtime` selects it, `--only spark_ops` does not).
+The JVM contender's jar is built before the session starts (benchmarks/_spark_jvm.py): javac
+(JAVA_HOME's, else PATH's) compiles benchmarks/jvm/*.java with --release 17 against pyspark's
+own jars (pyspark/jars/*) into ~/.cache/spark_ops-bench/jvm-peers-<Spark version>-<hash>.jar
+($SPARK_OPS_BENCH_CACHE or $XDG_CACHE_HOME/spark_ops-bench instead when set), the hash over the
+sources, the Spark version and the release: reused by later runs, rebuilt when a source or Spark
+changes. The jar goes on spark.jars and PySpark calls sparkopsbench.JvmPeers.buffer /
+.combineLatest through py4j. Without javac, or when the compile fails, the contender is skipped
+with the reason; the others run.
 local[2], 2 shuffle partitions, a parquet file stream source admitting one pre-written file
 per micro-batch.
 
@@ -41,9 +54,18 @@ Reported per contender (steady batches: those after --warmup; Spark's triggerExe
   checkpointLocation/state, our `state=` folder; mean, median, max: background snapshot spikes),
   bytes per event, objects (files created or grown) per batch, manifest bytes (ours: the
   `/manifest/` objects; the peers: the RocksDB store's files other than changelogs and SSTs);
-- peak RSS (VmHWM) of the Python processes that hold state, summed per class: "workers" (the
-  PySpark workers under the Spark JVM) and "hosts" (spark_ops shard hosts), beside the RSS of a
-  fresh interpreter importing dkv, objectspace and spark_ops;
+- peak RSS (VmHWM) of the processes that hold state, summed per class: "workers" (the PySpark
+  workers under the Spark JVM), "hosts" (spark_ops shard hosts) and "jvm", the Spark JVM itself
+  (driver and executor in local mode, where Spark's state stores live, RocksDB's native memory
+  included: the JVM contender's state, but also the Python peers'), with its growth over the RSS
+  at the run's start (the JVM serves every run of the session: before each run it closes the
+  state stores earlier runs left loaded and does a full GC, and the run starts once the RSS has
+  settled), beside the RSS of a fresh interpreter importing dkv, objectspace and spark_ops;
+- output check (--check, the default): rows out and an order-independent digest of the output
+  rows (bit_xor of xxhash64 per row, in the sink's counting pass), per batch, compared between
+  the stateful contenders of a scenario and K over the batches they share (the digests only
+  between contenders of one output schema: spark_ops.combine_latest's structs hold the key too);
+  --no-check leaves the hashing out;
 - for the runtime floor, its ms per batch and time/floor, and the state layer's cost per event,
   (ours - the runtime floor) / events, beside ours' state cost (ours - the floor) / events;
 - for ours, a K comparison (state cost per event at each K over the smallest K; targets
@@ -59,7 +81,9 @@ Writes bench-output/spark_vs_tws.json (every batch of every run: --report re-ren
 bench-output/spark_vs_tws.png (per scenario and K: state bytes, objects and ms per batch).
 
 To add a contender, append a Contender to CONTENDERS; its build(inputs, ctx) returns the
-output DataFrame and may keep state under ctx.state_dir (measured like the peers' state).
+output DataFrame and may keep state under ctx.state_dir (measured like the peers' state); its
+optional prepare() runs before the session starts and returns jars for spark.jars (the JVM
+contender's: _spark_jvm.prepare).
 """
 from __future__ import annotations
 
@@ -74,6 +98,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _spark_common as common  # noqa: E402
+import _spark_jvm as jvm  # noqa: E402
 import _spark_peers as peers  # noqa: E402
 from _spark_common import Contender, RunContext  # noqa: E402
 
@@ -125,6 +150,7 @@ CONTENDERS = [
     Contender("spark_ops.buffer", "buffer", "ours", ours_buffer, _spark_ops_missing("buffer")),
     Contender("transformWithStateInPandas", "buffer", "peer", peers.tws_buffer),
     Contender("transformWithState (Row)", "buffer", "peer", peers.tws_row_buffer),
+    Contender("transformWithState (JVM)", "buffer", "peer", jvm.jvm_buffer, jvm.unavailable, jvm.prepare),
     Contender("applyInPandasWithState", "buffer", "peer", peers.aipws_buffer),
     Contender("mapInPandas floor", "buffer", "floor", peers.floor_buffer),
     Contender(RUNTIME_NAME, "buffer", "runtime", runtime_buffer, _spark_ops_missing("apply_operator")),
@@ -132,6 +158,8 @@ CONTENDERS = [
               _spark_ops_missing("combine_latest")),
     Contender("transformWithStateInPandas", "combine_latest", "peer", peers.tws_combine_latest),
     Contender("transformWithState (Row)", "combine_latest", "peer", peers.tws_row_combine_latest),
+    Contender("transformWithState (JVM)", "combine_latest", "peer", jvm.jvm_combine_latest, jvm.unavailable,
+              jvm.prepare),
     Contender("mapInPandas floor", "combine_latest", "floor", peers.floor_combine_latest),
 ]
 RUN_ORDER = {"floor": 0, "runtime": 1, "peer": 2, "ours": 3}
@@ -165,6 +193,9 @@ def parse_args(argv=None):
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     ap.add_argument("--per-batch", action="store_true", help="also print every batch of every run")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                    help="output check: a digest of every output row, per batch, compared between the "
+                         "contenders (default on; --no-check leaves the hashing out of the sink's pass)")
     ap.add_argument("--report", default=None, metavar="JSON[,JSON...]",
                     help="do not run: print the table (and plot) of saved spark_vs_tws.json files "
                          "(several: merged, a later file's scenario and K replacing an earlier one's)")
@@ -208,7 +239,10 @@ def run(args) -> dict:
     cloudpickle.register_pickle_by_value(peers)  # the Python workers cannot import benchmarks/
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="spark_vs_tws-"))
     baseline = common.interpreter_baseline()
-    spark = common.spark_session(args.partitions, args.batches)
+    jars = []   # before the session starts: the JVM peers' jar (built or cached) goes on spark.jars
+    for prepare in dict.fromkeys(c.prepare for c in selected(args) if c.prepare):
+        jars += prepare()
+    spark = common.spark_session(args.partitions, args.batches, jars=jars)
     version = spark.version
     # The runtime floor's operator keeps its state in a module of the shard hosts: by value,
     # each batch's copy would start empty. Shipped, it is imported by workers and hosts alike.
@@ -241,7 +275,7 @@ def run(args) -> dict:
                         log(f"{scenario_name} K={keys:,}: {contender.name}, {n} batches "
                             f"(round {rnd + 1}/{args.rounds}) ...")
                         result = common.run_contender(spark, contender, scenario, common.source_view(source, n),
-                                                      run_dir, ctx, events)
+                                                      run_dir, ctx, events, digest=args.check)
                         result.round, result.warmup = rnd, args.warmup
                         log(f"    {result.skipped or _short(result.summary())}")
                         results.append(result)
@@ -360,7 +394,7 @@ def table(report: dict, per_batch: bool = False) -> str:
               f"{'state us/ev':>11} {'ours ev/s':>10} {'ours cost':>10}"
               + (f" {'ms/batch of the rounds':>24}" if rounds > 1 else ""))
     head_b = (f"{'contender':<28} {'bytes/ev':>8} {'KB/batch':>10} {'median KB':>9} {'max KB':>9} "
-              f"{'objects':>8} {'manif. KB':>9} {'workers MB':>11} {'hosts MB':>11} {'ours bytes':>10}")
+              f"{'objects':>8} {'manif. KB':>9} {'workers MB':>11} {'hosts MB':>11} {'JVM MB':>13} {'ours bytes':>10}")
     groups = _groups(report)
     costs: dict[str, dict[int, tuple]] = {}   # scenario -> K -> (ours' name, state cost)
     spikes, checks = [], []
@@ -415,10 +449,12 @@ def table(report: dict, per_batch: bool = False) -> str:
                 f"{name:<28} {per_event:>8} {s['state_bytes_mean'] / 1024:>10,.1f} "
                 f"{s['state_bytes_median'] / 1024:>9,.1f} {s['state_bytes_max'] / 1024:>9,.1f} "
                 f"{objects:>8} {manifest:>9} {rss.get('workers', '-'):>11} {rss.get('hosts', '-'):>11} "
+                f"{_jvm_mb(s):>13} "
                 f"{(_ratio(ours['s']['state_bytes_mean'], s['state_bytes_mean']) if peer else ''):>10}")
         lines += _runtime_lines(_role_runs(by_name, "runtime"), floor_runs, ours_runs if ours else [])
         if rows_b:
             lines += ["", head_b, "-" * len(head_b), *rows_b]
+        lines += _output_check(by_name)
         if per_batch:
             lines += _batch_lines(by_name, floor_runs)
     for scenario, by_k in costs.items():
@@ -446,7 +482,8 @@ def table(report: dict, per_batch: bool = False) -> str:
         lines += ["", *checks]
     lines += ["", "steady: batches after the warm-up. time/floor: ms per batch over the floor's (with rounds: the "
                   "median of each round's ratio).",
-              "state us/ev: state cost per event, (ms per batch - the floor's) / events, in microseconds; ours ev/s, "
+              "state us/ev: state cost per event, (ms per batch - the floor's) / events, in microseconds (the JVM "
+              "peer has no Python stage, the floor has one: its figure can be negative); ours ev/s, "
               "ours cost, ours bytes: spark_ops over that peer (events/s: higher is better; cost, bytes: lower).",
               "runtime floor: the buffer through spark_ops' runtime with its state in a dict (a measuring stick, not "
               "durable); its state us/ev is the runtime's cost over the floor, ours - it the state layer's.",
@@ -455,8 +492,82 @@ def table(report: dict, per_batch: bool = False) -> str:
               "manif. KB: the largest batch's metadata bytes (ours: /manifest/ objects; Spark's RocksDB store: all "
               "but changelogs and SSTs); workers MB, hosts MB: peak RSS (VmHWM) of the PySpark workers and of "
               "spark_ops' shard hosts that took part in the run, summed over the processes (shared pages counted in "
-              "each; in brackets: the largest process)."]
+              "each; in brackets: the largest process);",
+              "JVM MB: peak RSS of the Spark JVM (driver and executor in local mode: Spark's state stores, RocksDB "
+              "included, live there, for the Python peers as for the JVM one), in brackets its growth over the RSS "
+              "at the run's start (after a full GC); the JVM serves every run of the session, Spark itself included: "
+              "read the growth.",
+              "output check: rows out and an order-independent digest of the output rows, per batch, compared "
+              "between the stateful contenders (all rounds) over the batches they share (the digests only "
+              "between contenders of one output schema)."]
     return "\n".join(lines)
+
+
+def _jvm_mb(s: dict) -> str:
+    """The JVM's peak RSS in MB, with its growth over the run's start in brackets."""
+    peak = s.get("peak_rss", {}).get("jvm")
+    if not peak:
+        return "-"
+    start = s.get("rss_at_start", {}).get("jvm")
+    return _mb(peak) + (f" (+{max(peak - start, 0) / 2**20:,.0f})" if start else "")
+
+
+def _output_check(by_name: dict) -> list[str]:
+    """Whether the stateful contenders of a (scenario, K) emitted the same rows in the same batches:
+    rows out and the output digest per batch (see _spark_common.run_contender), every round, over
+    the batches all of them ran; the digests only between contenders of one output schema (else
+    the rows out)."""
+    outputs, schemas = {}, {}    # contender -> batch id -> {(rows out, digest), ...} over its rounds; its schema
+    for name, runs in by_name.items():
+        for r in runs:
+            if r["role"] == "floor" or "skipped" in r["s"] or not r.get("batches"):
+                continue
+            if any(b.get("digest") is None for b in r["batches"]):
+                continue    # --no-check, or a report from before the check
+            schemas[name] = r.get("output_schema", "")
+            per = outputs.setdefault(name, {})
+            for b in r["batches"]:
+                per.setdefault(b["batch_id"], set()).add((b["rows_out"], b["digest"]))
+    if not outputs:
+        return []
+    common_ids = sorted(set.intersection(*(set(per) for per in outputs.values())))
+    if not common_ids:
+        return [f"  output check: no batch shared by {', '.join(outputs)}"]
+    problems, rows_only = [], []
+    for name, per in outputs.items():
+        unstable = [b for b in common_ids if len(per[b]) > 1]
+        if unstable:
+            problems.append(f"{name}'s rounds differ at batch(es) {_ids(unstable)}")
+    ref_name, ref = next(iter(outputs.items()))
+    for name, per in list(outputs.items())[1:]:
+        same_schema = schemas[name] == schemas[ref_name]
+        if not same_schema:
+            rows_only.append(name)
+
+        def seen(p, b, same_schema=same_schema):
+            return p[b] if same_schema else {rows for rows, _ in p[b]}
+
+        differ = [b for b in common_ids if seen(per, b) != seen(ref, b)]
+        if differ:
+            b = differ[0]
+            (rows, dig), (ref_rows, ref_dig) = min(per[b]), min(ref[b])
+            what = (f"{rows:,} rows, digest {dig} vs {ref_rows:,} rows, digest {ref_dig}" if same_schema
+                    else f"{rows:,} rows vs {ref_rows:,}")
+            problems.append(f"{name} DIFFERS from {ref_name} at batch(es) {_ids(differ)} (batch {b}: {what})")
+    rows = sum(min(ref[b])[0] for b in common_ids)
+    span = f"batches {common_ids[0]}-{common_ids[-1]}" if len(common_ids) > 1 else f"batch {common_ids[0]}"
+    note = (f" ({', '.join(rows_only)}: another output schema, rows out compared, not the digests)"
+            if rows_only else "")
+    if problems:
+        return [f"  output check over {span}: FAILED: " + "; ".join(problems) + note]
+    names = ", ".join(outputs)
+    return [f"  output check over {span}: " + (f"{names} emit the same rows ({rows:,}, same digest per batch)"
+                                               if len(outputs) > 1 else f"only {names} checked ({rows:,} rows)")
+            + note]
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(map(str, ids[:8])) + (f" (+{len(ids) - 8} more)" if len(ids) > 8 else "")
 
 
 def _runtime_lines(runtime_runs: list, floor_runs: list, ours_runs: list) -> list[str]:
@@ -485,7 +596,7 @@ def _runtime_lines(runtime_runs: list, floor_runs: list, ours_runs: list) -> lis
 def _batch_lines(by_name: dict, floor_runs: list) -> list[str]:
     floor = _floor_ms(floor_runs)
     head = (f"  {'batch':>5} {'events':>10} {'ms':>9} {'time/floor':>10} {'us/ev':>8} {'bytes/ev':>8} "
-            f"{'objects':>7} {'manif. B':>8} {'workers MB':>10} {'hosts MB':>8}")
+            f"{'objects':>7} {'manif. B':>8} {'workers MB':>10} {'hosts MB':>8} {'JVM MB':>7}")
     out = []
     for name, runs in by_name.items():
         for r in runs:
@@ -505,7 +616,8 @@ def _batch_lines(by_name: dict, floor_runs: list) -> list[str]:
                 out.append(
                     f"  {b['batch_id']:>5}{warm}{ev:>10,} {ms:>9,.0f} {vs_floor:>10} {cost:>8} {per_event:>8} "
                     f"{b['state_files']:>7,} {_num(b.get('manifest_bytes'), ','):>8} "
-                    f"{_mb(rss.get('workers', {}).get('sum')):>10} {_mb(rss.get('hosts', {}).get('sum')):>8}")
+                    f"{_mb(rss.get('workers', {}).get('sum')):>10} {_mb(rss.get('hosts', {}).get('sum')):>8} "
+                    f"{_mb(rss.get('jvm', {}).get('sum')):>7}")
     return out
 
 
