@@ -52,7 +52,9 @@ def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermar
                    dkv_options: dict | None = None,
            isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
     """For each key, every time any input has a new row (once all inputs have one), emit
-    the key and one struct column per input holding that input's latest row.
+    the key and one struct column per input holding that input's latest row. Within a
+    batch the rows go in ``event_time`` order when it is given, else input by input in the
+    order of the input names (docs/spark_ops.md, *Order within a batch*).
 
     inputs: ``{"name": DataFrame, ...}`` (two or more), each with the key column(s).
     initial_state: a batch DataFrame shaped as the output — the key column(s) and a struct
