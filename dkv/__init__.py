@@ -17,14 +17,15 @@ from ._options import Options
 from ._timeline import CheckpointInfo
 from .batch import WriteBatch
 from .errors import (CheckpointNotFoundError, ClosedError, CorruptionError, DkvError, FencedError,
-                     NewerCheckpointsError, NotAStoreError, ObjectMissingError, ReadOnlyError, StorageError)
+                     LocationError, NewerCheckpointsError, NotAStoreError, ObjectMissingError, ReadOnlyError,
+                     StorageError)
 from .keys import key_group_of, key_prefix
 from .storage import ObjectStore, open_store
 
 __all__ = [
     "open", "DB", "WriteBatch", "Checkpoint", "CheckpointInfo", "Options", "ObjectStore", "open_store",
     "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
-    "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError", "NewerCheckpointsError",
+    "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError", "NewerCheckpointsError", "LocationError",
     "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
     "key_prefix", "key_group_of", "prefix_end",
 ]

@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import codecs
 import json
+import os
 import sys
+import traceback
 
 from . import _admin, _paths
 from ._db import DB, prefix_end
@@ -172,15 +174,45 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _short_path(filename: str) -> str:
+    """``filename`` from its package folder on (dkv/..., objectspace/...), else as it is."""
+    parts = filename.replace(os.sep, "/").split("/")
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] in ("dkv", "objectspace", "spark_ops", "tests"):
+            return "/".join(parts[i:])
+    return filename
+
+
+def run_command(args, errors: tuple, prog: str, hint=None):
+    """Run ``args.fn(args)`` for a CLI (dkv's, objectspace's, spark_ops'): the package's own
+    errors (``errors``: what it raises for stores, states and names it cannot read) are one
+    line on stderr; so are the ValueError and TypeError that its functions raise for bad
+    input (a location, a name, an option), with where they were raised, so that a bug is not
+    taken for a user's mistake; ``TRACEBACK=1`` in the environment shows the traceback of
+    either. Anything else is a bug and propagates. Returns ``(result, 0)`` or ``(None, 1)``;
+    ``hint(args, e)`` adds text to the line."""
+    try:
+        return args.fn(args), 0
+    except (*errors, ValueError, TypeError) as e:
+        if os.environ.get("TRACEBACK") == "1":
+            raise
+        where = ""
+        if not isinstance(e, errors):
+            tb = traceback.extract_tb(e.__traceback__)[-1]
+            where = f" [{type(e).__name__} at {_short_path(tb.filename)}:{tb.lineno}; TRACEBACK=1 {prog} ... " \
+                    f"shows the traceback]"
+        print(f"error: {e}{hint(args, e) if hint else ''}{where}", file=sys.stderr)
+        return None, 1
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        data, text = args.fn(args)
-    except (DkvError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    out, rc = run_command(args, (DkvError,), "python -m dkv")
+    if rc:
+        return rc
+    data, text = out
     print(json.dumps(data, indent=2, default=str) if args.json else text)
     return 0
 
 
-__all__ = ["main", "build_parser", "_paths"]
+__all__ = ["main", "build_parser", "run_command", "_paths"]

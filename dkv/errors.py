@@ -49,6 +49,11 @@ class ObjectMissingError(DkvError, FileNotFoundError):
     """An object the store needs is not in storage (deleted, never uploaded, wrong location)."""
 
 
+class LocationError(DkvError, ValueError):
+    """A location dkv cannot read or write: an unsupported scheme (a path, ``file://``,
+    ``memory://`` and ``s3://`` are supported). The message names it."""
+
+
 class NotAStoreError(DkvError, FileNotFoundError):
     """The location (or the instance asked for) holds no dkv store: it does not exist, is
     empty, holds other files, or holds several instances (pass ``instance=``). The message

@@ -27,6 +27,7 @@ import sys
 from contextlib import ExitStack
 
 import dkv
+from dkv.cli import run_command
 
 from ._inspect import (diff_pair, expiries_of, family_rules, find_instances, iter_slots, list_objects,
                        name_from_json, object_info, pair_instances, space_stats, spaces_of, to_jsonable)
@@ -383,11 +384,10 @@ def main(argv=None) -> int:
     if getattr(args, "offset", 0) < 0 or getattr(args, "limit", 1) < 0:
         print("error: --offset and --limit must be >= 0", file=sys.stderr)
         return 2
-    try:
-        data, text = args.fn(args)
-    except (ObjectSpaceError, dkv.DkvError, ValueError, TypeError) as e:
-        print(f"error: {e}{_swapped_hint(args, e)}", file=sys.stderr)
-        return 1
+    out, rc = run_command(args, (ObjectSpaceError, dkv.DkvError), "python -m objectspace", _swapped_hint)
+    if rc:
+        return rc
+    data, text = out
     print(json.dumps(data, indent=2, ensure_ascii=False, default=str) if args.json else text)
     failures = getattr(args, "failures", None)
     if failures:

@@ -23,7 +23,7 @@ from ._runs import StaleRunError
 from ._timers import Timer
 from ._statevar import StateVar
 from .datasource import register_datasource
-from .errors import EpochGapError, SparkOpsError, StateMismatchError
+from .errors import EpochGapError, NoStateError, SparkOpsError, StateMismatchError
 from .operator import Context, Operator
 
 _objectspace.register_family_rule(_layout.FAMILY_RULE)     # inspection knows operators' shards
@@ -31,5 +31,5 @@ _objectspace.register_family_rule(_layout.FAMILY_RULE)     # inspection knows op
 __all__ = ["buffer", "combine_latest", "delay", "timeout", "session_window", "apply_operator",
            "Operator", "Context", "Timer", "read_metrics", "read_timers", "snapshot_bytes",
            "register_datasource", "metrics_listener", "progress_metrics", "StaleRunError",
-           "UnknownKeyError", "StateVar", "SparkOpsError", "StateMismatchError", "EpochGapError",
+           "UnknownKeyError", "StateVar", "SparkOpsError", "NoStateError", "StateMismatchError", "EpochGapError",
            "read_operators", "read_vars"]

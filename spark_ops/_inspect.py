@@ -14,6 +14,7 @@ from typing import Iterator
 import objectspace
 
 from ._keys import from_parts
+from .errors import NoStateError
 from ._timers import KIND_NAMES, scan_timers
 
 ALL_KEY_GROUPS = (0, 1 << 16)
@@ -99,7 +100,7 @@ def _queries(location, query: str | None, dkv_options: dict) -> list:
         return [query]
     found = queries(_root_store(location, dkv_options))
     if not found:
-        raise ValueError(f"no spark_ops query state under {location!r} (a state root holds <query id>/<operator>/ "
+        raise NoStateError(f"no spark_ops query state under {location!r} (a state root holds <query id>/<operator>/ "
                          f"folders)")
     return found
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import dkv
 import objectspace
+from dkv.cli import run_command
 
 from ._inspect import read_timers
+from .errors import SparkOpsError
 
 
 def _dumps(v) -> str:
@@ -159,11 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        data, text = args.fn(args)
-    except (objectspace.ObjectSpaceError, dkv.DkvError, ValueError, TypeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    out, rc = run_command(args, (SparkOpsError, objectspace.ObjectSpaceError, dkv.DkvError), "python -m spark_ops")
+    if rc:
+        return rc
+    data, text = out
     print(json.dumps(data, indent=2, ensure_ascii=False, default=str) if args.json else text)
     return 0
 

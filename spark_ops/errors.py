@@ -10,6 +10,11 @@ class SparkOpsError(Exception):
     """Root of every error spark_ops raises on purpose."""
 
 
+class NoStateError(SparkOpsError, ValueError):
+    """A location holds no spark_ops state: no query under a state root, or not the query
+    or operator asked for. The message names the location."""
+
+
 class StateMismatchError(SparkOpsError, ValueError):
     """The query's code and its state disagree: an operator or a state variable the state
     holds is not in the code (renamed, removed), a name that was retired came back, a
@@ -25,4 +30,4 @@ class EpochGapError(StateMismatchError):
     would skip their input, so the shard refuses; the message says how to go on."""
 
 
-__all__ = ["SparkOpsError", "StateMismatchError", "EpochGapError"]
+__all__ = ["SparkOpsError", "NoStateError", "StateMismatchError", "EpochGapError"]

@@ -5,6 +5,7 @@ import os
 import tempfile
 from urllib.parse import urlparse
 
+from ..errors import LocationError
 from .base import ObjectStore
 from .cache import CachedStore
 from .local import LocalDirStore
@@ -59,6 +60,6 @@ def open_store(location, *, create: bool = True, **options) -> ObjectStore:
     if url.scheme == "file":
         return LocalDirStore(url.path, fsync=options.get("fsync", True))
     if url.scheme and len(url.scheme) > 1:
-        raise ValueError(f"unsupported location scheme {url.scheme!r} in {location!r} "
+        raise LocationError(f"unsupported location scheme {url.scheme!r} in {location!r} "
                          "(use a path, file://, memory:// or s3://)")
     return LocalDirStore(location, fsync=options.get("fsync", True))

@@ -13,7 +13,7 @@ def test_exports_are_pinned():
     assert sorted(dkv.__all__) == sorted([
         "open", "DB", "WriteBatch", "Checkpoint", "CheckpointInfo", "Options", "ObjectStore", "open_store",
         "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
-        "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError", "NewerCheckpointsError",
+        "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError", "NewerCheckpointsError", "LocationError",
         "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
         "key_prefix", "key_group_of", "prefix_end",
     ])

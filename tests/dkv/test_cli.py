@@ -146,3 +146,34 @@ def test_verify_draws_progress_on_a_terminal(store):
         os.close(primary)
     assert proc.returncode == 0 and proc.stdout.startswith("checkpoint 4: OK")
     assert err.startswith(b"\r1/") and err.count(b"\r") >= 2, err
+
+
+def test_bad_input_is_one_line_a_bug_is_not_hidden(tmp_path, capsys, monkeypatch):
+    """The CLIs' error policy (dkv.cli.run_command, shared by objectspace's and spark_ops'):
+    the package's own errors are one line; a ValueError or TypeError also says where it was
+    raised, so that a bug is not read as a user's mistake; TRACEBACK=1 shows the traceback;
+    any other exception propagates."""
+    from dkv import cli
+
+    assert cli.main(["info", "bad://x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: unsupported location scheme 'bad'") and err.count("\n") == 1
+    assert "TRACEBACK" not in err            # a dkv error (LocationError): nothing to add
+
+    def broken(args):
+        raise TypeError("unsupported operand")
+    args = cli.build_parser().parse_args(["info", str(tmp_path)])
+    args.fn = broken
+    assert cli.run_command(args, (dkv.DkvError,), "python -m dkv") == (None, 1)
+    err = capsys.readouterr().err
+    assert "error: unsupported operand [TypeError at " in err and "test_cli.py:" in err and "TRACEBACK=1" in err
+    monkeypatch.setenv("TRACEBACK", "1")
+    with pytest.raises(TypeError, match="unsupported operand"):
+        cli.run_command(args, (dkv.DkvError,), "python -m dkv")
+    monkeypatch.delenv("TRACEBACK")
+
+    def crashing(args):
+        raise KeyError("boom")
+    args.fn = crashing
+    with pytest.raises(KeyError):
+        cli.run_command(args, (dkv.DkvError,), "python -m dkv")

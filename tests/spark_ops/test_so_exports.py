@@ -11,7 +11,7 @@ def test_public_names():
                                                 "read_timers", "snapshot_bytes", "register_datasource",
                                                 "metrics_listener", "progress_metrics", "StaleRunError",
                                                 "UnknownKeyError", "StateVar", "SparkOpsError",
-                                                "StateMismatchError", "EpochGapError", "read_operators",
+                                                "StateMismatchError", "EpochGapError", "NoStateError", "read_operators",
                                                 "read_vars"])
     for name in spark_ops.__all__:
         assert getattr(spark_ops, name).__doc__, f"{name} has no docstring"
