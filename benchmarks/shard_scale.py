@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _memory_buffer import MemoryBuffer  # noqa: E402
 from _report import folder_sizes, grown, status_kb  # noqa: E402
-from spark_ops import _host, _opened  # noqa: E402
+from spark_ops import _host, _host_heap, _opened  # noqa: E402
 from spark_ops._runtime import ShardSpec, run_shard_batch  # noqa: E402
 from spark_ops._shards import shard_of  # noqa: E402
 from spark_ops.operators._buffer import Buffer  # noqa: E402
@@ -146,7 +146,7 @@ def run(args) -> dict:
         tally[2] &= pc.all(pc.equal(pc.list_value_length(rb.column("items")), args.count)).as_py() in (True, None)
     pa.array([0])           # pyarrow imports pandas on a host's first conversion (its check for
     baseline = rss_mb()     # pandas objects): a fixed cost of every host, so part of the baseline
-    gc.disable()            # as in a shard host (spark_ops/_host.py): no GC inside a batch
+    gc.disable()            # as in a shard host (spark_ops/_host_heap.py): no GC inside a batch
     seen: dict = {}
     batches = []
     seq = 0
@@ -179,7 +179,7 @@ def run(args) -> dict:
         emitted_total += items
         full_rows &= full
         tally[:] = [0, 0, True]
-        _host._tidy_heap(b + 1)
+        _host_heap._tidy_heap(b + 1)
         now = folder_sizes(state)
         added = grown(seen, now)
         seen = now

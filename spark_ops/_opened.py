@@ -43,7 +43,7 @@ def close(st) -> None:
 
 def closed_count() -> int:
     """How many shard states this process has closed: a shard host collects its heap's
-    cycles after a request or an idle check that closed one (spark_ops/_host.py)."""
+    cycles after a request or an idle check that closed one (spark_ops/_host_heap.py)."""
     return _closed
 
 

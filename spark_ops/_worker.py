@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 
-from . import _host, _identity, _progress, _runs
+from . import _host, _host_server, _identity, _progress, _runs
 from ._output import rows_to_arrow
 from ._runtime import ShardSpec, _store, run_shard_batch
 from ._shards import KG
@@ -132,7 +132,7 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
     events = EventChunks(table, keys, columns, spec.event_time, instants, _sort_order(table, keys, columns, order))
     heartbeat = events.heartbeat()
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
-    send = _host.part_sink()        # in a shard host: output parts go to the worker as they are made
+    send = _host_server.part_sink()        # in a shard host: output parts go to the worker as they are made
     sink = send
     if send is not None and metrics_schema is not None:
         sink = lambda part: send(_progress.with_null_metrics(part, metrics_schema))  # noqa: E731

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 
-from spark_ops import _host
+from spark_ops import _host_server
 
 
 def send_parts(n: int, marker: str, pause: float = 0.0) -> list:
     """Send ``n`` parts through the request's part sink, then mark the end in a file and
     return the rest of the output."""
-    sink = _host.part_sink()
+    sink = _host_server.part_sink()
     for i in range(n):
         sink(i)
         time.sleep(pause)
@@ -20,7 +20,7 @@ def send_parts(n: int, marker: str, pause: float = 0.0) -> list:
 
 
 def has_sink() -> bool:
-    return _host.part_sink() is not None
+    return _host_server.part_sink() is not None
 
 
 _SPACES: list = []

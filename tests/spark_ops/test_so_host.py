@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from spark_ops import _frames, _host
+from spark_ops import _frames, _host, _host_owner, _host_server
 from spark_ops._opened import drop_cached
 from spark_ops._runtime import ShardSpec
 from spark_ops._worker import run_task
@@ -124,7 +124,7 @@ def _alive(pid: int) -> bool:
         os.waitpid(pid, os.WNOHANG)     # reap it if it is our child
     except ChildProcessError:
         pass
-    return _host._alive(pid)
+    return _host_owner._alive(pid)
 
 
 def test_a_shard_runs_the_same_in_a_host_as_in_the_worker(owner, tmp_path):
@@ -256,11 +256,11 @@ def test_a_peer_of_another_user_is_refused(monkeypatch, caplog):
     unread and logs who it was (here the host is made to believe it serves another uid)."""
     import socket
     a, b = socket.socketpair()
-    assert _host._peer_ok(b)
+    assert _host_server._peer_ok(b)
     me = os.getuid()
-    monkeypatch.setattr(_host.os, "getuid", lambda: me + 1)
+    monkeypatch.setattr(_host_server.os, "getuid", lambda: me + 1)
     with caplog.at_level("WARNING", logger="spark_ops._host"):
-        assert not _host._peer_ok(b)
+        assert not _host_server._peer_ok(b)
     assert f"of uid {me} (this host serves uid {me + 1} only)" in caplog.text
     a.close()
     b.close()
@@ -274,7 +274,7 @@ def test_a_request_streams_its_parts_then_its_result(owner, tmp_path):
     assert list(_host.call_parts(0, send_parts, (3, str(marker)), owner=owner.pid)) == [0, 1, 2, "rest"]
     assert marker.read_text() == "done"
     assert _host.call(0, has_sink, (), owner=owner.pid) is True
-    assert _host.part_sink() is None
+    assert _host_server.part_sink() is None
     with pytest.raises(_host.HostError, match="parts"):
         _host.call(0, send_parts, (1, str(marker)), owner=owner.pid)
 
@@ -334,11 +334,11 @@ def test_a_zombie_owner_is_not_alive():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not _host._zombie(child.pid):
+        while time.monotonic() < deadline and not _host_owner._zombie(child.pid):
             time.sleep(0.01)            # exited, and not reaped: we have not waited for it
-        assert _host._zombie(child.pid)
-        assert not _host._alive(child.pid)
+        assert _host_owner._zombie(child.pid)
+        assert not _host_owner._alive(child.pid)
     finally:
         child.wait()
-    assert not _host._alive(child.pid)
-    assert _host._alive(os.getpid()) and not _host._zombie(os.getpid())
+    assert not _host_owner._alive(child.pid)
+    assert _host_owner._alive(os.getpid()) and not _host_owner._zombie(os.getpid())
