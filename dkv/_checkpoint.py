@@ -21,6 +21,7 @@ import threading
 import time
 
 from . import _paths
+from ._locks import LockHolder
 from ._memtable import Memtable
 from ._timeline import CheckpointInfo, check_not_fenced, instance_label
 from ._timeline import _read_claim as read_claim
@@ -163,7 +164,7 @@ def wal_ranges(segments, flushed_seq: int, ns: str, inline=frozenset()) -> list:
     return out
 
 
-class CheckpointMixin:
+class CheckpointMixin(LockHolder):
     """The checkpoint half of DB (see _db.py for the state it uses)."""
 
     INLINE_BYTES = 64 * 1024
@@ -212,7 +213,8 @@ class CheckpointMixin:
         return pin
 
     def _pin_after_flushes(self, cp, last_seq, flushed: bool, segs) -> None:
-        """Runs on the flush thread after every flush queued before it."""
+        """Runs on the flush thread after every flush queued before it (without background
+        threads: on the caller's, after the flush)."""
         self._pacer.hurry(-1)
         with self._lock:
             self._deferred_pins -= 1
@@ -221,18 +223,28 @@ class CheckpointMixin:
                 # A memtable sealed before this checkpoint is still not an SST: its flush
                 # failed. The checkpoint put no WAL segment for it, so it must fail too; it
                 # reports the flush's error (not the next call: the next checkpoint retries).
-                error = self._bg_failed
-                if error is not None and self._bg_error is error:
-                    self._bg_error = None
+                with self._cond:
+                    error = self._bg_failed
+                    if error is not None and self._bg_error is error:
+                        self._bg_error = None
                 context = f"checkpoint {cp.epoch}: a memtable flush it needs failed"
                 cp._finish(with_context(context, error) if error is not None else DkvError(context))
                 return
-            self._submit_upload(cp, self._pin(last_seq, segs))
+            pin = self._pin(last_seq, segs)
+            if self.opts.background:
+                self._submit_upload(cp, pin)
+                return
+        self._upload_now(cp, pin)
 
     def _submit_upload(self, cp, pin) -> None:
-        if self.opts.background:
-            self._uploader.submit(self._upload_and_log, cp, pin)
-        else:
+        """Queue the upload on the upload thread. The caller holds ``_lock``, so uploads are
+        queued in epoch order."""
+        self._uploader.submit(self._upload_and_log, cp, pin)
+
+    def _upload_now(self, cp, pin) -> None:
+        """Without background threads: upload on this thread. The caller holds no ``_lock``
+        (the upload takes ``_upload_lock`` and ``_gc_lock``, which come before it)."""
+        with self._upload_lock:
             self._upload(cp, pin)
 
     def _replay_bytes(self) -> int:
@@ -586,7 +598,8 @@ class CheckpointMixin:
                 self._known_files -= doomed
             for name in sorted(doomed):
                 self.store.delete(name)
-                self._forget_table(name)
+                with self._lock:    # the flush and compaction threads add tables meanwhile
+                    self._forget_table(name)
             if doomed or doomed_manifests:
                 log.debug("gc of %r: deleted %d manifests, %d files; %d carriers kept", self.ns,
                           len(doomed_manifests), len(doomed), len(self._carriers))

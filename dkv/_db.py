@@ -11,12 +11,11 @@ and the Version are published together as one immutable pair.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
 
-from . import _locate, _paths, _recovery
+from . import _locate, _locks, _paths, _recovery
 from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
 from ._flush import FlushMixin
 from ._lanes import Lanes
@@ -53,15 +52,50 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         if not (0 <= self.groups[0] < self.groups[1] <= 1 << 16):
             raise ValueError(f"key_groups must be (first, end) with 0 <= first < end <= 65536, got {key_groups!r}")
         self._glo, self._ghi = group_bounds(self.groups)
+        # Locks, outermost first: a thread takes one only while it holds none that comes after
+        # it (re-entering a held RLock is fine):
+        #     _wlock > _upload_lock > _gc_lock > _lock > _claim_lock > _cond
+        # Background threads never take _wlock (a writer stalled in _wait_for_background holds
+        # it while it waits for them); nothing waits for another thread (a Future, wait_idle,
+        # cp.wait) holding any of them, but for that stall (_cond.wait under _wlock). No lock of
+        # the block cache, tables, pacer, lanes or stores is held while taking one of these.
+        # DKV_CHECK_LOCKS=1 at open checks the order as it runs (_locks.py, docs/dkv.md).
+        locks = _locks.make_locks()
+        self._wlock = locks["_wlock"]               # the write path
+        self._upload_lock = locks["_upload_lock"]   # one checkpoint upload, collection or refresh at a time
+        self._gc_lock = locks["_gc_lock"]           # garbage collection (inside _upload_lock)
+        self._lock = locks["_lock"]                 # engine state: view, segments, files, pins
+        self._claim_lock = locks["_claim_lock"]     # making this writer's claim durable
+        self._cond = locks["_cond"]                 # background errors; stalled writers wait on it
+        # What guards each field ("lock-free": readers take a snapshot of a value replaced
+        # whole, or read a flag or counter; writes take the lock named):
+        # - immutable after open: store, ns, opts, groups, _glo, _ghi, read_only, _owns_store,
+        #   INLINE_*, _pacer, _lanes and its lanes; _cache (own lock; replaced by close)
+        # - engine view, _lock (read lock-free): _view (immutable memtables, Version),
+        #   _segments (live WAL segments: a Segment's source and carrier change under _lock,
+        #   its state, data and error only in its encoding and upload), _flushed_seq
+        # - write path, _wlock: _seq, _last_epoch (lock-free reads); _active (written into
+        #   under _wlock, replaced under _wlock + _lock; read lock-free)
+        # - files, _lock: _next_segment, _next_table, _writing, _known_files, _tables
+        # - checkpoints in flight, _lock: _pending, _deferred_pins
+        # - checkpoint records, written holding _upload_lock and _lock (either keeps them
+        #   stable): _committed, _abandoned
+        # - upload and collection, _upload_lock (garbage collection holds _gc_lock too):
+        #   _manifests, _doomed, _carriers, _claims, _just_checked, _orphans_listed, _base_reserved
+        # - writer identity: _writer (open; refresh, holding _wlock, _upload_lock, _lock and
+        #   _claim_lock: any one keeps it stable), opened_from (open; refresh), _claim_synced
+        #   (_claim_lock), _fenced (set by whoever finds a newer claim, cleared by refresh), _gen
+        #   (refresh; background work compares it under _lock before it publishes)
+        # - background scheduling, owner threads, no lock: _flush_queued and
+        #   _compaction_queued (set by the thread that queues the job, cleared by the job:
+        #   a race costs one job with nothing to do), _flushing (flush thread); _closing,
+        #   _closed (close)
+        # - background errors, _cond: _bg_error, _bg_failed (lock-free "is there one" reads)
+        # - caches and counters: _probe (get, lock-free: a pair replaced whole),
+        #   stats_counters (_lock)
         self._closed = False
         self._closing = False
-        self._lock = threading.RLock()      # engine state: view, segments, files
-        self._wlock = threading.RLock()     # the write path
-        self._gc_lock = threading.Lock()
-        self._upload_lock = threading.RLock()   # one upload or garbage collection at a time
-        self._claim_lock = threading.Lock()
         self._claim_synced = True               # a reader has no claim; _open says for a writer
-        self._cond = threading.Condition()
         self._cache = BlockCache(options.block_cache_bytes)
         self._tables: dict = {}
         self._manifests: dict = {}
@@ -207,7 +241,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         the WAL segments of the checkpoints that took them), and the work is tried again by
         the next seal or flush, or by flush() and compact(). So a store whose disk was full
         goes on once there is space, without a reopen."""
-        error, self._bg_error = self._bg_error, None
+        with self._cond:        # not lost to a failure being recorded meanwhile (_run_bg)
+            error, self._bg_error = self._bg_error, None
         if error is None:       # another caller took it
             return None
         return with_context(f"background work failed{f' ({what})' if what else ''}; completed checkpoints "
@@ -400,10 +435,13 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 flush = 0 < self.opts.max_replay_bytes < self._replay_bytes()
             # A waiter may upload this one itself only if nothing else is on its way: no
             # checkpoint pending or deferred, every sealed memtable encoded (its segment is
-            # then encoded by the upload, by whoever runs it), the new segment small.
-            stealable = (self.opts.background and not flush and not self.opts.wait_for_flushes
-                         and not self._pending and not self._deferred_pins and not self._sealed_unencoded()
-                         and self._active.nbytes <= self.INLINE_BYTES)
+            # then encoded by the upload, by whoever runs it), the new segment small. Read
+            # under _lock: the flush thread turns a deferred checkpoint into a pending one
+            # under it, and seen half-way the two would both say none.
+            with self._lock:
+                stealable = (self.opts.background and not flush and not self.opts.wait_for_flushes
+                             and not self._pending and not self._deferred_pins and not self._sealed_unencoded()
+                             and self._active.nbytes <= self.INLINE_BYTES)
             self._seal(encode=not stealable)
             with self._lock:
                 self._last_epoch = epoch
@@ -418,13 +456,20 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                     self._pacer.hurry(1)        # this checkpoint waits for flushes: unpaced
                     segs = list(self._segments)   # later checkpoints' segments are not ours
                 else:
-                    # Submitted under the lock: uploads must be queued in epoch order, and a
+                    pin = self._pin(last_seq)
+                    # Queued under the lock: uploads must be queued in epoch order, and a
                     # deferred checkpoint queues its own under the lock too (_pin_after_flushes).
                     if stealable:
-                        self._submit_stealable_upload(cp, self._pin(last_seq))
-                    else:
-                        self._submit_upload(cp, self._pin(last_seq))
-                    return cp
+                        self._submit_stealable_upload(cp, pin)
+                        return cp
+                    if self.opts.background:
+                        self._submit_upload(cp, pin)
+                        return cp
+            if not deferred:
+                # Without background threads the upload runs here, under _wlock (which keeps
+                # uploads in epoch order) but not _lock, which comes after _upload_lock.
+                self._upload_now(cp, pin)
+                return cp
         if self.opts.background:
             if flush:
                 self._flusher.submit(self._run_bg, lambda: self._flush_sources(last_seq))
@@ -505,8 +550,9 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             log.warning("garbage collection failed (will retry later): %s", e)
 
     def _count_bytes(self, kind: str, n: int) -> None:
-        self.stats_counters[f"{kind}_bytes"] += n
-        self.stats_counters[f"{kind}_files"] += 1
+        with self._lock:        # the flush, compaction and upload threads count at once
+            self.stats_counters[f"{kind}_bytes"] += n
+            self.stats_counters[f"{kind}_files"] += 1
 
     def stats(self) -> dict:
         """Sizes and counters: memtables, levels, sequence numbers, bytes written by kind."""

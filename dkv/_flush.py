@@ -17,6 +17,7 @@ import logging
 from itertools import chain
 from . import _compaction, _delta, _paths
 from ._checkpoint import Segment
+from ._locks import LockHolder
 from ._memtable import Memtable
 from ._merge import merged_ranges
 from ._table import Table
@@ -28,7 +29,7 @@ from .format.sst import SstBuilder
 log = logging.getLogger(__name__)
 
 
-class FlushMixin:
+class FlushMixin(LockHolder):
     """The background half of DB (see _db.py for the state it uses)."""
 
     def _seal(self, encode: bool = True):
@@ -353,6 +354,7 @@ class FlushMixin:
         self._collect_garbage_soon()
 
     def _forget_table(self, path: str) -> None:
+        """Caller holds ``_lock``."""
         for key in [k for k in self._tables if k[0] == path]:
             self._tables.pop(key).release()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from . import _paths
+from ._locks import LockHolder
 from ._recovery import carrier_name, fetch, load_segment, segments_of
 from ._timeline import Timeline, claim_writer
 from .errors import ClosedError, ReadOnlyError
@@ -29,7 +30,7 @@ def _levels(levels: list) -> list:
     return out
 
 
-class RefreshMixin:
+class RefreshMixin(LockHolder):
     def refresh(self, checkpoint: int) -> list[bytes] | None:
         """Catch this writer up to ``checkpoint`` of its instance, written by another writer
         since this one's last checkpoint, and become the writer again (the other is fenced).
@@ -42,7 +43,9 @@ class RefreshMixin:
             raise ClosedError("this dkv store is closed")
         if self.read_only:
             raise ReadOnlyError("refresh() is for writers; reopen a read_only store instead")
-        with self._wlock, self._lock:
+        # _upload_lock too: a garbage collection running meanwhile would read the writer epoch,
+        # the checkpoints and the claims half old, half new (and could leave _fenced set).
+        with self._wlock, self._upload_lock, self._lock:
             if (self._pending or self._active.data or self._deferred_pins or self._bg_error
                     or any(s.state not in ("uploaded", "inline") for s in self._segments)):
                 return None
@@ -82,8 +85,9 @@ class RefreshMixin:
                 self._gen += 1
             self._segments.extend(new)
             self._seq = max(self._seq, m.last_seq)
-            self._writer = claim_writer(self.store, self.ns, timeline, checkpoint)
-            self._claim_synced = True
+            with self._claim_lock:      # a flush making the old claim durable reads _writer
+                self._writer = claim_writer(self.store, self.ns, timeline, checkpoint)
+                self._claim_synced = True
             timeline = Timeline(self.store, self.ns)
             self._committed = [c for c in timeline.valid() if c.epoch <= checkpoint and c in ckpts]
             own = _paths.ns_prefix(self.ns)
@@ -108,7 +112,7 @@ class RefreshMixin:
 
     def _apply_segments(self, segments: list, where: str = "") -> list[bytes]:
         """Load ``segments`` (oldest first) as the newest immutable memtables; returns their
-        keys. Caller holds both locks. ``where``: the manifest that names them."""
+        keys. Caller holds _wlock and _lock. ``where``: the manifest that names them."""
         if not segments:
             return []
         changed: list = []
