@@ -39,7 +39,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
     """An open dkv instance. Create with ``dkv.open``; use as a context manager."""
 
     def __init__(self, store, *, ns: str = "", checkpoint: int | None = None, read_only: bool = False,
-                 sources: list | None = None, key_groups: tuple | None = None, options: Options,
+                 sources: list | None = None, key_group_range: tuple | range | None = None, options: Options,
                  create=True, discard_newer: bool = False) -> None:
         self.store = store
         self._owns_store = False    # dkv.open sets it when it made the store
@@ -48,9 +48,13 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self.INLINE_SEGMENT_BYTES = options.inline_segment_bytes       # RFC 0007 (see _checkpoint)
         self.INLINE_MANIFEST_BYTES = options.inline_manifest_bytes
         self.read_only = read_only
-        self.groups = tuple(key_groups) if key_groups is not None else ALL_KEY_GROUPS
-        if not (0 <= self.groups[0] < self.groups[1] <= 1 << 16):
-            raise ValueError(f"key_groups must be (first, end) with 0 <= first < end <= 65536, got {key_groups!r}")
+        rng = key_group_range
+        if isinstance(rng, range) and rng.step == 1:
+            rng = (rng.start, rng.stop)
+        self.groups = tuple(rng) if rng is not None else ALL_KEY_GROUPS     # key_group_range
+        if len(self.groups) != 2 or not (0 <= self.groups[0] < self.groups[1] <= 1 << 16):
+            raise ValueError(f"key_group_range must be (first, end) with 0 <= first < end <= 65536, "
+                             f"got {key_group_range!r}")
         self._glo, self._ghi = group_bounds(self.groups)
         # Locks, outermost first: a thread takes one only while it holds none that comes after
         # it (re-entering a held RLock is fine):
@@ -599,9 +603,19 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             self.store.close()
 
     @property
-    def key_groups(self) -> tuple[int, int]:
+    def key_group_range(self) -> tuple[int, int]:
         """The key groups ``(first, end)`` this instance owns (all: ``(0, 65536)``)."""
         return tuple(self.groups)
+
+    key_groups = key_group_range
+    """The old name of ``key_group_range`` (kept for 0.x readers; spark_ops' ``key_groups``
+    is a count)."""
+
+    @property
+    def instance(self) -> str:
+        """The instance name this DB was opened with (``dkv.open(instance=)``; "" for the
+        location's only instance)."""
+        return self.ns
 
     def __enter__(self) -> "DB":
         return self

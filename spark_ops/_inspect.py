@@ -167,7 +167,7 @@ def read_vars(location, *, query: str | None = None, operator: str | None = None
                 refs = []
             for ref in refs:
                 with ref.open(**dkv_options) as db:
-                    lo, hi = db.key_groups
+                    lo, hi = db.key_group_range
                     for kg in range(lo, hi):
                         rec = decode_record(db.get(record_key(kg)), f"of key group {kg}")
                         if rec is None:
@@ -182,7 +182,7 @@ def read_vars(location, *, query: str | None = None, operator: str | None = None
                                 v["met"] = met
                         for var, (to, at) in rec["gone"].items():
                             gone[var] = (to, at)
-                    for kg, sp in spaces_of(db, groups=(lo, hi)):
+                    for kg, sp in spaces_of(db, key_group_range=(lo, hi)):
                         for info in list_objects(sp):
                             n = info.name
                             if isinstance(n, tuple) and n and isinstance(n[-1], str):

@@ -142,7 +142,7 @@ def apply_operator(df, operator, key, *, output_schema=None, event_time: str | N
     spec = ShardSpec(state=_resolve_state(state), operator=operator, key_arity=len(keys), event_time=event_time,
                      delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
                      drop_late=watermark is not None,
-                     groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
+                     key_groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
                      inputs=list(inputs) if inputs else None, input_column=input_column,
                      memory=None if memory is None else memory_bytes(memory), name=name if named else None,
                      retire=retire)

@@ -214,7 +214,7 @@ class _Reader(DataSourceReader):
     def _slots(self, ref, groups):
         with ref.open(**self.dkv_options) as db:
             for want in self._key_groups():
-                for kg, space in objectspace.spaces_of(db, key_group=want, groups=groups):
+                for kg, space in objectspace.spaces_of(db, key_group=want, key_group_range=groups):
                     # a shard's key group may hold TTL records; a plain space has none
                     exp = Expiries(db, kg) if ref.member is not None and kg is not None else None
                     for info, slot, value, ik in objectspace.walk_slots(space, keys=True):

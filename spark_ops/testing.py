@@ -104,7 +104,7 @@ class OperatorHarness:
                               key_arity=len(self.keys), event_time=event_time,
                               delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
                               drop_late=watermark is not None,
-                              groups=key_groups, shards=partitions, dkv_options=dict(dkv_options or {}),
+                              key_groups=key_groups, shards=partitions, dkv_options=dict(dkv_options or {}),
                               inputs=list(inputs) if inputs else None, input_column=input_column,
                               memory=None if memory is None else memory_bytes(memory), inplace="raise")
         self.name = check_name(name or type(operator).__name__.lower())
@@ -166,7 +166,7 @@ class OperatorHarness:
         return (kg, repr(parts), order, i), (kg, parts, ts, row)
 
     def key_group(self, parts: tuple) -> int:
-        return zlib.crc32(msgpack.packb(list(parts))) % self.spec.groups
+        return zlib.crc32(msgpack.packb(list(parts))) % self.spec.key_groups
 
     def run_batch(self, rows: list[dict], *, watermark=None, processing_time=None, batch_time=None) -> list[dict]:
         """Run one batch over ``rows`` on every shard; return the emitted rows (shard order).
@@ -188,7 +188,7 @@ class OperatorHarness:
                     heartbeat = ts if heartbeat is None else max(heartbeat, ts)
                 continue
             sort_key, event = self._event(i, kv, row)
-            per_shard[shard_of(event[0], self.spec.shards, self.spec.groups)].append((sort_key, event))
+            per_shard[shard_of(event[0], self.spec.shards, self.spec.key_groups)].append((sort_key, event))
         out = []
         convert = None if self._output_arrow is None else self._check_rows
         for s in range(self.spec.shards):
@@ -217,7 +217,7 @@ class OperatorHarness:
 
     def rescale(self, partitions: int) -> None:
         """Continue with another shard count (state is redistributed by key group)."""
-        _check_shards(partitions, self.spec.groups)
+        _check_shards(partitions, self.spec.key_groups)
         self.restart()
         self.spec = ShardSpec(**{**self.spec.__dict__, "shards": partitions})
 

@@ -13,6 +13,7 @@ SCHEMA_STATE)``, one per key group (``ObjectSpace.open`` uses key group 0).
 from __future__ import annotations
 
 import logging
+import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Optional
@@ -234,15 +235,25 @@ def key_groups_of(db, first: int = 0, end: int = 1 << 16) -> list[int]:
 ALL_KEY_GROUPS = (0, 1 << 16)
 
 
+def _old_name(groups, key_group_range, fn: str):
+    """``groups=``, the old name of ``key_group_range=`` (before 0.4): taken, with a warning."""
+    if groups is None:
+        return key_group_range
+    warnings.warn(f"{fn}(groups=) is now key_group_range=", DeprecationWarning, stacklevel=3)
+    return groups
+
+
 def spaces_of(db, *, key_group: int | None = None, prefix: bytes | None = None,
-              groups: tuple = ALL_KEY_GROUPS) -> list[tuple]:
+              key_group_range: tuple = ALL_KEY_GROUPS, groups: tuple | None = None) -> list[tuple]:
     """(key group, ObjectSpace) of the spaces to inspect in ``db``: the one at ``prefix``
-    (key group None), the one of ``key_group``, or every key group in ``groups`` that
-    holds state. Spaces are free to make; finding key groups costs a seek per group."""
+    (key group None), the one of ``key_group``, or every key group in ``key_group_range``
+    ``(first, end)`` that holds state. Spaces are free to make; finding key groups costs a
+    seek per group."""
     from ..space import ObjectSpace
+    key_group_range = _old_name(groups, key_group_range, "spaces_of")
     if prefix is not None:
         return [(None, ObjectSpace(db, prefix))]
-    kgs = [key_group] if key_group is not None else key_groups_of(db, *groups)
+    kgs = [key_group] if key_group is not None else key_groups_of(db, *key_group_range)
     return [(kg, ObjectSpace(db, key_prefix(kg, SCHEMA_STATE))) for kg in kgs]
 
 
@@ -275,7 +286,7 @@ def pair_instances(location, from_epoch: int, to_epoch: int, *, instance: str | 
             ranges = {}
             for r in olds + news:
                 with r.open(**dkv_options) as db:
-                    ranges[r] = db.key_groups
+                    ranges[r] = db.key_group_range
             for o in olds:
                 for n in news:
                     lo, hi = max(ranges[o][0], ranges[n][0]), min(ranges[o][1], ranges[n][1])
@@ -284,18 +295,20 @@ def pair_instances(location, from_epoch: int, to_epoch: int, *, instance: str | 
     return out
 
 
-def diff_pair(old: InstanceRef | None, new: InstanceRef | None, groups: tuple = ALL_KEY_GROUPS, *,
+def diff_pair(old: InstanceRef | None, new: InstanceRef | None, key_group_range: tuple = ALL_KEY_GROUPS, *,
               key_group: int | None = None, prefix: bytes | None = None, progress: Progress | None = None,
-              **dkv_options) -> Iterator[tuple]:
+              groups: tuple | None = None, **dkv_options) -> Iterator[tuple]:
     """(key group, ObjectChange or SlotChange) for every space of one pair of
     ``pair_instances``: both instances opened read-only, key groups of either side in
-    ``groups`` (or the one ``key_group``, or the space at ``prefix``) diffed in order."""
+    ``key_group_range`` (or the one ``key_group``, or the space at ``prefix``) diffed in
+    order."""
+    key_group_range = _old_name(groups, key_group_range, "diff_pair")
     with ExitStack() as stack:
         dbs = [stack.enter_context(r.open(**dkv_options)) if r is not None else None for r in (old, new)]
         found: dict = {}
         for side, db in enumerate(dbs):
             if db is not None:
-                for kg, sp in spaces_of(db, key_group=key_group, prefix=prefix, groups=groups):
+                for kg, sp in spaces_of(db, key_group=key_group, prefix=prefix, key_group_range=key_group_range):
                     found.setdefault(kg, [None, None])[side] = sp
         for kg in sorted(found, key=lambda k: -1 if k is None else k):
             for change in diff(*found[kg], progress=progress):

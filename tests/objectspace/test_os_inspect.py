@@ -299,7 +299,7 @@ def test_a_family_rule_makes_generations_of_instances(tmp_path, monkeypatch):
             db.put(key, b"%d" % epoch)
             db.checkpoint(epoch).wait()
     for part, groups in (("low", (0, 8)), ("high", (8, 1 << 16))):
-        with dkv.open(root, instance=f"gen2/{part}", sources=[("gen0/all", 1)], key_groups=groups) as db:
+        with dkv.open(root, instance=f"gen2/{part}", sources=[("gen0/all", 1)], key_group_range=groups) as db:
             db.checkpoint(2).wait()
     with dkv.open(root, instance="alone") as db:
         db.checkpoint(5).wait()

@@ -257,7 +257,7 @@ def h_space(h, key):
     parts = (key,)
     kg = h.key_group(parts)
     for (state, _, _), st in _opened._SHARDS.items():
-        if state == h.spec.state and kg in st.key_groups:
+        if state == h.spec.state and kg in st.key_group_range:
             return st.space(kg)
     raise AssertionError("no open shard holds the key")
 

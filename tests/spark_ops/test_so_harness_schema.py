@@ -127,4 +127,4 @@ def test_an_operators_own_output_schema_is_checked_without_output_schema_given()
     h = spark_ops.testing.OperatorHarness(Totals(), key="k")
     with pytest.raises(spark_ops.UnknownKeyError, match="totl"):
         h.run_batch([{"k": "a"}])
-    assert h.spec.groups == 256             # Spark's default count of key groups, as apply_operator's
+    assert h.spec.key_groups == 256             # Spark's default count of key groups, as apply_operator's

@@ -140,7 +140,7 @@ def test_a_shard_runs_the_same_in_a_host_as_in_the_worker(owner, tmp_path):
     out = {}
     for mode in ("host", "worker"):
         spec = ShardSpec(state=str(tmp_path / mode), operator=Buffer(count=3, key_columns=("user",)),
-                         event_time="ts", groups=4, shards=1)
+                         event_time="ts", key_groups=4, shards=1)
         got = []
         for b in range(4):
             args = (spec, b, 0, batch(b), ["user"], ["user", "ts"], ["ts"], {"ts": "__spark_ops_us0"}, False,

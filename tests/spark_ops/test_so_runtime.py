@@ -595,7 +595,7 @@ def test_a_sink_gets_the_output_in_parts_while_the_batch_runs(tmp_path):
         committed.append((str(tmp_path / "a"), 0, 1) in _runtime._SHARDS)
 
     def run(state, sink):
-        spec = ShardSpec(state=str(tmp_path / state), operator=Buffer(count=1, key_columns=("k",)), groups=8,
+        spec = ShardSpec(state=str(tmp_path / state), operator=Buffer(count=1, key_columns=("k",)), key_groups=8,
                          shards=1)
         return run_shard_batch(spec, 0, 0, chunks, convert=list, sink=sink)[0]
     rest = run("a", sink)
@@ -624,7 +624,7 @@ def test_a_batch_fenced_after_a_part_went_out_fails_instead_of_running_again(tmp
     monkeypatch.setattr(_runtime, "_process", fenced_once)
     for state, sink in (("no-sink", None), ("sink", [].append)):
         calls.clear()
-        spec = ShardSpec(state=str(tmp_path / state), operator=Buffer(count=1, key_columns=("k",)), groups=8,
+        spec = ShardSpec(state=str(tmp_path / state), operator=Buffer(count=1, key_columns=("k",)), key_groups=8,
                          shards=1)
         if sink is None:
             out, _ = run_shard_batch(spec, 0, 0, _events_for(10), convert=list, sink=sink)
@@ -647,7 +647,7 @@ def test_a_stopped_querys_state_is_closed_after_a_minute_while_the_one_in_use_st
     from spark_ops._opened import STALE_SECONDS, evict_idle
     from spark_ops._runtime import ShardSpec, run_shard_batch
     _opened.drop_cached()
-    specs = {name: ShardSpec(state=str(tmp_path / name), operator=Buffer(count=3, key_columns=("k",)), groups=8,
+    specs = {name: ShardSpec(state=str(tmp_path / name), operator=Buffer(count=3, key_columns=("k",)), key_groups=8,
                              shards=1) for name in ("old", "slow", "new")}
     for batch in (0, 1):
         for name in ("old", "slow", "new"):
@@ -683,7 +683,7 @@ def test_a_batch_run_twice_in_one_run_is_said_once_at_warning(caplog):
             n.value += 1
             ctx.emit({"k": key, "n": n.value})
 
-    spec = _runtime.ShardSpec(state=f"memory://rerun-{id(caplog)}", operator=Count(), groups=4, shards=1)
+    spec = _runtime.ShardSpec(state=f"memory://rerun-{id(caplog)}", operator=Count(), key_groups=4, shards=1)
     ev = [(0, ("a",), None, {"k": "a"})]
     with caplog.at_level(logging.INFO, logger="spark_ops._runtime"):
         for batch in range(3):

@@ -41,7 +41,7 @@ def scanned(state: str) -> tuple[int, int]:
     keys, objects = set(), 0
     for ref in find_instances(state):
         with ref.open() as db:
-            for kg, sp in spaces_of(db, groups=db.key_groups):
+            for kg, sp in spaces_of(db, key_group_range=db.key_group_range):
                 for info in list_objects(sp):
                     objects += 1
                     keys.add(info.name[:-1])

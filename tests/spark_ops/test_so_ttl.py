@@ -168,7 +168,7 @@ def _shards(h):
 
 def _records(h) -> list:
     """Every TTL index record of the harness' open shards: (expiry, name, entry or None)."""
-    return sorted((rec for st in _shards(h) for kg in st.key_groups for rec in scan_expiries(st.db, kg)), key=repr)
+    return sorted((rec for st in _shards(h) for kg in st.key_group_range for rec in scan_expiries(st.db, kg)), key=repr)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -205,7 +205,7 @@ def test_every_kind_matches_the_model_over_random_batches_restarts_and_rescales(
     h.run_batch([], processing_time=p + T)
     h.run_batch([{"k": k, "op": "r", "kind": kind, "x": 0} for k in "abc" for kind in KINDS], processing_time=p + T)
     assert _records(h) == []
-    assert all(not list(st.space(kg)) for st in _shards(h) for kg in st.key_groups)
+    assert all(not list(st.space(kg)) for st in _shards(h) for kg in st.key_group_range)
 
 
 class Counter(Operator):
