@@ -27,7 +27,7 @@ def __getattr__(name):
 
 
 S3_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key",
-              "aws_session_token", "max_attempts", "connect_timeout", "read_timeout")
+              "aws_session_token", "max_attempts", "connect_timeout", "read_timeout", "part_bytes")
 """The options ``open_store`` passes to S3Store (and ``dkv.open`` takes as dkv options): the
 one list, so that what S3Store takes can be passed from ``dkv.open`` and ``ObjectSpace.open``."""
 STORE_OPTIONS = ("fsync", "cache_dir", "cache_bytes") + S3_OPTIONS

@@ -154,13 +154,14 @@ class S3Store(ObjectStore):
     """``s3://bucket/prefix``. Options: endpoint_url, region_name, aws_access_key_id,
     aws_secret_access_key, aws_session_token, max_attempts (default 8: botocore's attempts per
     request, and our rounds for what it does not retry), connect_timeout (10 s), read_timeout
-    (60 s), retry_delay (first backoff of our own loop, 50 ms), client (a ready boto3 client,
-    whose retry configuration is then its own)."""
+    (60 s), retry_delay (first backoff of our own loop, 50 ms), part_bytes (a whole object
+    larger than this is read in ranged parts, up to 8 at once; 1 MiB; 0: one GET), client (a
+    ready boto3 client, whose retry configuration is then its own)."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  region_name: str | None = None, max_attempts: int = 8, client=None,
                  connect_timeout: float = 10, read_timeout: float = 60, retry_delay: float = 0.05,
-                 **credentials) -> None:
+                 part_bytes: int = 1 << 20, **credentials) -> None:
         if not bucket:
             raise ValueError("S3 location needs a bucket: s3://bucket/prefix")
         self.bucket = bucket
@@ -168,6 +169,7 @@ class S3Store(ObjectStore):
         self.location = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.max_attempts = max(1, max_attempts)
         self.retry_delay = retry_delay
+        self.part_bytes = part_bytes
         if client is None:
             try:
                 import boto3
@@ -194,7 +196,7 @@ class S3Store(ObjectStore):
             return None
         up, _, name = path.rpartition("/")
         return S3Store(self.bucket, up, client=self.client, max_attempts=self.max_attempts,
-                       retry_delay=self.retry_delay), name
+                       retry_delay=self.retry_delay, part_bytes=self.part_bytes), name
 
     def _key(self, key: str) -> str:
         return self.prefix + check_object_key(key)
@@ -240,13 +242,42 @@ class S3Store(ObjectStore):
     def get(self, key, start=None, end=None):
         """The object's bytes, read inside the retry loop: a connection lost in the middle of
         the body, or a body shorter than its Content-Length or than the range asked for, is
-        retried, and after ``max_attempts`` rounds is a StorageError; never returned."""
+        retried, and after ``max_attempts`` rounds is a StorageError; never returned.
+
+        A whole object larger than ``part_bytes`` (1 MiB) is read in parts of that size,
+        up to 8 at once, each a ranged GET with its own retries: the first part's answer
+        gives the size, so an object within one part costs one request as before. (A
+        restart that touches every table of a big state reads them at the network's
+        bandwidth rather than one round trip's.)"""
+        if start is None and end is None and self.part_bytes:
+            return self._get_in_parts(key)
+        return self._read(key, start, end)[0]
+
+    def _get_in_parts(self, key: str) -> bytes:
+        part = self.part_bytes
+        first, total = self._read(key, 0, part, whole=True)
+        if total is None or len(first) >= total:
+            return first
+        ranges = [(lo, min(lo + part, total)) for lo in range(len(first), total, part)]
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(min(8, len(ranges))) as pool:
+            rest = list(pool.map(lambda r: self._read(key, r[0], r[1])[0], ranges))
+        data = b"".join([first, *rest])
+        if len(data) != total:      # the object changed size between the parts: not an immutable object
+            raise StorageError(f"S3 get {self.location}/{key}: read {len(data)} bytes in parts of an object "
+                               f"of {total} (it changed while being read)")
+        return data
+
+    def _read(self, key: str, start, end, whole: bool = False) -> tuple[bytes, int | None]:
+        """(bytes of ``[start, end)``, the object's size when the answer says it). ``whole``:
+        the range is the first part of a read of the whole object, which a server may
+        answer with all of it (200, no Content-Range)."""
         kwargs = {"Bucket": self.bucket, "Key": self._key(key)}
         lo = None
         if start is not None or end is not None:
             lo = start or 0
             if end is not None and end <= lo:
-                return b""
+                return b"", None
             kwargs["Range"] = f"bytes={lo}-{'' if end is None else end - 1}"
         from botocore.exceptions import ClientError
         last = None
@@ -255,16 +286,23 @@ class S3Store(ObjectStore):
                 resp = self._call("get", key, self.client.get_object, **kwargs)
             except ClientError as e:  # InvalidRange: a start past the end of the object
                 if _code(e) in _INVALID_RANGE:
-                    return b""
+                    return b"", 0 if whole else None
                 raise self._fail("get", key, e) from e
             try:
                 data = resp["Body"].read()
             except self._transport as e:
                 last = f"body read failed: {type(e).__name__}: {e}"
             else:
-                last = self._short(resp, data, lo, end)
+                m = re.match(r"bytes \d+-\d+/(\d+)", resp.get("ContentRange") or "")
+                total: int | None
+                if whole and m is None:       # the whole object, unasked for a range: as a plain GET
+                    last = self._short(resp, data, None, None)
+                    total = len(data)
+                else:
+                    last = self._short(resp, data, lo, end)
+                    total = int(m.group(1)) if m else None
                 if last is None:
-                    return data
+                    return data, total
             finally:
                 try:
                     resp["Body"].close()
