@@ -3,7 +3,7 @@ and garbage collection of retired instances' files."""
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 from . import _locate, _paths
 from ._timeline import Timeline
@@ -130,14 +130,15 @@ def verify(location, instance: str = "", checkpoint: int | None = None, progress
     m = tl.manifest(info)
     root = _locate.root_of(store, instance, m)
     store = root.store    # where the manifest's names are relative to
-    files = [("sst", t.path, t.size, None) for t in m.tables()]
+    files: list[tuple[str, str, int | None, tuple[str, bytes] | None]] = [
+        ("sst", t.path, t.size, None) for t in m.tables()]
     carriers: dict = {}
     for r in m.wal:
         if r.data is not None:
             files.append(("wal", _paths.wal_name(r.ns, r.writer, r.first), None, (info.name, r.data)))
         elif r.carried is not None:     # carried by earlier manifests (RFC 0011): read each once
-            for i, c in zip(range(r.first, r.last + 1), r.carried):
-                name = _paths.manifest_name(root.ns, *c)
+            for i, ew in zip(range(r.first, r.last + 1), r.carried):
+                name = _paths.manifest_name(root.ns, *ew)
                 if name not in carriers:
                     carriers[name] = mf.decode(store.get(name), name)
                 entry = mf.carried_segment(carriers[name], r.ns, r.writer, i)
@@ -147,8 +148,8 @@ def verify(location, instance: str = "", checkpoint: int | None = None, progress
                 files.append(("wal", _paths.wal_name(r.ns, r.writer, i), None, (name, entry.data)))
         else:
             files += [("wal", _paths.wal_name(r.ns, r.writer, i), None, None) for i in range(r.first, r.last + 1)]
-    report = {"epoch": m.epoch, "manifest": info.name, "sst_files": 0, "wal_segments": 0, "inline_segments": 0,
-              "carriers": len(carriers), "blocks": 0, "records": 0, "bytes": 0}
+    report: dict[str, Any] = {"epoch": m.epoch, "manifest": info.name, "sst_files": 0, "wal_segments": 0,
+                              "inline_segments": 0, "carriers": len(carriers), "blocks": 0, "records": 0, "bytes": 0}
     for n, (kind, path, size, inline) in enumerate(files):
         if inline is not None:      # carried by a manifest (RFC 0007, 0011): no file to read
             carrier, data = inline
