@@ -10,6 +10,7 @@ b'v'
 from __future__ import annotations
 
 import warnings
+from typing import Any as _Any
 
 from ._admin import collect_garbage, instances, list_checkpoints, retire, verify
 from ._checkpoint import Checkpoint
@@ -22,6 +23,7 @@ from .errors import (CheckpointNotFoundError, ClosedError, CorruptionError, DkvE
                      LocationError, NewerCheckpointsError, NotAStoreError, ObjectMissingError, ReadOnlyError,
                      StorageError)
 from .keys import key_group_of, key_prefix
+from .storage import Location as _Location
 from .storage import ObjectStore, open_store
 
 __all__ = [
@@ -33,9 +35,9 @@ __all__ = [
 ]
 
 
-def open(location, checkpoint: int | None = None, *, read_only: bool = False, instance: str = "",
-         sources: list | None = None, key_group_range: tuple | range | None = None, create=True,
-         discard_newer: bool = False, key_groups: tuple | None = None, **options) -> DB:  # noqa: A001
+def open(location: _Location, checkpoint: int | None = None, *, read_only: bool = False, instance: str = "",
+         sources: list | None = None, key_group_range: tuple | range | None = None, create: bool | str = True,
+         discard_newer: bool = False, key_groups: tuple | None = None, **options: _Any) -> DB:  # noqa: A001
     """Open (or create) a dkv store.
 
     location: a folder path, ``file://…``, ``memory://name``, ``s3://bucket/prefix`` or an

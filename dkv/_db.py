@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from . import _locate, _locks, _paths, _recovery
@@ -31,6 +32,7 @@ from .errors import (ClosedError, DkvError, FencedError, NewerCheckpointsError, 
                      with_context)
 from .format.bloom import candidates as bloom_candidates
 from .format.manifest import ALL_KEY_GROUPS
+from .storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +40,9 @@ log = logging.getLogger(__name__)
 class DB(CheckpointMixin, FlushMixin, RefreshMixin):
     """An open dkv instance. Create with ``dkv.open``; use as a context manager."""
 
-    def __init__(self, store, *, ns: str = "", checkpoint: int | None = None, read_only: bool = False,
+    def __init__(self, store: ObjectStore, *, ns: str = "", checkpoint: int | None = None, read_only: bool = False,
                  sources: list | None = None, key_group_range: tuple | range | None = None, options: Options,
-                 create=True, discard_newer: bool = False) -> None:
+                 create: bool | str = True, discard_newer: bool = False) -> None:
         self.store = store
         self._owns_store = False    # dkv.open sets it when it made the store
         self.ns = ns.strip("/")
@@ -304,7 +306,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 self._seal()
 
     @contextmanager
-    def batch(self):
+    def batch(self) -> Iterator[WriteBatch]:
         """``with db.batch() as b: b.put(k, v)`` applies the batch on exit (not on error)."""
         b = WriteBatch()
         yield b
@@ -351,7 +353,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             return self.get(key)
         return None if rec is NO_RECORD else rec[1]
 
-    def scan(self, start: bytes | None = None, end: bytes | None = None):
+    def scan(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Iterate (key, value) for start <= key < end in ascending order (heap merge of all
         sources; the newest version wins, tombstones hide). Writes during iteration are safe."""
         if start is not None:
@@ -390,7 +392,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 if last is not None:
                     start = last + b"\x00"
 
-    def scan_prefix(self, prefix: bytes):
+    def scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Iterate (key, value) for keys starting with prefix, ascending."""
         prefix = check_key(prefix)
         return self.scan(prefix, prefix_end(prefix))

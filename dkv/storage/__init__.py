@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlparse
 
 from ..errors import LocationError
@@ -37,10 +37,11 @@ S3_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_ac
 one list, so that what S3Store takes can be passed from ``dkv.open`` and ``ObjectSpace.open``."""
 STORE_OPTIONS = ("fsync", "cache_dir", "cache_bytes") + S3_OPTIONS
 """Every option of ``open_store`` besides ``create`` (``client``: a ready boto3 client, for tests)."""
+Location: TypeAlias = "str | os.PathLike[str] | ObjectStore"
+"""What ``open_store`` (and ``dkv.open``) take: a path, a URL or an ObjectStore."""
 
 
-def open_store(location: str | os.PathLike[str] | ObjectStore, *, create: bool = True,
-               **options: Any) -> ObjectStore:
+def open_store(location: Location, *, create: bool = True, **options: Any) -> ObjectStore:
     """An ObjectStore for ``location``: an ObjectStore, a path, ``file://``, ``memory://name``
     or ``s3://bucket/prefix``. S3 options: ``S3_OPTIONS`` (see S3Store), ``client``, and
     cache_dir and cache_bytes (local cache of SSTs; default a temp folder, 1 GiB).

@@ -13,10 +13,11 @@ SCHEMA_STATE)``, one per key group (``ObjectSpace.open`` uses key group 0).
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import dkv
 from dkv.keys import key_prefix
@@ -101,7 +102,7 @@ def _member(location: str, instance: str) -> tuple:
 class InstanceRef:
     """A dkv instance of a location at one checkpoint epoch, with the ``member``ship a
     family rule gave it (None: it stands alone); ``epochs`` are its retained checkpoints."""
-    location: object        # as given: a path or URL (or an ObjectStore)
+    location: str | os.PathLike[str] | dkv.ObjectStore        # as given: a path or URL (or an ObjectStore)
     instance: str
     epoch: int
     epochs: tuple = ()
@@ -112,7 +113,7 @@ class InstanceRef:
         """The labels its family rule gave it ({} when it stands alone)."""
         return dict(self.member.labels) if self.member is not None else {}
 
-    def open(self, **dkv_options):
+    def open(self, **dkv_options: Any) -> dkv.DB:
         """This instance read-only at ``epoch`` (a dkv DB; close it). dkv finds the files
         wherever the instance's writer opened it from (the location or a folder around it)."""
         return dkv.open(self.location, checkpoint=self.epoch, read_only=True, instance=self.instance,
@@ -129,8 +130,8 @@ def _store_options(dkv_options: dict) -> dict:
     return {k: v for k, v in dkv_options.items() if k in keys}
 
 
-def find_instances(location, *, epoch: int | None = None, instance: str | None = None,
-                   **dkv_options) -> list[InstanceRef]:
+def find_instances(location: str | os.PathLike[str] | dkv.ObjectStore, *, epoch: int | None = None,
+                   instance: str | None = None, **dkv_options: Any) -> list[InstanceRef]:
     """The instances under ``location`` that hold ``epoch`` (default: each one's newest;
     for a family, the newest epoch of its members), sorted by name.
 
@@ -209,7 +210,7 @@ def expiries_of(ref: "InstanceRef | None", db, key_group) -> object:
     return rule.expiries(db, key_group)
 
 
-def key_groups_of(db, first: int = 0, end: int = 1 << 16) -> list[int]:
+def key_groups_of(db: dkv.DB, first: int = 0, end: int = 1 << 16) -> list[int]:
     """Key groups in ``[first, end)`` that hold state records (object spaces) in ``db``.
     O(key groups present) seeks."""
     out, start = [], first.to_bytes(2, "big")
@@ -243,7 +244,7 @@ def _old_name(groups, key_group_range, fn: str):
     return groups
 
 
-def spaces_of(db, *, key_group: int | None = None, prefix: bytes | None = None,
+def spaces_of(db: dkv.DB, *, key_group: int | None = None, prefix: bytes | None = None,
               key_group_range: tuple = ALL_KEY_GROUPS, groups: tuple | None = None) -> list[tuple]:
     """(key group, ObjectSpace) of the spaces to inspect in ``db``: the one at ``prefix``
     (key group None), the one of ``key_group``, or every key group in ``key_group_range``
@@ -261,8 +262,8 @@ def _family(ref: InstanceRef):
     return ("family", ref.member.family) if ref.member is not None else ("alone", ref.instance)
 
 
-def pair_instances(location, from_epoch: int, to_epoch: int, *, instance: str | None = None,
-                   **dkv_options) -> list[tuple]:
+def pair_instances(location: str | os.PathLike[str] | dkv.ObjectStore, from_epoch: int, to_epoch: int, *,
+                   instance: str | None = None, **dkv_options: Any) -> list[tuple]:
     """What to compare to diff ``from_epoch`` with ``to_epoch``: (old InstanceRef or None,
     new InstanceRef or None, (first, end) key-group range). The same instance at both
     epochs when the layout did not change; after a rescale, each old shard with each new
@@ -297,7 +298,7 @@ def pair_instances(location, from_epoch: int, to_epoch: int, *, instance: str | 
 
 def diff_pair(old: InstanceRef | None, new: InstanceRef | None, key_group_range: tuple = ALL_KEY_GROUPS, *,
               key_group: int | None = None, prefix: bytes | None = None, progress: Progress | None = None,
-              groups: tuple | None = None, **dkv_options) -> Iterator[tuple]:
+              groups: tuple | None = None, **dkv_options: Any) -> Iterator[tuple]:
     """(key group, ObjectChange or SlotChange) for every space of one pair of
     ``pair_instances``: both instances opened read-only, key groups of either side in
     ``key_group_range`` (or the one ``key_group``, or the space at ``prefix``) diffed in
