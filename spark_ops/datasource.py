@@ -33,6 +33,10 @@ on (``spark.sql.python.filterPushdown.enabled``), ``operator`` and ``key_group``
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -62,7 +66,7 @@ _STORE_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secre
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
-def register_datasource(spark) -> None:
+def register_datasource(spark: SparkSession) -> None:
     """Make ``spark.read.format("objectspace")`` available in ``spark``. Explicit, and safe
     to call again. When the session has Python data source filter pushdown on
     (``spark.sql.python.filterPushdown.enabled``, off by Spark's default) a filter on

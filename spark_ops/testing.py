@@ -21,6 +21,8 @@ from __future__ import annotations
 import datetime as _dt
 import uuid
 import zlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import msgpack
 
@@ -32,6 +34,12 @@ from ._runtime import ShardSpec, _store, run_shard_batch
 from ._shards import shard_of
 from ._units import duration_ms, memory_bytes
 from .errors import StateMismatchError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from ._units import Duration, Memory
+    from .operator import Operator
 
 __all__ = ["OperatorHarness"]
 
@@ -66,11 +74,12 @@ def _ms(v) -> int | None:
 
 
 class OperatorHarness:
-    def __init__(self, operator, key="key", *, event_time: str | None = None, watermark=None,
-                 order_by=None, state: str | None = None, partitions: int = 2, key_groups: int = 256,
+    def __init__(self, operator: Operator, key: str | Sequence[str] = "key", *, event_time: str | None = None,
+                 watermark: Duration | None = None, order_by: str | Sequence[str] | None = None,
+                 state: str | None = None, partitions: int = 2, key_groups: int = 256,
                  dkv_options: dict | None = None, inputs: list | None = None,
-                 input_column: str | None = None, memory=None, initial_state: list | None = None,
-                 output_schema=None, name: str | None = None) -> None:
+                 input_column: str | None = None, memory: Memory | None = None, initial_state: list | None = None,
+                 output_schema: str | StructType | None = None, name: str | None = None) -> None:
         """initial_state: rows (dicts with the key columns) loaded by ``on_initial_state``
         in the first batch that finds no state (batch 0, or a re-run of it), as
         ``apply_operator(initial_state=...)`` does; a harness started on existing state
@@ -168,7 +177,9 @@ class OperatorHarness:
     def key_group(self, parts: tuple) -> int:
         return zlib.crc32(msgpack.packb(list(parts))) % self.spec.key_groups
 
-    def run_batch(self, rows: list[dict], *, watermark=None, processing_time=None, batch_time=None) -> list[dict]:
+    def run_batch(self, rows: list[dict], *, watermark: int | _dt.datetime | None = None,
+                  processing_time: int | _dt.datetime | None = None,
+                  batch_time: int | _dt.datetime | None = None) -> list[dict]:
         """Run one batch over ``rows`` on every shard; return the emitted rows (shard order).
 
         batch_time (ms or datetime): this batch's clock, which the runtime records as the
