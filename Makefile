@@ -11,8 +11,17 @@ setup:
 demo: setup
 	$(RUN) python examples/demo.py
 
+# The fast suite: tests/dkv and tests/objectspace under coverage.py (branch), the rest without it,
+# then each of dkv and objectspace is held to a floor that only rises (scripts/coverage_floor.py,
+# scripts/coverage-floor.json). With PYTEST_ARGS: plain pytest, no coverage.
 test: setup
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(RUN) python scripts/coverage_floor.py run
+	$(RUN) python -m pytest -m "not slow" --ignore=tests/dkv --ignore=tests/objectspace
+	$(RUN) python scripts/coverage_floor.py
+else
 	$(RUN) python -m pytest -m "not slow" $(PYTEST_ARGS)
+endif
 
 # ruff (pyflakes, pycodestyle, bugbear; pyproject.toml [tool.ruff]) and mypy held to a ratchet
 # (scripts/typecheck.py): CI runs both before the tests.
@@ -34,4 +43,4 @@ bench:
 	$(RUN) python benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
-	rm -rf .venv demo-output .pytest_cache
+	rm -rf .venv demo-output .pytest_cache build/coverage

@@ -12,6 +12,10 @@ from __future__ import annotations
 import warnings
 from typing import Any as _Any
 
+__version__ = "0.4.0"
+"""The version of dkv, objectspace and spark_ops (one distribution); pyproject.toml reads it
+here. The formats on disk have versions of their own: docs/versions.md."""
+
 from ._admin import collect_garbage, instances, list_checkpoints, retire, verify
 from ._checkpoint import Checkpoint
 from ._db import DB, prefix_end
