@@ -75,7 +75,7 @@ class PersistedObject:
     has_meta = True
     # What a loaded handle holds besides its items: the object, its name and keys, its empty
     # containers, the space's and the cache's entries for it. Each kind sets its own, measured
-    # with tracemalloc (tests/objectspace/test_os_cache.py holds them to it).
+    # with tracemalloc (tests/objectspace/test_cache.py holds them to it).
     _handle_bytes = OBJECT_BYTES
     __slots__ = ("_space", "_name", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags",
                  "_listed", "_dead", "_msaved", "_mlast", "_mhead", "_old", "_isums", "__weakref__")

@@ -14,7 +14,7 @@ import pytest
 
 import dkv
 from dkv.storage import LoggingStore, MemoryStore
-from dkv_helpers import SMALL, contents, data_files, manifest_files, read_manifest
+from .dkv_helpers import SMALL, contents, data_files, manifest_files, read_manifest
 
 OPTS = dict(SMALL, background=False, retain=2)
 SCHEMA = 0x00           # the schema byte after the key group: any byte (objectspace's state uses 0)

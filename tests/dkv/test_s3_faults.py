@@ -13,7 +13,7 @@ import pytest
 
 from dkv.errors import StorageError
 from dkv.storage import CachedStore, S3Store
-from dkv_helpers import Harness, run_random
+from .dkv_helpers import Harness, run_random
 
 pytestmark = pytest.mark.s3
 
@@ -223,7 +223,7 @@ def _model_run(proxy, s3_server, tmp_path, seed, steps, rate, rescale_steps=0):
     then random rescales (splits and merges of instances, test_rescale.run_rescales), over
     the proxy at ``rate`` faults per request. Returns the proxy's counts and the retries
     that the stores counted."""
-    from test_rescale import run_rescales
+    from .test_rescale import run_rescales
     inner, store = _faulty_store(proxy, s3_server, tmp_path, "model")
     proxy.rng.seed(seed)
     proxy.uniform(rate)
@@ -283,7 +283,7 @@ def _fill(db, model: dict, rng: random.Random, n: int) -> None:
 
 def _checkpoint_through_an_outage(proxy, s3_server, tmp_path, how: str, opts: dict, expect: str) -> None:
     import dkv
-    from dkv_helpers import contents
+    from .dkv_helpers import contents
     inner = make_store(proxy, s3_server, attempts=3)
     store = CachedStore(inner, str(tmp_path / "cache"), 1 << 30, cacheable=lambda key: key.endswith(".sst"))
     rng = random.Random(18)
@@ -350,7 +350,7 @@ def test_checkpoint_when_retries_run_out_then_the_endpoint_recovers(proxy, s3_se
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["503", "reset_before", "down"])
 def test_checkpoint_through_an_outage_with_background_flushes(proxy, s3_server, tmp_path, how):
-    from dkv_helpers import SMALL
+    from .dkv_helpers import SMALL
     _checkpoint_through_an_outage(proxy, s3_server, tmp_path, how, dict(SMALL, background=True), expect="put")
 
 

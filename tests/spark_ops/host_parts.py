@@ -1,4 +1,4 @@
-"""Functions that shard hosts run in tests/spark_ops/test_so_host.py (a host imports them by
+"""Functions that shard hosts run in tests/spark_ops/test_host.py (a host imports them by
 name, so they live in a module of their own)."""
 from __future__ import annotations
 
