@@ -10,6 +10,7 @@ import pytest
 import spark_ops
 from .models import (BufferModel, CombineLatestModel, DelayModel, SessionModel, TimeoutModel, bag_by_key, run_model,
                     union_row)
+from .conftest import session_time_zone
 from .spark_helpers import SCHEMA, at, random_events, read_sink, read_stream, run_stream, write_batch_files
 
 pytestmark = pytest.mark.spark
@@ -246,10 +247,8 @@ def test_a_merged_stage_without_isolation_fails_with_a_clear_error(utc_spark, tm
 
 @pytest.fixture
 def los_angeles(spark):
-    before = spark.conf.get("spark.sql.session.timeZone")
-    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
-    yield spark
-    spark.conf.set("spark.sql.session.timeZone", before)
+    with session_time_zone(spark, "America/Los_Angeles"):
+        yield spark
 
 
 def test_event_order_across_a_dst_change_in_a_non_utc_session(los_angeles):
