@@ -3,7 +3,7 @@ RUN := scripts/env.sh
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup demo test test-all lint redis bench clean
+.PHONY: setup demo test test-python test-all lint redis bench clean
 
 setup:
 	@scripts/setup_env.sh
@@ -13,6 +13,11 @@ demo: setup
 
 test: setup
 	$(RUN) python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The pure-Python path (the reference of the C helpers, RFC 0012) with the C helpers built:
+# the fast dkv and objectspace suites with OBJECTSPACE_NATIVE=0. CI runs it after `make test`.
+test-python: setup
+	OBJECTSPACE_NATIVE=0 $(RUN) python -m pytest -m "not slow" tests/dkv tests/objectspace $(PYTEST_ARGS)
 
 # ruff (pyflakes, pycodestyle, bugbear; pyproject.toml [tool.ruff]) and mypy held to a ratchet
 # (scripts/typecheck.py): CI runs both before the tests.

@@ -19,7 +19,11 @@ bytes ~25x faster; this module is its reference and fallback.
 """
 from __future__ import annotations
 
+from ._env import native_enabled
+
 try:
+    if not native_enabled():        # OBJECTSPACE_NATIVE=0: the reference, with the C one built
+        raise ImportError("native helpers disabled")
     from ._native import decode as _c_decode
     from ._native import encode as _c_encode
     from ._native import find as _c_find

@@ -18,9 +18,13 @@ import struct
 from itertools import repeat
 from zlib import crc32
 
+from ._env import native_enabled
+
 try:        # the C twins (dkv/format/_native.c): the same bits, ~20x faster
     from functools import partial as _partial
 
+    if not native_enabled():        # OBJECTSPACE_NATIVE=0: the reference, with the C one built
+        raise ImportError("native helpers disabled")
     from ._native import bloom_build as _c_build
     from ._native import bloom_build_hashed as _c_build_hashed
     from ._native import bloom_candidates as _c_candidates
