@@ -122,7 +122,7 @@ def run(args) -> dict:
         op = MemoryBuffer(count=args.count, key_columns=("user",))
     else:
         op = Buffer(count=args.count, key_columns=("user",))
-    spec = ShardSpec(state=str(state), operator=op, groups=args.groups, shards=args.shards,
+    spec = ShardSpec(state=str(state), operator=op, key_groups=args.groups, shards=args.shards,
                      dkv_options=dkv_options)
     if args.memory:
         from spark_ops._units import memory_bytes

@@ -284,9 +284,8 @@ def schedule(rng: random.Random, batches: int) -> list:
 
 
 def soak(args) -> dict:
-    sys.path.insert(0, str(ROOT / "tests"))
     sys.path.insert(0, str(ROOT))
-    import s3_support
+    from tests import s3_support
 
     work = Path(args.work or tempfile.mkdtemp(prefix="soak-"))
     work.mkdir(parents=True, exist_ok=True)

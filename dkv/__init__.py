@@ -9,6 +9,13 @@ b'v'
 """
 from __future__ import annotations
 
+import warnings
+from typing import Any as _Any
+
+__version__ = "0.4.0"
+"""The version of dkv, objectspace and spark_ops (one distribution); pyproject.toml reads it
+here. The formats on disk have versions of their own: docs/versions.md."""
+
 from ._admin import collect_garbage, instances, list_checkpoints, retire, verify
 from ._checkpoint import Checkpoint
 from ._db import DB, prefix_end
@@ -20,6 +27,7 @@ from .errors import (CheckpointNotFoundError, ClosedError, CorruptionError, DkvE
                      LocationError, NewerCheckpointsError, NotAStoreError, ObjectMissingError, ReadOnlyError,
                      StorageError)
 from .keys import key_group_of, key_prefix
+from .storage import Location as _Location
 from .storage import ObjectStore, open_store
 
 __all__ = [
@@ -31,9 +39,9 @@ __all__ = [
 ]
 
 
-def open(location, checkpoint: int | None = None, *, read_only: bool = False, instance: str = "",
-         sources: list | None = None, key_groups: tuple | None = None, create=True, discard_newer: bool = False,
-         **options) -> DB:  # noqa: A001
+def open(location: _Location, checkpoint: int | None = None, *, read_only: bool = False, instance: str = "",
+         sources: list | None = None, key_group_range: tuple | range | None = None, create: bool | str = True,
+         discard_newer: bool = False, key_groups: tuple | None = None, **options: _Any) -> DB:  # noqa: A001
     """Open (or create) a dkv store.
 
     location: a folder path, ``file://…``, ``memory://name``, ``s3://bucket/prefix`` or an
@@ -46,8 +54,10 @@ def open(location, checkpoint: int | None = None, *, read_only: bool = False, in
         location (several share one root, e.g. one per shard); an instance can be opened
         from any folder above or at it (its files are found where its writer put them).
         sources: ``[(instance, epoch), ...]`` to start this instance from others'
-        checkpoints (rescale), restricted to key_groups ``(first, end)``; their files are
-        shared, not copied.
+        checkpoints (rescale), restricted to ``key_group_range``; their files are shared,
+        not copied. key_group_range: the key groups ``(first, end)`` (or a ``range``) this
+        instance owns, all of them by default (``key_groups=``, its name before 0.4, is
+        still taken, with a DeprecationWarning: spark_ops' ``key_groups`` is a count).
     create: what a writer may do where there is no store yet. True (default): create one
         in a missing or empty folder (an S3 prefix with no objects; a folder holding only
         other dkv instances counts as empty), and raise NotAStoreError in a folder of
@@ -55,13 +65,19 @@ def open(location, checkpoint: int | None = None, *, read_only: bool = False, in
         other files. Ignored when read_only; any other value (1, "yes") is a ValueError.
     options: see ``dkv.Options`` (memtable_bytes, block_cache_bytes, retain, ...).
     """
+    if key_groups is not None:
+        if key_group_range is not None:
+            raise TypeError("pass key_group_range only (key_groups is its old name)")
+        warnings.warn("dkv.open(key_groups=) is now key_group_range= (a (first, end) range of key groups)",
+                      DeprecationWarning, stacklevel=2)
+        key_group_range = key_groups
     _check_create(create)           # before open_store, which may make the folder
     opts = Options.from_kwargs(options)
     store = open_store(location, create=not read_only and create is not False, **opts.store_options())
     owned = store is not location       # made here from a path or URL: closed with the DB
     try:
         db = DB(store, ns=instance, checkpoint=checkpoint, read_only=read_only, sources=sources,
-                key_groups=key_groups, options=opts, create=create, discard_newer=discard_newer)
+                key_group_range=key_group_range, options=opts, create=create, discard_newer=discard_newer)
     except BaseException:
         if owned:
             store.close()

@@ -3,20 +3,20 @@ and garbage collection of retired instances' files."""
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 from . import _locate, _paths
 from ._timeline import Timeline
 from .errors import CheckpointNotFoundError, CorruptionError, DkvError, ObjectMissingError
 from .format import manifest as mf
 from .format import sst, wal
-from .storage import open_store
+from .storage import Location, open_store
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int, str], None]
 
 
-def instances(location, *, required: bool = False, **store_options) -> list[str]:
+def instances(location: Location, *, required: bool = False, **store_options: Any) -> list[str]:
     """Names of the instances under ``location`` ("" is the root instance), sorted. Each
     name opens its instance: ``dkv.open(location, instance=name)``. ``required``: raise
     NotAStoreError (saying what is there instead) when there is none."""
@@ -27,7 +27,7 @@ def instances(location, *, required: bool = False, **store_options) -> list[str]
     return names
 
 
-def list_checkpoints(location, instance: str = "", **store_options) -> list:
+def list_checkpoints(location: Location, instance: str = "", **store_options: Any) -> list:
     """Valid checkpoints of ``instance`` (CheckpointInfo, oldest first) without opening it.
     Costs two listings and, when there are two manifests or more, a read of the newest
     (its retained epochs tell checkpoints from manifests kept only for the inline WAL
@@ -44,7 +44,7 @@ def timeline(store, instance: str = "", checkpoint: int | None = None) -> Timeli
     return tl
 
 
-def retire(location, instance: str, **store_options) -> None:
+def retire(location: Location, instance: str, **store_options: Any) -> None:
     """Mark ``instance`` retired after a rescale: it can no longer be opened for writing,
     and ``collect_garbage`` may delete its files once no other instance references them.
     Call only after every successor has completed a checkpoint."""
@@ -82,7 +82,8 @@ def referenced_files(store, instance: str) -> set:
 MAX_LISTINGS = 8
 
 
-def collect_garbage(location, dry_run: bool = False, progress: Progress | None = None, **store_options) -> dict:
+def collect_garbage(location: Location, dry_run: bool = False, progress: Progress | None = None,
+                    **store_options: Any) -> dict:
     """Delete files of retired instances that no live instance's checkpoints reference.
 
     Live instances collect their own garbage after each checkpoint; files shared after a
@@ -115,8 +116,8 @@ def collect_garbage(location, dry_run: bool = False, progress: Progress | None =
             "deleted_bytes": nbytes, "kept_shared_files": kept, "dry_run": dry_run}
 
 
-def verify(location, instance: str = "", checkpoint: int | None = None, progress: Progress | None = None,
-           **store_options) -> dict:
+def verify(location: Location, instance: str = "", checkpoint: int | None = None, progress: Progress | None = None,
+           **store_options: Any) -> dict:
     """Read every file a checkpoint references and check every checksum (manifest, WAL
     segments, SST footers, metadata and each data block). Raises CorruptionError on the
     first damaged file, naming it; returns counts when all is well."""
@@ -130,14 +131,15 @@ def verify(location, instance: str = "", checkpoint: int | None = None, progress
     m = tl.manifest(info)
     root = _locate.root_of(store, instance, m)
     store = root.store    # where the manifest's names are relative to
-    files = [("sst", t.path, t.size, None) for t in m.tables()]
+    files: list[tuple[str, str, int | None, tuple[str, bytes] | None]] = [
+        ("sst", t.path, t.size, None) for t in m.tables()]
     carriers: dict = {}
     for r in m.wal:
         if r.data is not None:
             files.append(("wal", _paths.wal_name(r.ns, r.writer, r.first), None, (info.name, r.data)))
         elif r.carried is not None:     # carried by earlier manifests (RFC 0011): read each once
-            for i, c in zip(range(r.first, r.last + 1), r.carried):
-                name = _paths.manifest_name(root.ns, *c)
+            for i, ew in zip(range(r.first, r.last + 1), r.carried):
+                name = _paths.manifest_name(root.ns, *ew)
                 if name not in carriers:
                     carriers[name] = mf.decode(store.get(name), name)
                 entry = mf.carried_segment(carriers[name], r.ns, r.writer, i)
@@ -147,8 +149,8 @@ def verify(location, instance: str = "", checkpoint: int | None = None, progress
                 files.append(("wal", _paths.wal_name(r.ns, r.writer, i), None, (name, entry.data)))
         else:
             files += [("wal", _paths.wal_name(r.ns, r.writer, i), None, None) for i in range(r.first, r.last + 1)]
-    report = {"epoch": m.epoch, "manifest": info.name, "sst_files": 0, "wal_segments": 0, "inline_segments": 0,
-              "carriers": len(carriers), "blocks": 0, "records": 0, "bytes": 0}
+    report: dict[str, Any] = {"epoch": m.epoch, "manifest": info.name, "sst_files": 0, "wal_segments": 0,
+                              "inline_segments": 0, "carriers": len(carriers), "blocks": 0, "records": 0, "bytes": 0}
     for n, (kind, path, size, inline) in enumerate(files):
         if inline is not None:      # carried by a manifest (RFC 0007, 0011): no file to read
             carrier, data = inline

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from . import _locate, _locks, _paths, _recovery
@@ -31,6 +32,7 @@ from .errors import (ClosedError, DkvError, FencedError, NewerCheckpointsError, 
                      with_context)
 from .format.bloom import candidates as bloom_candidates
 from .format.manifest import ALL_KEY_GROUPS
+from .storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +40,9 @@ log = logging.getLogger(__name__)
 class DB(CheckpointMixin, FlushMixin, RefreshMixin):
     """An open dkv instance. Create with ``dkv.open``; use as a context manager."""
 
-    def __init__(self, store, *, ns: str = "", checkpoint: int | None = None, read_only: bool = False,
-                 sources: list | None = None, key_groups: tuple | None = None, options: Options,
-                 create=True, discard_newer: bool = False) -> None:
+    def __init__(self, store: ObjectStore, *, ns: str = "", checkpoint: int | None = None, read_only: bool = False,
+                 sources: list | None = None, key_group_range: tuple | range | None = None, options: Options,
+                 create: bool | str = True, discard_newer: bool = False) -> None:
         self.store = store
         self._owns_store = False    # dkv.open sets it when it made the store
         self.ns = ns.strip("/")
@@ -48,9 +50,13 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         self.INLINE_SEGMENT_BYTES = options.inline_segment_bytes       # RFC 0007 (see _checkpoint)
         self.INLINE_MANIFEST_BYTES = options.inline_manifest_bytes
         self.read_only = read_only
-        self.groups = tuple(key_groups) if key_groups is not None else ALL_KEY_GROUPS
-        if not (0 <= self.groups[0] < self.groups[1] <= 1 << 16):
-            raise ValueError(f"key_groups must be (first, end) with 0 <= first < end <= 65536, got {key_groups!r}")
+        rng = key_group_range
+        if isinstance(rng, range) and rng.step == 1:
+            rng = (rng.start, rng.stop)
+        self.groups = tuple(rng) if rng is not None else ALL_KEY_GROUPS     # key_group_range
+        if len(self.groups) != 2 or not (0 <= self.groups[0] < self.groups[1] <= 1 << 16):
+            raise ValueError(f"key_group_range must be (first, end) with 0 <= first < end <= 65536, "
+                             f"got {key_group_range!r}")
         self._glo, self._ghi = group_bounds(self.groups)
         # Locks, outermost first: a thread takes one only while it holds none that comes after
         # it (re-entering a held RLock is fine):
@@ -300,7 +306,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 self._seal()
 
     @contextmanager
-    def batch(self):
+    def batch(self) -> Iterator[WriteBatch]:
         """``with db.batch() as b: b.put(k, v)`` applies the batch on exit (not on error)."""
         b = WriteBatch()
         yield b
@@ -347,7 +353,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             return self.get(key)
         return None if rec is NO_RECORD else rec[1]
 
-    def scan(self, start: bytes | None = None, end: bytes | None = None):
+    def scan(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Iterate (key, value) for start <= key < end in ascending order (heap merge of all
         sources; the newest version wins, tombstones hide). Writes during iteration are safe."""
         if start is not None:
@@ -386,7 +392,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
                 if last is not None:
                     start = last + b"\x00"
 
-    def scan_prefix(self, prefix: bytes):
+    def scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Iterate (key, value) for keys starting with prefix, ascending."""
         prefix = check_key(prefix)
         return self.scan(prefix, prefix_end(prefix))
@@ -599,9 +605,19 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             self.store.close()
 
     @property
-    def key_groups(self) -> tuple[int, int]:
+    def key_group_range(self) -> tuple[int, int]:
         """The key groups ``(first, end)`` this instance owns (all: ``(0, 65536)``)."""
         return tuple(self.groups)
+
+    key_groups = key_group_range
+    """The old name of ``key_group_range`` (kept for 0.x readers; spark_ops' ``key_groups``
+    is a count)."""
+
+    @property
+    def instance(self) -> str:
+        """The instance name this DB was opened with (``dkv.open(instance=)``; "" for the
+        location's only instance)."""
+        return self.ns
 
     def __enter__(self) -> "DB":
         return self

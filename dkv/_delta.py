@@ -15,6 +15,7 @@ without decoding them.
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import cast
 
 from .format import bloom, sst, wal
 from .format.manifest import ALL_KEY_GROUPS, TableRef
@@ -68,8 +69,9 @@ class Delta(Table):
         self._keys = None       # only the filter needs them
         strip = self._strip
         filt = bloom.Bloom(bloom.build(keys, strip=strip), strip) if keys else None
+        # (first_keys holds no None here: __init__ put in an unblocked segment's first key)
         return sst.SstMeta(ix.count, 0, ix.min_key, ix.last_key, ix.max_seq, ix.max_seq, self.ref.size, filt,
-                           ix.first_keys, ix.offsets, ix.lengths, [None] * len(ix.offsets))
+                           cast("list[bytes]", ix.first_keys), ix.offsets, ix.lengths, [None] * len(ix.offsets))
 
     def _load(self, i: int) -> tuple[list, int]:
         ix = self.index

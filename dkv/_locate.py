@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from . import _paths
 from .errors import NotAStoreError
-from .storage import CachedStore, LocalDirStore, PrefixStore
+from .storage import CachedStore, LocalDirStore, ObjectStore, PrefixStore
 
 CREATE_CHOICES = (True, False, "force")
 SHOWN = 6                # names shown in an error
@@ -36,7 +36,7 @@ class Root:
     """The store a manifest's names are relative to and the instance's name in it, with
     how it sits relative to the store that was opened: ``inner`` is its folder inside the
     opened store, ``outer`` the opened store's folder inside it (at most one is set)."""
-    store: object
+    store: ObjectStore
     ns: str
     inner: str = ""
     outer: str = ""

@@ -54,6 +54,8 @@ class Options:
     max_attempts: int | None = None       # s3: attempts per request (None: S3Store's default, 8)
     connect_timeout: float | None = None  # s3: seconds (None: 10)
     read_timeout: float | None = None     # s3: seconds (None: 60)
+    part_bytes: int | None = None         # s3: a whole object is read in ranged parts this large,
+                                          # up to 8 at once (None: 1 MiB; 0: one GET)
 
     @classmethod
     def from_kwargs(cls, kwargs: dict) -> "Options":
@@ -71,6 +73,9 @@ class Options:
         if opts.max_attempts is not None and (not isinstance(opts.max_attempts, int) or isinstance(
                 opts.max_attempts, bool) or opts.max_attempts < 1):
             raise ValueError(f"dkv option max_attempts must be a positive int, got {opts.max_attempts!r}")
+        if opts.part_bytes is not None and (not isinstance(opts.part_bytes, int) or isinstance(
+                opts.part_bytes, bool) or opts.part_bytes < 0):
+            raise ValueError(f"dkv option part_bytes must be an int >= 0, got {opts.part_bytes!r}")
         for name in ("connect_timeout", "read_timeout"):
             value = getattr(opts, name)
             if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):

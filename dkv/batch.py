@@ -1,7 +1,7 @@
 """WriteBatch: an ordered list of puts and deletes applied atomically by ``DB.write``."""
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterable, Iterator
 
 
 def check_key(key: object) -> bytes:
@@ -54,7 +54,7 @@ class WriteBatch:
         self._ops.append((key, None))
         self._nbytes += len(key)
 
-    def extend(self, ops) -> None:
+    def extend(self, ops: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Append (key, value-or-None) pairs in order (None deletes), as put/delete would,
         checked before any is added. O(len(ops))."""
         ops = list(ops)

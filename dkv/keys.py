@@ -4,7 +4,7 @@ A key starts with a **key group** (2 bytes, big-endian, 0..65535) and a **schema
 (what kind of record follows; its values are the caller's to choose). Keys are ordered
 bytewise, so one key group's records are one contiguous range, which is what lets a
 shard's state be scanned, moved and split by key-group range (``dkv.open(...,
-key_groups=(first, end))``).
+key_group_range=(first, end))``).
 """
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ See docs/objectspace.md (guide) and docs/format/objectspace.md (storage layout).
 """
 from __future__ import annotations
 
+from dkv import __version__ as __version__     # one version for the three packages
+
 from ._cache import ObjectCache
 from ._codec import register_type, unregister_type
 from ._dict import PersistedDict, PersistedSortedDict

@@ -9,11 +9,17 @@ never confirmed, so the next save carries its records again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 from . import _layout as L
 from ._cache import OBJECT_BYTES
 from ._unsaved import Unsaved
 from .errors import EncodingError, ObjectDeletedError
+
+if TYPE_CHECKING:
+    from ._types import Name
+    from .space import ObjectSpace
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +75,7 @@ class PersistedObject:
     has_meta = True
     # What a loaded handle holds besides its items: the object, its name and keys, its empty
     # containers, the space's and the cache's entries for it. Each kind sets its own, measured
-    # with tracemalloc (tests/objectspace/test_os_cache.py holds them to it).
+    # with tracemalloc (tests/objectspace/test_cache.py holds them to it).
     _handle_bytes = OBJECT_BYTES
     __slots__ = ("_space", "_name", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags",
                  "_listed", "_dead", "_msaved", "_mlast", "_mhead", "_old", "_isums", "__weakref__")
@@ -94,7 +100,7 @@ class PersistedObject:
     # -- identity ---------------------------------------------------------------------------
 
     @property
-    def name(self):
+    def name(self) -> Name:
         """The object's name in its space."""
         return self._name
 
@@ -105,7 +111,7 @@ class PersistedObject:
         return self._nkey
 
     @property
-    def space(self):
+    def space(self) -> ObjectSpace:
         """The ObjectSpace holding this object."""
         return self._space
 
@@ -173,7 +179,7 @@ class PersistedObject:
 
     _twin_name = "list"
 
-    def copy(self):
+    def copy(self) -> Any:
         """A plain copy of what the object holds, in iteration order: the builtin twin of
         the kind (list, deque, set or dict; a value's copy is its value), sharing nothing
         with the object — lists, dicts, sets and tuples inside are copied and persisted
@@ -181,7 +187,7 @@ class PersistedObject:
         ``json.dumps`` (which takes lists and dicts, not deques, sets or tuples as such).
         O(n): loads every item."""
         self._check()
-        return list(map(plain, self))
+        return list(map(plain, cast("Iterable[Any]", self)))     # the kinds that keep this copy iterate
 
     def exists(self) -> bool:
         """True while the object is in its space: created (saved yet or not) or loaded from
@@ -201,7 +207,7 @@ class PersistedObject:
 
     # -- what a save will write (public: see _unsaved.py) ------------------------------------
 
-    def unsaved(self):
+    def unsaved(self) -> Unsaved | None:
         """What the next save of the space writes for this object (an ``objectspace.Unsaved``:
         the entries or positions written and removed), or None when it writes nothing for
         it. Changes that a save wrote and no checkpoint has confirmed yet count: every save

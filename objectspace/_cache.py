@@ -13,6 +13,11 @@ batch is large (see spark_ops/_runtime.py), and a notebook bounds them by checkp
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._base import PersistedObject
+    from .space import ObjectSpace
 
 OBJECT_BYTES = 1200       # a handle: the object, its name and key bytes, its containers (each kind
                           # sets its own _handle_bytes, measured; this is the default)
@@ -64,7 +69,7 @@ class ObjectCache:
             est = ITEM_BYTES + 8 * sum(sizes) // len(sizes)
             self.item_bytes = (3 * self.item_bytes + est) // 4
 
-    def use(self, obj) -> None:
+    def use(self, obj: PersistedObject) -> None:
         key = id(obj)
         if key in self._cost:
             self._lru.move_to_end(key)
@@ -72,7 +77,7 @@ class ObjectCache:
         elif not obj._listed:           # dirty objects are held by their space, not here
             self._add(key, obj)
 
-    def clean(self, obj) -> None:
+    def clean(self, obj: PersistedObject) -> None:
         key = id(obj)
         if key in self._cost:
             self._lru.move_to_end(key)
@@ -99,13 +104,13 @@ class ObjectCache:
         if self.nbytes > self.budget:
             self._evict()
 
-    def forget(self, obj) -> None:
+    def forget(self, obj: PersistedObject) -> None:
         key = id(obj)
         if self._lru.pop(key, None) is not None:
             self._heavy.pop(key, None)
             self.nbytes -= self._cost.pop(key)
 
-    def forget_space(self, space) -> None:
+    def forget_space(self, space: ObjectSpace) -> None:
         for key in [k for k, o in self._lru.items() if o._space is space]:
             del self._lru[key]
             self._heavy.pop(key, None)

@@ -19,10 +19,12 @@ import decimal
 import logging
 import struct
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import msgpack
 
-from ._env import native_enabled
+from dkv.format import native_enabled
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ _user_by_type: dict[type, tuple[int, object]] = {}
 _user_by_code: dict[int, tuple[type, object]] = {}
 
 
-def register_type(cls: type, code: int, encode, decode) -> None:
+def register_type(cls: type, code: int, encode: Callable[[Any], Any], decode: Callable[[Any], Any]) -> None:
     """Store instances of ``cls`` (exact type) under msgpack ext ``code`` (16..127).
 
     ``encode(obj)`` returns any storable value (it may nest other registered types);

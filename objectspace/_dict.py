@@ -17,7 +17,8 @@ TypeError, as in a dict). Results that are new collections (``copy()``, ``d | ot
 from __future__ import annotations
 
 import itertools
-from collections.abc import ItemsView, KeysView, Mapping, MutableMapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, MutableMapping, ValuesView
+from typing import Any
 
 from ._base import ABSENT, F_META, MISSING, plain
 from ._inplace import IMMUTABLE, hint_assign, keep_changed
@@ -38,7 +39,7 @@ class PersistedDict(KeyedObject, MutableMapping):
     _twin_name = "dict"
     _mutable_entries = True
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         """``d.__init__(...)`` updates d, as ``dict.__init__`` does. O(k). (Dicts are made
         by a space: ``space.create_dict(name, items)``.)"""
         try:
@@ -55,7 +56,7 @@ class PersistedDict(KeyedObject, MutableMapping):
         return {k: plain(v) for k, v in self.items()}
 
     @classmethod
-    def fromkeys(cls, iterable, value=None) -> dict:
+    def fromkeys(cls, iterable: Iterable[Any], value: Any = None) -> dict:
         """A plain ``dict`` with the keys of iterable, each mapped to value, as
         ``dict.fromkeys``: a persisted dict needs a name and a space, so to keep it write
         ``space.create_dict(name, PersistedDict.fromkeys(keys))``. O(k)."""
@@ -110,7 +111,7 @@ class PersistedDict(KeyedObject, MutableMapping):
                 raise KeyError(key)
         return e[1]
 
-    def get(self, key, default=None):
+    def get(self, key: Any, default: Any = None) -> Any:
         """O(1)."""
         if self._dead:
             self._raise_dead()
@@ -154,7 +155,7 @@ class PersistedDict(KeyedObject, MutableMapping):
             raise KeyError(key)
         self._flags |= F_META
 
-    def pop(self, key, default=_NO_DEFAULT):
+    def pop(self, key: Any, default: Any = _NO_DEFAULT) -> Any:
         """Remove key and return its value (default if absent, else KeyError). O(1)."""
         try:
             ek = self._ek(key)
@@ -178,13 +179,13 @@ class PersistedDict(KeyedObject, MutableMapping):
             self._raise_dead()
         return (e[0] for _, e in self._t.iterate())
 
-    def items(self):
+    def items(self) -> ItemsView[Any, Any]:
         """A set-like view of the (key, value) pairs, as ``dict.items()``. Iterating is one
         pass, O(n); ``(k, v) in view`` O(1); ``view & other`` and the other set operators
         give plain sets."""
         return _ItemsView(self)
 
-    def values(self):
+    def values(self) -> ValuesView[Any]:
         """A view of the values, as ``dict.values()``. Iterating is one pass, O(n)."""
         return _ValuesView(self)
 
@@ -255,27 +256,29 @@ class PersistedSortedDict(PersistedDict):
     def __reversed__(self):
         return (e[0] for e in self._entries(reverse=True))
 
-    def irange(self, minimum=None, maximum=None, inclusive=(True, True), reverse=False):
+    def irange(self, minimum: Any = None, maximum: Any = None, inclusive: tuple[bool, bool] = (True, True),
+               reverse: bool = False) -> Iterator[Any]:
         """Keys between minimum and maximum (None: unbounded). A range scan: O(k)."""
         lo, hi = self._bounds(minimum, maximum, inclusive)
         return (e[0] for e in self._entries(lo, hi, reverse))
 
-    def irange_items(self, minimum=None, maximum=None, inclusive=(True, True), reverse=False):
+    def irange_items(self, minimum: Any = None, maximum: Any = None, inclusive: tuple[bool, bool] = (True, True),
+                     reverse: bool = False) -> Iterator[tuple[Any, Any]]:
         """(key, value) pairs of irange. O(k)."""
         lo, hi = self._bounds(minimum, maximum, inclusive)
         return self._entries(lo, hi, reverse)
 
-    def bisect_left(self, key) -> int:
+    def bisect_left(self, key: Any) -> int:
         """Number of keys < key. O(log n) when loaded, else a range scan."""
         return self._t.rank(self._ek(key))
 
-    def bisect_right(self, key) -> int:
+    def bisect_right(self, key: Any) -> int:
         """Number of keys <= key. O(log n) when loaded, else a range scan."""
         return self._t.rank(self._ek(key) + b"\x00")
 
     bisect = bisect_right
 
-    def index(self, key) -> int:
+    def index(self, key: Any) -> int:
         """Position of key in key order. Raises ValueError when absent."""
         ek = self._ek(key)
         if self._t.lookup(ek) is MISSING:
@@ -295,12 +298,12 @@ class PersistedSortedDict(PersistedDict):
         del self[k]
         return k, v
 
-    def keys(self):
+    def keys(self) -> KeysView[Any]:
         """A set-like view of the keys in order, indexable (``d.keys()[i]``), as
         SortedDict.keys(). Iterating is O(n)."""
         return _SortedKeysView(self)
 
-    def islice(self, start=None, stop=None, reverse=False):
+    def islice(self, start: int | None = None, stop: int | None = None, reverse: bool = False) -> Iterator[Any]:
         """Keys at positions [start, stop)."""
         t = self._t
         t.ensure_complete()
@@ -308,7 +311,7 @@ class PersistedSortedDict(PersistedDict):
             vals = t.vals
             return (vals[ek][0] for ek in t.order.islice(start, stop, reverse))
         start, stop, _ = slice(start, stop).indices(t.count)
-        it = itertools.islice(t.iterate(), start, stop)
+        it: Iterator[Any] = itertools.islice(t.iterate(), start, stop)
         if reverse:
             it = reversed(list(it))
         return (e[0] for _, e in it)

@@ -7,7 +7,8 @@ whole on the first group operation; a PEL loads on demand like any table.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgpack
 
@@ -17,6 +18,9 @@ from ._keycodec import decode_key, encode_key
 from ._layout import format_id, id_key, key_id, parse_id, range_bound
 from ._table import Table
 from .errors import AlreadyExistsError, ObjectNotFoundError
+
+if TYPE_CHECKING:
+    from ._types import StreamId
 
 
 class PendingEntry(NamedTuple):
@@ -104,7 +108,7 @@ class GroupsMixin:
 
     # -- groups -----------------------------------------------------------------------------
 
-    def create_group(self, name: str, start="$") -> None:
+    def create_group(self, name: str, start: StreamId = "$") -> None:
         """Create a consumer group (XGROUP CREATE). start: "$" (only new entries), "0"
         (everything) or an id. Raises AlreadyExistsError if the group exists."""
         _check_group_name(name)
@@ -129,7 +133,7 @@ class GroupsMixin:
         self._dead_groups[g.gk] = False
         return True
 
-    def set_group_id(self, name: str, id) -> None:
+    def set_group_id(self, name: str, id: StreamId) -> None:
         """Move a group's last delivered id (XGROUP SETID): "$" is the stream's last id,
         "-" and "+" the smallest and greatest ids."""
         g = self._group(name)
@@ -202,7 +206,7 @@ class GroupsMixin:
                 out.append((key_id(ek), fields))
         return out
 
-    def ack(self, group: str, *ids) -> int:
+    def ack(self, group: str, *ids: StreamId) -> int:
         """Remove ids from the group's pending list (XACK); returns how many were pending.
         O(k). Every id is checked before any is acknowledged."""
         keys = _id_keys(ids)
@@ -228,7 +232,7 @@ class GroupsMixin:
         return {"pending": g.pel.count, "min": first, "max": key_id(last) if last else None,
                 "consumers": {c: consumers[c] for c in sorted(consumers)}}
 
-    def pending_range(self, group: str, start="-", end="+", count: int | None = None,
+    def pending_range(self, group: str, start: StreamId = "-", end: StreamId = "+", count: int | None = None,
                       consumer: str | None = None, min_idle: int = 0) -> list:
         """[PendingEntry(id, consumer, idle_ms, deliveries)] in id order, at most count (None:
         all; 0 or less: none, as Redis's COUNT), of consumer only if given, idle at least
@@ -247,7 +251,8 @@ class GroupsMixin:
                     break
         return out
 
-    def claim(self, group: str, consumer: str, min_idle: int, ids=None, *, count: int | None = None,
+    def claim(self, group: str, consumer: str, min_idle: int, ids: StreamId | Iterable[StreamId] | None = None, *,
+              count: int | None = None,
               justid: bool = False) -> list:
         """Give pending entries idle for at least min_idle ms to consumer (XCLAIM); returns
         [(id, fields)] (ids only if justid). Claimed entries get delivery time now and,

@@ -27,6 +27,7 @@ is followed by 0xFF, so the first 0x00 0x01 ends it (with a one-byte 0x00 termin
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from .errors import EncodingError
 
@@ -115,7 +116,7 @@ def _key_twin(t: type):
 _SHORT_STRS: dict = {}    # str -> encoding (only str keys: 1 == 1.0 == True are distinct keys)
 
 
-def encode_key(k) -> bytes:
+def encode_key(k: Any) -> bytes:
     """The order-preserving encoding of ``k``. O(size of k).
 
     Raises EncodingError (a TypeError) for an unsupported type and ValueError for NaN.
@@ -202,7 +203,7 @@ def _dec(b: bytes, i: int):
     raise ValueError(f"unknown key tag 0x{t:02x} at offset {i - 1}")
 
 
-def decode_key(b: bytes, offset: int = 0):
+def decode_key(b: bytes, offset: int = 0) -> Any:
     """Inverse of encode_key. O(len(b)). Raises ValueError on bytes that are not a key."""
     try:
         v, end = _dec(b, offset)
@@ -230,7 +231,7 @@ def check_name(name):
     raise TypeError(f"object names are non-empty str or tuples of str/int/bytes, got {name!r}")
 
 
-def encode_name(name) -> bytes:
+def encode_name(name: Any) -> bytes:
     """Prefix-free, order-preserving bytes of an object name (the key encoding of it).
     O(len(name)). Raises TypeError for a name that is not a str or a tuple of str/int/bytes."""
     t = type(name)

@@ -8,6 +8,9 @@ items load on demand.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
 from ._dict import PersistedDict, PersistedSortedDict
 from ._linked import PersistedLinkedList
 from ._list import PersistedList
@@ -17,6 +20,11 @@ from ._queue import PersistedQueue, PersistedStack, check_maxlen
 from ._set import PersistedSet, PersistedSortedSet
 from ._stream import PersistedStream
 from ._value import PersistedArray, PersistedValue
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from ._types import Name
 
 KIND_CLASSES = {cls.kind: cls for cls in (
     PersistedValue, PersistedArray, PersistedList, PersistedQueue, PersistedStack,
@@ -49,53 +57,55 @@ class KindMethods:
     __slots__ = ()
 
     # value
-    def create_value(self, name, value=None, *, codec: str = "msgpack") -> PersistedValue:
+    def create_value(self, name: Name, value: Any = None, *, codec: str = "msgpack") -> PersistedValue:
         """A new value holding ``value``; one record."""
         def fill(obj):
             obj.value = value
         return self._create(name, "value", codec, fill)
 
-    def get_value(self, name, *, codec: str | None = None) -> PersistedValue:
+    def get_value(self, name: Name, *, codec: str | None = None) -> PersistedValue:
         """The value called name: one point read (its index entry) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "value", codec)
 
-    def get_or_create_value(self, name, value=None, *, codec: str = "msgpack") -> PersistedValue:
+    def get_or_create_value(self, name: Name, value: Any = None, *, codec: str = "msgpack") -> PersistedValue:
         """The value called name, created holding ``value`` if absent."""
         return self._get_or_create(name, "value", codec, lambda: self.create_value(name, value, codec=codec))
 
     # array
-    def create_array(self, name, length: int, fill=None, *, codec: str = "msgpack") -> PersistedArray:
+    def create_array(self, name: Name, length: int, fill: Any = None, *, codec: str = "msgpack") -> PersistedArray:
         """A new fixed-length array of ``length`` slots set to ``fill`` (all n slots dirty)."""
         if not isinstance(length, int) or isinstance(length, bool) or length < 0:
             raise ValueError(f"array length must be an int >= 0, got {length!r}")
         return self._create(name, "array", codec, None, length=length, fill_value=fill)
 
-    def get_array(self, name, *, codec: str | None = None) -> PersistedArray:
+    def get_array(self, name: Name, *, codec: str | None = None) -> PersistedArray:
         """The array called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "array", codec)
 
-    def get_or_create_array(self, name, length: int, fill=None, *, codec: str = "msgpack") -> PersistedArray:
+    def get_or_create_array(self, name: Name, length: int, fill: Any = None,
+                            *, codec: str = "msgpack") -> PersistedArray:
         """The array called name, created with these arguments if absent."""
         return self._get_or_create(name, "array", codec, lambda: self.create_array(name, length, fill, codec=codec))
 
     # list
-    def create_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedList:
+    def create_list(self, name: Name, items: Iterable[Any] = (), *, codec: str = "msgpack") -> PersistedList:
         """A new list holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         return self._create(name, "list", codec, _extend(items))
 
-    def get_list(self, name, *, codec: str | None = None) -> PersistedList:
+    def get_list(self, name: Name, *, codec: str | None = None) -> PersistedList:
         """The list called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "list", codec)
 
-    def get_or_create_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedList:
+    def get_or_create_list(self, name: Name, items: Iterable[Any] = (), *, codec: str = "msgpack") -> PersistedList:
         """The list called name, created with these arguments if absent."""
         return self._get_or_create(name, "list", codec, lambda: self.create_list(name, items, codec=codec))
 
     # queue
-    def create_queue(self, name, items=(), *, codec: str = "msgpack", maxlen: int | None = None) -> PersistedQueue:
+    def create_queue(self, name: Name, items: Iterable[Any] = (),
+                     *, codec: str = "msgpack", maxlen: int | None = None) -> PersistedQueue:
         """A new queue holding ``items`` (each one slot dirty). Raises AlreadyExistsError.
         ``maxlen`` bounds it as it bounds a deque (appending to a full queue drops an item
         from the other end; only the last ``maxlen`` of ``items`` are kept); it is stored
@@ -103,12 +113,12 @@ class KindMethods:
         maxlen = check_maxlen(maxlen)
         return self._create(name, "queue", codec, _extend(items), maxlen=maxlen)
 
-    def get_queue(self, name, *, codec: str | None = None) -> PersistedQueue:
+    def get_queue(self, name: Name, *, codec: str | None = None) -> PersistedQueue:
         """The queue called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "queue", codec)
 
-    def get_or_create_queue(self, name, items=(), *, codec: str = "msgpack",
+    def get_or_create_queue(self, name: Name, items: Iterable[Any] = (), *, codec: str = "msgpack",
                             maxlen: int | None = None) -> PersistedQueue:
         """The queue called name, created with these arguments if absent (a queue that
         exists keeps its own maxlen)."""
@@ -116,21 +126,22 @@ class KindMethods:
                                    lambda: self.create_queue(name, items, codec=codec, maxlen=maxlen))
 
     # stack
-    def create_stack(self, name, items=(), *, codec: str = "msgpack") -> PersistedStack:
+    def create_stack(self, name: Name, items: Iterable[Any] = (), *, codec: str = "msgpack") -> PersistedStack:
         """A new stack; ``items`` are pushed in order (the last ends on top)."""
         return self._create(name, "stack", codec, _extend(items))
 
-    def get_stack(self, name, *, codec: str | None = None) -> PersistedStack:
+    def get_stack(self, name: Name, *, codec: str | None = None) -> PersistedStack:
         """The stack called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "stack", codec)
 
-    def get_or_create_stack(self, name, items=(), *, codec: str = "msgpack") -> PersistedStack:
+    def get_or_create_stack(self, name: Name, items: Iterable[Any] = (), *, codec: str = "msgpack") -> PersistedStack:
         """The stack called name, created with these arguments if absent."""
         return self._get_or_create(name, "stack", codec, lambda: self.create_stack(name, items, codec=codec))
 
     # linked list
-    def create_linked_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedLinkedList:
+    def create_linked_list(self, name: Name, items: Iterable[Any] = (),
+                           *, codec: str = "msgpack") -> PersistedLinkedList:
         """A new linked list holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         items = list(items)
 
@@ -139,90 +150,97 @@ class KindMethods:
                 obj.add_last(v)
         return self._create(name, "linked_list", codec, fill if items else None)
 
-    def get_linked_list(self, name, *, codec: str | None = None) -> PersistedLinkedList:
+    def get_linked_list(self, name: Name, *, codec: str | None = None) -> PersistedLinkedList:
         """The linked list called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "linked_list", codec)
 
-    def get_or_create_linked_list(self, name, items=(), *, codec: str = "msgpack") -> PersistedLinkedList:
+    def get_or_create_linked_list(self, name: Name, items: Iterable[Any] = (),
+                                  *, codec: str = "msgpack") -> PersistedLinkedList:
         """The linked list called name, created with these arguments if absent."""
         return self._get_or_create(name, "linked_list", codec,
                                    lambda: self.create_linked_list(name, items, codec=codec))
 
     # set
-    def create_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSet:
+    def create_set(self, name: Name, items: Iterable[Any] = (), *, codec: str = "msgpack") -> PersistedSet:
         """A new set holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         return self._create(name, "set", codec, _add_all(items))
 
-    def get_set(self, name, *, codec: str | None = None) -> PersistedSet:
+    def get_set(self, name: Name, *, codec: str | None = None) -> PersistedSet:
         """The set called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "set", codec)
 
-    def get_or_create_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSet:
+    def get_or_create_set(self, name: Name, items: Iterable[Any] = (), *, codec: str = "msgpack") -> PersistedSet:
         """The set called name, created with these arguments if absent."""
         return self._get_or_create(name, "set", codec, lambda: self.create_set(name, items, codec=codec))
 
     # sorted set
-    def create_sorted_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedSet:
+    def create_sorted_set(self, name: Name, items: Iterable[Any] = (), *, codec: str = "msgpack") -> PersistedSortedSet:
         """A new sorted set holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         return self._create(name, "sorted_set", codec, _add_all(items))
 
-    def get_sorted_set(self, name, *, codec: str | None = None) -> PersistedSortedSet:
+    def get_sorted_set(self, name: Name, *, codec: str | None = None) -> PersistedSortedSet:
         """The sorted set called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "sorted_set", codec)
 
-    def get_or_create_sorted_set(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedSet:
+    def get_or_create_sorted_set(self, name: Name, items: Iterable[Any] = (),
+                                 *, codec: str = "msgpack") -> PersistedSortedSet:
         """The sorted set called name, created with these arguments if absent."""
         return self._get_or_create(name, "sorted_set", codec,
                                    lambda: self.create_sorted_set(name, items, codec=codec))
 
     # dict
-    def create_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedDict:
+    def create_dict(self, name: Name, items: Mapping[Any, Any] | Iterable[tuple[Any, Any]] = (),
+                    *, codec: str = "msgpack") -> PersistedDict:
         """A new dict filled from a mapping or (key, value) pairs."""
         return self._create(name, "dict", codec, _update(items))
 
-    def get_dict(self, name, *, codec: str | None = None) -> PersistedDict:
+    def get_dict(self, name: Name, *, codec: str | None = None) -> PersistedDict:
         """The dict called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "dict", codec)
 
-    def get_or_create_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedDict:
+    def get_or_create_dict(self, name: Name, items: Mapping[Any, Any] | Iterable[tuple[Any, Any]] = (),
+                           *, codec: str = "msgpack") -> PersistedDict:
         """The dict called name, created with these arguments if absent."""
         return self._get_or_create(name, "dict", codec, lambda: self.create_dict(name, items, codec=codec))
 
     # sorted dict
-    def create_sorted_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedDict:
+    def create_sorted_dict(self, name: Name, items: Mapping[Any, Any] | Iterable[tuple[Any, Any]] = (),
+                           *, codec: str = "msgpack") -> PersistedSortedDict:
         """A new sorted dict holding ``items`` (each one slot dirty). Raises AlreadyExistsError."""
         return self._create(name, "sorted_dict", codec, _update(items))
 
-    def get_sorted_dict(self, name, *, codec: str | None = None) -> PersistedSortedDict:
+    def get_sorted_dict(self, name: Name, *, codec: str | None = None) -> PersistedSortedDict:
         """The sorted dict called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "sorted_dict", codec)
 
-    def get_or_create_sorted_dict(self, name, items=(), *, codec: str = "msgpack") -> PersistedSortedDict:
+    def get_or_create_sorted_dict(self, name: Name, items: Mapping[Any, Any] | Iterable[tuple[Any, Any]] = (),
+                                  *, codec: str = "msgpack") -> PersistedSortedDict:
         """The sorted dict called name, created with these arguments if absent."""
         return self._get_or_create(name, "sorted_dict", codec,
                                    lambda: self.create_sorted_dict(name, items, codec=codec))
 
     # stream
-    def create_stream(self, name, *, codec: str = "msgpack") -> PersistedStream:
+    def create_stream(self, name: Name, *, codec: str = "msgpack") -> PersistedStream:
         """A new empty stream (Redis Streams semantics)."""
         return self._create(name, "stream", codec, None)
 
-    def get_stream(self, name, *, codec: str | None = None) -> PersistedStream:
+    def get_stream(self, name: Name, *, codec: str | None = None) -> PersistedStream:
         """The stream called name: one point read (its metadata) unless in memory.
         Raises ObjectNotFoundError (a KeyError) or KindMismatchError (a TypeError)."""
         return self._lookup(name, "stream", codec)
 
-    def get_or_create_stream(self, name, *, codec: str = "msgpack") -> PersistedStream:
+    def get_or_create_stream(self, name: Name, *, codec: str = "msgpack") -> PersistedStream:
         """The stream called name, created with these arguments if absent."""
         return self._get_or_create(name, "stream", codec, lambda: self.create_stream(name, codec=codec))
 
     # n-dimensional array
-    def create_ndarray(self, name, shape, dtype, chunks=None, fill_value=0) -> PersistedNDArray:
+    def create_ndarray(self, name: Name, shape: int | Iterable[int], dtype: DTypeLike,
+                       chunks: int | Iterable[int] | None = None, fill_value: Any = 0) -> PersistedNDArray:
         """A new chunked numpy-style array of ``shape`` and ``dtype`` (bool, int, uint,
         float up to 64 bits, complex up to 128), every cell ``fill_value``. ``chunks`` is
         the shape of a chunk, the unit saved and loaded (default: about 64 KiB, the
@@ -232,13 +250,14 @@ class KindMethods:
         dtype that cannot be stored (object, str, structured, datetime, float128)."""
         return self._create(name, "ndarray", "msgpack", None, **check_params(name, shape, dtype, chunks, fill_value))
 
-    def get_ndarray(self, name) -> PersistedNDArray:
+    def get_ndarray(self, name: Name) -> PersistedNDArray:
         """The ndarray called name: one point read (its metadata) unless in memory; chunks
         load as indices cover them. Raises ObjectNotFoundError (a KeyError) or KindMismatchError
         (a TypeError)."""
         return self._lookup(name, "ndarray", None)
 
-    def get_or_create_ndarray(self, name, shape, dtype, chunks=None, fill_value=0) -> PersistedNDArray:
+    def get_or_create_ndarray(self, name: Name, shape: int | Iterable[int], dtype: DTypeLike,
+                              chunks: int | Iterable[int] | None = None, fill_value: Any = 0) -> PersistedNDArray:
         """The ndarray called name, created with these arguments if absent (one that exists
         keeps its own shape, dtype, chunks and fill value)."""
         return self._get_or_create(name, "ndarray", "msgpack", lambda: self.create_ndarray(

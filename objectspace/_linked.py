@@ -8,7 +8,8 @@ range scan per record family) on first use.
 """
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from typing import Any
 
 from . import _layout as L
 from ._base import F_META, PersistedObject
@@ -23,18 +24,21 @@ class LinkedListNode:
     """A handle on one node: ``value`` (assignable), ``next``, ``prev``, ``list``."""
 
     __slots__ = ("_list", "_id", "_value", "_prev", "_next", "__weakref__")
+    _list: PersistedLinkedList | None
+    _prev: LinkedListNode | None
+    _next: LinkedListNode | None
 
-    def __init__(self, owner, nid: int, value) -> None:
+    def __init__(self, owner: PersistedLinkedList, nid: int, value: Any) -> None:
         self._list, self._id, self._value = owner, nid, value
         self._prev = self._next = None
 
     @property
-    def value(self):
+    def value(self) -> Any:
         """The node's value. O(1)."""
         return self._value
 
     @value.setter
-    def value(self, v) -> None:
+    def value(self, v: Any) -> None:
         """O(1); marks the node's value dirty (not its links)."""
         owner = self._list
         if owner is None:
@@ -45,12 +49,12 @@ class LinkedListNode:
         owner._dv.add(self._id)
 
     @property
-    def next(self):
+    def next(self) -> LinkedListNode | None:
         """The following node, or None at the end. O(1)."""
         return self._next
 
     @property
-    def prev(self):
+    def prev(self) -> LinkedListNode | None:
         """The preceding node, or None at the start. O(1)."""
         return self._prev
 
@@ -61,7 +65,7 @@ class LinkedListNode:
         return self._id
 
     @property
-    def list(self):
+    def list(self) -> PersistedLinkedList | None:
         """The list holding the node, or None once removed."""
         return self._list
 
@@ -142,20 +146,20 @@ class PersistedLinkedList(PersistedObject, Collection):
     # -- navigation -------------------------------------------------------------------------
 
     @property
-    def first(self):
+    def first(self) -> LinkedListNode | None:
         """The first node or None. O(1) once loaded."""
         self._check()
         self._ensure()
         return self._first
 
     @property
-    def last(self):
+    def last(self) -> LinkedListNode | None:
         """The last node or None. O(1) once loaded."""
         self._check()
         self._ensure()
         return self._last
 
-    def nodes(self):
+    def nodes(self) -> Iterator[LinkedListNode]:
         """Nodes first to last. O(n)."""
         self._check()
         self._ensure()
@@ -181,14 +185,14 @@ class PersistedLinkedList(PersistedObject, Collection):
     def __contains__(self, value) -> bool:
         return self.find(value) is not None
 
-    def find(self, value):
+    def find(self, value: Any) -> LinkedListNode | None:
         """The first node whose value equals value, or None. O(n)."""
         for node in self.nodes():
             if node._value is value or node._value == value:
                 return node
         return None
 
-    def find_last(self, value):
+    def find_last(self, value: Any) -> LinkedListNode | None:
         """The last node whose value equals value, or None. O(n)."""
         self._ensure()
         node = self._last
@@ -229,30 +233,31 @@ class PersistedLinkedList(PersistedObject, Collection):
         self._version += 1
         return node
 
-    def add_first(self, value) -> LinkedListNode:
+    def add_first(self, value: Any) -> LinkedListNode:
         """Insert at the front. O(1): the new node's two records plus metadata."""
         return self._insert_after(None, value)
 
-    def add_last(self, value) -> LinkedListNode:
+    def add_last(self, value: Any) -> LinkedListNode:
         """Insert at the end. O(1): the new node, the old last node's link, metadata."""
         self._ensure()
         return self._insert_after(self._last, value)
 
     append = add_last
 
-    def add_after(self, node, value) -> LinkedListNode:
+    def add_after(self, node: LinkedListNode, value: Any) -> LinkedListNode:
         """Insert after node. O(1): the new node, node's link, metadata."""
         self._own(node)
         return self._insert_after(node, value)
 
-    def add_before(self, node, value) -> LinkedListNode:
+    def add_before(self, node: LinkedListNode, value: Any) -> LinkedListNode:
         """Insert before node. O(1): the new node, its predecessor's link, metadata."""
         self._own(node)
         return self._insert_after(node._prev, value)
 
-    def remove(self, node_or_value) -> None:
+    def remove(self, node_or_value: Any) -> None:
         """Remove a node, or the first node equal to a value (O(n) to find it; ValueError
         if none). O(1) given a node: deletes its two records, rewrites one link."""
+        node: LinkedListNode | None
         if isinstance(node_or_value, LinkedListNode):
             node = node_or_value
             self._own(node)
@@ -287,7 +292,7 @@ class PersistedLinkedList(PersistedObject, Collection):
         self._flags |= F_META
         self._version += 1
 
-    def remove_first(self):
+    def remove_first(self) -> Any:
         """Remove the first node and return its value. O(1). IndexError when empty."""
         node = self.first
         if node is None:
@@ -295,7 +300,7 @@ class PersistedLinkedList(PersistedObject, Collection):
         self.remove(node)
         return node._value
 
-    def remove_last(self):
+    def remove_last(self) -> Any:
         """Remove the last node and return its value. O(1). IndexError when empty."""
         node = self.last
         if node is None:
@@ -316,7 +321,7 @@ class PersistedLinkedList(PersistedObject, Collection):
         self._check()
         return [node._id for node in self.nodes()]
 
-    def node_at(self, position: int):
+    def node_at(self, position: int) -> LinkedListNode | None:
         """The node at ``position`` (its ``LinkedListNode.position``), or None when no node
         of the list is there. O(1) once loaded (the first call loads every node)."""
         self._check()

@@ -15,7 +15,8 @@ plain list sharing nothing with the object (see PersistedObject.copy).
 from __future__ import annotations
 
 import operator
-from collections.abc import MutableSequence
+from collections.abc import Callable, Iterable, MutableSequence
+from typing import Any
 from operator import eq, ge, gt, le, lt, ne
 
 from ._base import F_META, MISSING
@@ -46,7 +47,7 @@ class PersistedList(SlotSequence, MutableSequence):
     _inplace_var = "lst"
     __hash__ = None     # mutable, like list
 
-    def __init__(self, iterable=(), /) -> None:
+    def __init__(self, iterable: Iterable[Any] = (), /) -> None:
         """``lst.__init__(items)`` makes the list hold ``items``, as ``list.__init__`` does.
         O(n); dirties the slots whose item changed. (Lists are made by a space:
         ``space.create_list(name, items)``.)"""
@@ -196,7 +197,7 @@ class PersistedList(SlotSequence, MutableSequence):
         self._flags |= F_META
         self._version += 1
 
-    def insert(self, i: int, value) -> None:
+    def insert(self, i: int, value: Any) -> None:
         """O(n-i): shifts and dirties slots i..n (appending is O(1))."""
         i = operator.index(i)
         if not self._listed:
@@ -216,7 +217,7 @@ class PersistedList(SlotSequence, MutableSequence):
         self._flags |= F_META
         self._version += 1
 
-    def append(self, value) -> None:
+    def append(self, value: Any) -> None:
         """O(1); one slot dirty plus the length."""
         if not self._listed:
             self._touch()
@@ -227,7 +228,7 @@ class PersistedList(SlotSequence, MutableSequence):
         self._flags |= F_META
         self._version += 1
 
-    def extend(self, values) -> None:
+    def extend(self, values: Iterable[Any]) -> None:
         """O(k) for k values; k slots dirty plus the length. ``lst.extend(lst)`` doubles it."""
         if values is self:
             values = self._all_values()
@@ -235,7 +236,7 @@ class PersistedList(SlotSequence, MutableSequence):
         for v in values:
             append(v)
 
-    def pop(self, i: int = -1):
+    def pop(self, i: int = -1) -> Any:
         """Last item: O(1). Index i: O(n-i) like ``del``. Raises IndexError when empty."""
         i = operator.index(i)
         if not self._tail:
@@ -259,7 +260,7 @@ class PersistedList(SlotSequence, MutableSequence):
         self._flags |= F_META
         self._version += 1
 
-    def sort(self, *, key=None, reverse: bool = False) -> None:
+    def sort(self, *, key: Callable[[Any], Any] | None = None, reverse: bool = False) -> None:
         """O(n log n); dirties the slots whose item moved. Like ``list.sort``, a key (or
         comparison) that changes the list's length raises ValueError; the list then holds
         the sorted items, without what was added meanwhile."""
@@ -276,10 +277,10 @@ class PersistedList(SlotSequence, MutableSequence):
         items.reverse()
         self._replace_all(items)
 
-    def index(self, value, start: int = 0, stop: int | None = None) -> int:
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
         """O(n). Raises ValueError when absent."""
         return self._all_values().index(value, start, self._tail if stop is None else stop)
 
-    def count(self, value) -> int:
+    def count(self, value: Any) -> int:
         """O(n)."""
         return sum(1 for v in self if v is value or v == value)

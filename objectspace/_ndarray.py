@@ -19,11 +19,16 @@ from __future__ import annotations
 import math
 import operator
 from itertools import product
+from typing import TYPE_CHECKING, Any
 
 from . import _layout as L
 from . import _ndlayout as N
 from ._base import F_META, F_REPLACE, MISSING, PersistedObject
 from ._ndindex import axis_runs, int_index, select
+
+if TYPE_CHECKING:
+    import numpy
+    import numpy.typing
 
 _slot_key = L.slot_key
 CHUNK_OVERHEAD = 200        # bytes per cached chunk besides its cells (the array object)
@@ -102,7 +107,7 @@ class PersistedNDArray(PersistedObject):
         return self._shape
 
     @property
-    def dtype(self):
+    def dtype(self) -> numpy.dtype[Any]:
         """The numpy dtype of the cells (native byte order)."""
         return self._dtype
 
@@ -112,7 +117,7 @@ class PersistedNDArray(PersistedObject):
         return self._chunks
 
     @property
-    def fill_value(self):
+    def fill_value(self) -> Any:
         """What cells never written hold (a numpy scalar)."""
         return self._fill
 
@@ -345,7 +350,7 @@ class PersistedNDArray(PersistedObject):
             self._cput(s, c)
             dirty.add(s)
 
-    def to_numpy(self):
+    def to_numpy(self) -> numpy.typing.NDArray[Any]:
         """The whole array as a new numpy array. O(size): loads every stored chunk (one
         range scan)."""
         return self[...]
@@ -354,7 +359,7 @@ class PersistedNDArray(PersistedObject):
         a = self.to_numpy()
         return a if dtype is None else a.astype(dtype, copy=False)
 
-    def copy(self):
+    def copy(self) -> numpy.typing.NDArray[Any]:
         """The whole array as a plain numpy array (as ``to_numpy``)."""
         return self.to_numpy()
 
@@ -419,7 +424,7 @@ class PersistedNDArray(PersistedObject):
                         self._cput(s, grown)
         self._regrid()
 
-    def append(self, rows) -> None:
+    def append(self, rows: Any) -> None:
         """Add ``rows`` at the end of the first axis: an array of shape ``(k, *shape[1:])``,
         or one row of shape ``shape[1:]`` (broadcast and cast as in assignment; a value
         that does not fit changes nothing). O(cells added)."""
@@ -448,7 +453,7 @@ class PersistedNDArray(PersistedObject):
         self._pending = set()
         self._valid = self._cut = 0
 
-    def fill(self, value) -> None:
+    def fill(self, value: Any) -> None:
         """Set every cell to ``value``: the fill value clears (O(1)), another writes every
         chunk of the grid (O(size))."""
         np = N._np()

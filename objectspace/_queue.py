@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 from operator import eq, ge, gt, le, lt, ne
 
 from ._base import F_META, MISSING, plain
@@ -62,7 +63,7 @@ class PersistedQueue(SlotSequence, Sequence):
     _twin_name = "deque"
     __hash__ = None     # mutable, like deque
 
-    def __init__(self, iterable=(), maxlen=None) -> None:
+    def __init__(self, iterable: Iterable[Any] = (), maxlen: int | None = None) -> None:
         """``q.__init__(items, maxlen)`` empties the queue and fills it again, as
         ``deque.__init__`` does (O(n): the stored items are deleted at save, the new ones
         written). (Queues are made by a space: ``space.create_queue(name, items)``.)"""
@@ -85,7 +86,7 @@ class PersistedQueue(SlotSequence, Sequence):
             self._flags |= F_META
 
     @property
-    def maxlen(self):
+    def maxlen(self) -> int | None:
         """The bound of the queue (None: unbounded), as ``deque.maxlen``. Read-only."""
         return self._maxlen
 
@@ -117,7 +118,7 @@ class PersistedQueue(SlotSequence, Sequence):
 
     # -- the right end --------------------------------------------------------------------
 
-    def append(self, value) -> None:
+    def append(self, value: Any) -> None:
         """Add at the tail. O(1); one slot dirty plus the metadata."""
         if not self._listed:
             self._touch()
@@ -130,7 +131,7 @@ class PersistedQueue(SlotSequence, Sequence):
 
     enqueue = append
 
-    def extend(self, values) -> None:
+    def extend(self, values: Iterable[Any]) -> None:
         """Append each value. O(k) for k values. ``q.extend(q)`` doubles the queue."""
         if values is self:
             values = self._all_values()
@@ -138,7 +139,7 @@ class PersistedQueue(SlotSequence, Sequence):
         for v in values:
             append(v)
 
-    def pop(self):
+    def pop(self) -> Any:
         """Remove and return the tail item (deque.pop). O(1)."""
         if self._tail <= self._head:
             raise IndexError("pop from an empty queue")
@@ -146,7 +147,7 @@ class PersistedQueue(SlotSequence, Sequence):
 
     # -- the left end ---------------------------------------------------------------------
 
-    def popleft(self):
+    def popleft(self) -> Any:
         """Remove and return the head. O(1); the slot is deleted at save (unless it was
         appended since the last save: then it is never written at all)."""
         h = self._head
@@ -167,7 +168,7 @@ class PersistedQueue(SlotSequence, Sequence):
 
     dequeue = popleft
 
-    def appendleft(self, value) -> None:
+    def appendleft(self, value: Any) -> None:
         """Add at the head. O(1) amortised: one slot dirty plus the metadata; when the
         queue starts at slot 0, its n items first move up (O(n), n slots rewritten and n
         deleted at save), leaving room for at least n more."""
@@ -186,7 +187,7 @@ class PersistedQueue(SlotSequence, Sequence):
         self._flags |= F_META
         self._version += 1
 
-    def extendleft(self, values) -> None:
+    def extendleft(self, values: Iterable[Any]) -> None:
         """appendleft each value (so they end in reverse order). O(k) amortised."""
         if values is self:
             values = self._all_values()
@@ -194,7 +195,7 @@ class PersistedQueue(SlotSequence, Sequence):
         for v in values:
             appendleft(v)
 
-    def peek(self):
+    def peek(self) -> Any:
         """The head without removing it. O(1). Raises IndexError when empty."""
         if self._head == self._tail:
             raise IndexError("peek at an empty queue")
@@ -220,7 +221,7 @@ class PersistedQueue(SlotSequence, Sequence):
             for _ in range(size - k):
                 self.append(self.popleft())
 
-    def insert(self, i: int, value) -> None:
+    def insert(self, i: int, value: Any) -> None:
         """Insert value before position i (as ``list.insert``). O(min(i, n-i)): the items
         on the shorter side of i shift one slot, each rewritten."""
         i = operator.index(i)
@@ -284,7 +285,7 @@ class PersistedQueue(SlotSequence, Sequence):
         self._flags |= F_META
         self._version += 1
 
-    def remove(self, value) -> None:
+    def remove(self, value: Any) -> None:
         """Remove the first item equal to value (ValueError if none), as ``deque.remove``:
         a comparison that changes the queue raises IndexError. O(n) to find it, then
         O(min(i, n-i)) like ``del q[i]``."""
@@ -298,7 +299,7 @@ class PersistedQueue(SlotSequence, Sequence):
                 return
         raise ValueError(f"{self.kind}.remove(x): x not in {self.kind}")
 
-    def index(self, value, start: int = 0, stop: int | None = None) -> int:
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
         """Position of the first item equal to value in [start, stop) (ValueError if none;
         RuntimeError if a comparison changes the queue). O(n)."""
         n = self._tail - self._head
@@ -521,7 +522,7 @@ class PersistedStack(SlotSequence, Collection):
     kind = "stack"
     __slots__ = ()
 
-    def push(self, value) -> None:
+    def push(self, value: Any) -> None:
         """Put value on top. O(1); one slot dirty plus the length."""
         if not self._listed:
             self._touch()
@@ -532,18 +533,18 @@ class PersistedStack(SlotSequence, Collection):
         self._flags |= F_META
         self._version += 1
 
-    def extend(self, values) -> None:
+    def extend(self, values: Iterable[Any]) -> None:
         """Push each value in order (the last ends on top). O(k)."""
         for v in list(values):
             self.push(v)
 
-    def pop(self):
+    def pop(self) -> Any:
         """Remove and return the top. O(1)."""
         if self._tail <= 0:
             raise IndexError("pop from an empty stack")
         return self._pop_tail()
 
-    def peek(self):
+    def peek(self) -> Any:
         """The top without removing it. O(1)."""
         if not self._tail:
             raise IndexError("peek at an empty stack")

@@ -15,7 +15,8 @@ would need a name. A value that cannot be stored cannot be an element: ``x in s`
 from __future__ import annotations
 
 import itertools
-from collections.abc import MutableSet, Set
+from collections.abc import Iterable, Iterator, MutableSet, Set
+from typing import Any
 
 from ._base import F_META, MISSING
 from ._keyed import KeyedObject, decode_set_entry
@@ -41,7 +42,7 @@ class PersistedSet(KeyedObject, MutableSet):
 
     __hash__ = None     # mutable, like set
 
-    def __init__(self, iterable=(), /) -> None:
+    def __init__(self, iterable: Iterable[Any] = (), /) -> None:
         """``s.__init__(items)`` makes s hold exactly ``items``, as ``set.__init__`` does.
         O(n + k). (Sets are made by a space: ``space.create_set(name, items)``.)"""
         try:
@@ -83,7 +84,7 @@ class PersistedSet(KeyedObject, MutableSet):
             self._raise_dead()
         return (e for _, e in self._t.iterate())
 
-    def add(self, value) -> None:
+    def add(self, value: Any) -> None:
         """O(1); one element dirty (+ count if new)."""
         ek = self._ek(value)
         if not self._listed:
@@ -91,7 +92,7 @@ class PersistedSet(KeyedObject, MutableSet):
         if self._t.put(ek, value):
             self._flags |= F_META
 
-    def discard(self, value) -> None:
+    def discard(self, value: Any) -> None:
         """O(1); deletes one element at save (nothing if it was added since the last save)."""
         try:
             ek = self._ek(value)
@@ -103,7 +104,7 @@ class PersistedSet(KeyedObject, MutableSet):
         if self._t.remove(ek) is not MISSING:
             self._flags |= F_META
 
-    def remove(self, value) -> None:
+    def remove(self, value: Any) -> None:
         """Like discard, but raises KeyError when absent."""
         try:
             ek = self._ek(value)
@@ -116,7 +117,7 @@ class PersistedSet(KeyedObject, MutableSet):
             raise KeyError(value)
         self._flags |= F_META
 
-    def update(self, *iterables) -> None:
+    def update(self, *iterables: Iterable[Any]) -> None:
         """Add every element of the iterables. O(k); one record dirty per new element."""
         for it in iterables:
             for v in list(it):
@@ -124,11 +125,11 @@ class PersistedSet(KeyedObject, MutableSet):
 
     # -- set's named methods: any iterables; results are plain sets --------------------------
 
-    def union(self, *others) -> set:
+    def union(self, *others: Iterable[Any]) -> set:
         """A plain set of the elements of s and of every iterable. O(n + k)."""
         return set(self).union(*others)
 
-    def intersection(self, *others) -> set:
+    def intersection(self, *others: Iterable[Any]) -> set:
         """A plain set of the elements of s that are in every iterable. O(k) point reads
         for the first iterable's k elements (O(n) with no iterable: a copy)."""
         if not others:
@@ -139,38 +140,38 @@ class PersistedSet(KeyedObject, MutableSet):
             out.intersection_update(*others[1:])
         return out
 
-    def difference(self, *others) -> set:
+    def difference(self, *others: Iterable[Any]) -> set:
         """A plain set of the elements of s that are in none of the iterables. O(n + k)."""
         out = set(self)
         out.difference_update(*others)
         return out
 
-    def symmetric_difference(self, other) -> set:
+    def symmetric_difference(self, other: Iterable[Any]) -> set:
         """A plain set of the elements in exactly one of s and other. O(n + k)."""
         return set(self).symmetric_difference(other)
 
-    def issubset(self, other) -> bool:
+    def issubset(self, other: Iterable[Any]) -> bool:
         """True when every element of s is in the iterable other. O(n + k)."""
         if not isinstance(other, (set, frozenset)):
             other = set(other)
         return len(self) <= len(other) and all(v in other for v in self)
 
-    def issuperset(self, other) -> bool:
+    def issuperset(self, other: Iterable[Any]) -> bool:
         """True when every element of the iterable other is in s. O(k) point reads."""
         return all(v in self for v in (self.copy() if other is self else other))
 
-    def isdisjoint(self, other) -> bool:
+    def isdisjoint(self, other: Iterable[Any]) -> bool:
         """True when no element of the iterable other is in s. O(k) point reads."""
         return not any(v in self for v in (self.copy() if other is self else other))
 
-    def intersection_update(self, *others) -> None:
+    def intersection_update(self, *others: Iterable[Any]) -> None:
         """Keep only the elements found in every iterable. O(n + k); one record deleted at
         save per element removed."""
         keep = self.intersection(*others)
         for v in [v for v in self if v not in keep]:
             self.discard(v)
 
-    def difference_update(self, *others) -> None:
+    def difference_update(self, *others: Iterable[Any]) -> None:
         """Remove every element of the iterables. O(k); one record deleted at save per
         element removed."""
         for other in others:
@@ -180,7 +181,7 @@ class PersistedSet(KeyedObject, MutableSet):
             for v in other:
                 self.discard(v)
 
-    def symmetric_difference_update(self, other) -> None:
+    def symmetric_difference_update(self, other: Iterable[Any]) -> None:
         """Remove the elements of other that are in s and add the others. O(k); one
         record per element changed."""
         if other is self:
@@ -264,7 +265,7 @@ class PersistedSet(KeyedObject, MutableSet):
         """O(1) now; the next save deletes the stored elements (one range scan)."""
         self._clear()
 
-    def pop(self):
+    def pop(self) -> Any:
         """Remove and return an arbitrary element (the smallest for a sorted set)."""
         for _, e in self._t.iterate():
             self.discard(e)
@@ -284,29 +285,30 @@ class PersistedSortedSet(PersistedSet):
     def __reversed__(self):
         return (e for _, e in self._t.iterate(reverse=True))
 
-    def irange(self, minimum=None, maximum=None, inclusive=(True, True), reverse=False):
+    def irange(self, minimum: Any = None, maximum: Any = None, inclusive: tuple[bool, bool] = (True, True),
+               reverse: bool = False) -> Iterator[Any]:
         """Elements between minimum and maximum (None: unbounded). A range scan: O(k)."""
         lo, hi = self._bounds(minimum, maximum, inclusive)
         return (e for _, e in self._t.iterate(lo, hi, reverse))
 
-    def bisect_left(self, value) -> int:
+    def bisect_left(self, value: Any) -> int:
         """Number of elements < value."""
         return self._t.rank(self._ek(value))
 
-    def bisect_right(self, value) -> int:
+    def bisect_right(self, value: Any) -> int:
         """Number of elements <= value."""
         return self._t.rank(self._ek(value) + b"\x00")
 
     bisect = bisect_right
 
-    def index(self, value) -> int:
+    def index(self, value: Any) -> int:
         """Position of value. Raises ValueError when absent."""
         ek = self._ek(value)
         if self._t.lookup(ek) is MISSING:
             raise ValueError(f"{value!r} is not in the sorted set")
         return self._t.rank(ek)
 
-    def count(self, value) -> int:
+    def count(self, value: Any) -> int:
         """1 if value is in the set, else 0. O(1)."""
         return int(value in self)
 
@@ -328,7 +330,7 @@ class PersistedSortedSet(PersistedSet):
             return
         self.discard(self[i])
 
-    def pop(self, index: int = -1):
+    def pop(self, index: int = -1) -> Any:
         """Remove and return the element at index (the largest by default). Raises
         EmptySortedSetError, an IndexError (as sortedcontainers) and a KeyError (as a set),
         when empty."""
@@ -338,7 +340,7 @@ class PersistedSortedSet(PersistedSet):
         self.discard(v)
         return v
 
-    def islice(self, start=None, stop=None, reverse=False):
+    def islice(self, start: int | None = None, stop: int | None = None, reverse: bool = False) -> Iterator[Any]:
         """Elements at positions [start, stop). O(log n + k) when loaded, else O(stop)."""
         t = self._t
         t.ensure_complete()
@@ -346,7 +348,7 @@ class PersistedSortedSet(PersistedSet):
             vals = t.vals
             return (vals[ek] for ek in t.order.islice(start, stop, reverse))
         start, stop, _ = slice(start, stop).indices(t.count)
-        it = itertools.islice(t.iterate(), start, stop)
+        it: Iterator[Any] = itertools.islice(t.iterate(), start, stop)
         if reverse:
             it = reversed(list(it))
         return (e for _, e in it)

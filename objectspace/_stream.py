@@ -7,7 +7,8 @@ Entry ids are ``"<ms>-<seq>"`` strings, strictly increasing; ``add(fields)`` wit
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ._base import ABSENT, F_META, MISSING, PersistedObject
 from ._groups import GroupsMixin
@@ -17,6 +18,9 @@ from ._keyed import ENTRY_BYTES
 from ._table import Table
 from ._unsaved import split
 from .errors import StreamIdError
+
+if TYPE_CHECKING:
+    from ._types import StreamId
 
 class PersistedStream(GroupsMixin, PersistedObject, Collection):
     """A persisted stream. add O(1) (one entry + metadata dirty); range/rev_range are range
@@ -105,7 +109,8 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
                                 f"last id {format_id(*self._last)}")
         return new
 
-    def add(self, fields, id="*", *, maxlen: int | None = None, minid=None) -> str:
+    def add(self, fields: Mapping[Any, Any] | Iterable[tuple[Any, Any]], id: StreamId = "*", *,
+            maxlen: int | None = None, minid: StreamId | None = None) -> str:
         """Append an entry and return its id (XADD). O(1): one entry dirty plus metadata.
 
         fields: a non-empty mapping (or sequence of pairs). id: "*" (clock), "ms-*" or an
@@ -129,14 +134,14 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
 
     # -- reading ----------------------------------------------------------------------------
 
-    def range(self, start="-", end="+", count: int | None = None) -> list:
+    def range(self, start: StreamId = "-", end: StreamId = "+", count: int | None = None) -> list:
         """[(id, fields)] with start <= id <= end, oldest first, at most count (XRANGE).
         "-"/"+" are open ends, "(id" is exclusive, "ms" covers every id of that ms."""
         self._check()
         lo, hi = range_bound(start, end=False), range_bound(end, end=True)
         return self._take(self._t.iterate(lo, hi), count)
 
-    def rev_range(self, start="-", end="+", count: int | None = None) -> list:
+    def rev_range(self, start: StreamId = "-", end: StreamId = "+", count: int | None = None) -> list:
         """Like range, newest first (XREVRANGE, with the bounds in range's order)."""
         self._check()
         lo, hi = range_bound(start, end=False), range_bound(end, end=True)
@@ -164,7 +169,7 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
     def __contains__(self, id) -> bool:
         return self._t.lookup(id_key(*parse_id(id))) is not MISSING
 
-    def get(self, id):
+    def get(self, id: StreamId) -> dict[Any, Any] | None:
         """The fields of entry id, or None. O(1)."""
         e = self._t.lookup(id_key(*parse_id(id)))
         return None if e is MISSING else e
@@ -195,7 +200,7 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
 
     # -- removing ---------------------------------------------------------------------------
 
-    def delete(self, *ids) -> int:
+    def delete(self, *ids: StreamId | Iterable[StreamId]) -> int:
         """Delete entries by id (XDEL); returns how many existed. O(k). Every id is checked
         before any is deleted."""
         if len(ids) == 1 and not isinstance(ids[0], (str, tuple)):
@@ -211,7 +216,7 @@ class PersistedStream(GroupsMixin, PersistedObject, Collection):
             self._flags |= F_META
         return n
 
-    def trim(self, maxlen: int | None = None, minid=None) -> int:
+    def trim(self, maxlen: int | None = None, minid: StreamId | None = None) -> int:
         """Delete the oldest entries so that at most maxlen remain, or those with an id below
         minid (XTRIM); returns how many were deleted. O(deleted)."""
         self._check()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ._base import F_VALUE, MISSING, PersistedObject, plain
 from ._inplace import keep_changed
@@ -20,6 +21,7 @@ class PersistedValue(PersistedObject):
     _handle_bytes = 700
     has_meta = False
     __slots__ = ("_value",)
+    _value: Any
 
     @classmethod
     def _fresh(cls, space, name, nkey, codec):
@@ -37,7 +39,7 @@ class PersistedValue(PersistedObject):
         return self
 
     @property
-    def value(self):
+    def value(self) -> Any:
         """The stored value. O(1); the first read of a loaded value is one point read."""
         if self._dead:
             self._raise_dead()
@@ -50,17 +52,17 @@ class PersistedValue(PersistedObject):
         return v
 
     @value.setter
-    def value(self, v) -> None:
+    def value(self, v: Any) -> None:
         if not self._listed:
             self._touch()
         self._value = v
         self._flags |= F_VALUE
 
-    def get(self):
+    def get(self) -> Any:
         """Same as ``.value``."""
         return self.value
 
-    def set(self, v) -> None:
+    def set(self, v: Any) -> None:
         """Same as ``.value = v``. O(1); marks the slot dirty."""
         self.value = v
 
@@ -83,7 +85,7 @@ class PersistedValue(PersistedObject):
 
     _twin_name = "copy of its value"
 
-    def copy(self):
+    def copy(self) -> Any:
         """A plain copy of the value (lists, dicts, sets and tuples in it copied too)."""
         return plain(self.value)
 
@@ -173,7 +175,7 @@ class PersistedArray(SlotSequence, Sequence):
             self._raise_dead()
         return self._iter_slots(0, self._tail)
 
-    def fill(self, value) -> None:
+    def fill(self, value: Any) -> None:
         """Assign value to every slot. O(n); marks n slots dirty."""
         for s in range(self._tail):
             self._set_slot(s, value)

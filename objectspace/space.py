@@ -12,10 +12,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 import weakref
+from collections.abc import Callable, Iterator
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, cast
 
 import dkv
 from dkv.batch import WriteBatch
@@ -31,6 +34,10 @@ from ._inplace import check_mode, find_changes, inplace_error
 from ._keycodec import decode_key, encode_name, encode_name_scope
 from ._kinds import KIND_CLASSES, KindMethods
 from .errors import AlreadyExistsError, CorruptionError, KindMismatchError, ObjectNotFoundError, ObjectSpaceError
+
+if TYPE_CHECKING:
+    from ._base import PersistedObject
+    from ._types import Name
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +99,10 @@ class ObjectSpace(KindMethods):
     space is not thread-safe.
     """
 
-    def __init__(self, db, prefix: bytes = DEFAULT_PREFIX, *, cache_items: int = 4096,
+    def __init__(self, db: dkv.DB, prefix: bytes = DEFAULT_PREFIX, *, cache_items: int = 4096,
                  cache_objects: int | None = 4096, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 cache: ObjectCache | None = None, clock=None, inplace: str | None = None) -> None:
+                 cache: ObjectCache | None = None, clock: Callable[[], int] | None = None,
+                 inplace: str | None = None) -> None:
         if not isinstance(prefix, (bytes, bytearray)):
             raise TypeError(f"prefix must be bytes, got {type(prefix).__name__}")
         if cache_items < 1 or (cache_objects is not None and cache_objects < 0):
@@ -116,14 +124,15 @@ class ObjectSpace(KindMethods):
         self._counts_gen = 0                # bumped when the store changed outside save (see _counts.py)
         self._deletions = 0
         self._sized: list = []          # (start, end) in a save's records of objects sized by their own bytes
-        self._known_absent = None
+        self._known_absent: tuple[Any, bytes] | None = None
         self._owns_db = False
         self._closed = False
 
     @classmethod
-    def open(cls, location, *, prefix: bytes = DEFAULT_PREFIX, checkpoint: int | None = None,
-             cache_items: int = 4096, cache_objects: int | None = 4096, cache_bytes: int = DEFAULT_CACHE_BYTES,
-             clock=None, inplace: str | None = "save", **dkv_options) -> "ObjectSpace":
+    def open(cls, location: str | os.PathLike[str] | dkv.ObjectStore, *, prefix: bytes = DEFAULT_PREFIX,
+             checkpoint: int | None = None, cache_items: int = 4096, cache_objects: int | None = 4096,
+             cache_bytes: int = DEFAULT_CACHE_BYTES, clock: Callable[[], int] | None = None,
+             inplace: str | None = "save", **dkv_options: Any) -> "ObjectSpace":
         """Open a dkv store at ``location`` (owned and closed by the space) and a space on it.
         ``checkpoint=epoch`` opens the state as of that checkpoint; a writer continues from
         it, so at an older one it raises dkv.NewerCheckpointsError naming the later
@@ -157,7 +166,7 @@ class ObjectSpace(KindMethods):
         return space
 
     @property
-    def db(self):
+    def db(self) -> dkv.DB:
         """The dkv store underneath."""
         return self._db
 
@@ -300,7 +309,7 @@ class ObjectSpace(KindMethods):
         self._remember(obj)
         return obj
 
-    def get(self, name):
+    def get(self, name: Name) -> PersistedObject:
         """The object called name, whatever its kind. Raises ObjectNotFoundError (a KeyError)."""
         return self._lookup(name, None)
 
@@ -309,7 +318,7 @@ class ObjectSpace(KindMethods):
         self._check_open()
         return self._exists(encode_name(name))
 
-    def delete(self, name) -> None:
+    def delete(self, name: Name) -> None:
         """Delete an object. O(1) now; the next save deletes its stored keys (one range scan).
         The old handle stops working. Raises ObjectNotFoundError."""
         self._check_open()
@@ -329,7 +338,7 @@ class ObjectSpace(KindMethods):
         if not unsaved:
             self._graves[nkey] = _Grave(nkey)
 
-    def rename(self, old, new) -> None:
+    def rename(self, old: Name, new: Name) -> None:
         """Give object ``old`` the name ``new``, keeping everything it holds (kind, codec,
         items, metadata, a stream's consumer groups). Its records are rewritten under the new
         name in the store at once (durable with the next checkpoint, like any write); the old
@@ -357,7 +366,7 @@ class ObjectSpace(KindMethods):
             self._cache.forget(obj)
         ip, op = self._index_prefix, self._obj_prefix
         batch = WriteBatch()
-        batch.put(ip + nkey, self._db.get(ip + okey))
+        batch.put(ip + nkey, cast(bytes, self._db.get(ip + okey)))     # stored: it exists, unchanged
         batch.delete(ip + okey)
         n = len(op) + len(okey)
         for key, value in self._db.scan_prefix(op + okey):
@@ -378,7 +387,7 @@ class ObjectSpace(KindMethods):
         index and the objects not yet committed. O(n)."""
         return self._iter_names(None)
 
-    def names(self, prefix=None) -> list:
+    def names(self, prefix: Name | None = None) -> list:
         """Names in the space, or in a scope: ``prefix=("user-42",)`` lists tuple names that
         start with that part, ``prefix="tmp-"`` str names that start with it. A range scan."""
         return list(self._iter_names(prefix))
@@ -387,7 +396,7 @@ class ObjectSpace(KindMethods):
         """Number of objects. O(n): counts with a scan of the index."""
         return sum(1 for _ in self._iter_names(None))
 
-    def catalog(self, prefix=None):
+    def catalog(self, prefix: Name | None = None) -> Iterator[tuple[Any, str]]:
         """``(name, kind)`` of every object (or of a scope, as ``names(prefix=...)``) in name
         order: one range scan of the index and no other read. O(n)."""
         live = self._live

@@ -10,6 +10,8 @@ docs/spark_ops.md and docs/rfcs/0001-spark-runtime.md.
 """
 from __future__ import annotations
 
+from dkv import __version__ as __version__     # one version for the three packages
+
 import objectspace as _objectspace
 
 from . import _layout

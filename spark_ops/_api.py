@@ -9,21 +9,32 @@ stream, except for combine_latest, whose initial rows are shaped as its output) 
 (operators the query's state holds and its code no longer has, to drop; RFC 0010)."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
 from ._initial import check_keys, input_rows
 from ._plan import apply_operator, check_columns, spark_watermark
 from ._units import duration_ms
 from .operators import Buffer, CombineLatest, Delay, SessionWindow, Timeout
 from .operators._combine import SOURCE
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Observation
+
+    from ._units import Duration, Memory
+
 
 def _key_fields(df, keys):
     return [df.schema[k] for k in keys]
 
 
-def buffer(df, key, count: int | None = None, skip: int | None = None, duration=None, *, event_time=None,
-           watermark=None, order_by=None, state: str = "./state", name: str | None = None,
+def buffer(df: DataFrame, key: str | Sequence[str], count: int | None = None, skip: int | None = None,
+           duration: Duration | None = None, *, event_time: str | None = None, watermark: Duration | None = None,
+           order_by: str | Sequence[str] | None = None, state: str = "./state", name: str | None = None,
            partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
+           isolate: bool | None = None, memory: Memory | None = None,
+           metrics: str | bool | Observation | None = None, initial_state: DataFrame | None = None,
+           retire: str | Iterable[str] | None = None) -> DataFrame:
     """Group each key's rows into buffers: by ``count`` (with ``skip`` for overlapping or
     gapped buffers), by event-time ``duration`` windows, or both (a window's buffer is
     also emitted when it reaches ``count``). Output: the key column(s) and ``items``
@@ -47,10 +58,13 @@ def buffer(df, key, count: int | None = None, skip: int | None = None, duration=
                           memory=memory, metrics=metrics, initial_state=initial, retire=retire)
 
 
-def combine_latest(inputs: dict, key, *, event_time: str | None = None, watermark=None, state: str = "./state",
+def combine_latest(inputs: dict, key: str | Sequence[str], *, event_time: str | None = None,
+                   watermark: Duration | None = None, state: str = "./state",
                    name: str | None = None, partitions: int | None = None, key_groups: int = 256,
                    dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
+           isolate: bool | None = None, memory: Memory | None = None,
+           metrics: str | bool | Observation | None = None, initial_state: DataFrame | None = None,
+           retire: str | Iterable[str] | None = None) -> DataFrame:
     """For each key, every time any input has a new row (once all inputs have one), emit
     the key and one struct column per input holding that input's latest row. Within a
     batch the rows go in ``event_time`` order when it is given, else input by input in the
@@ -126,9 +140,12 @@ def _latest_rows(initial, first, keys, inputs):
     return initial.select(*keys, *others)
 
 
-def delay(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
+def delay(df: DataFrame, key: str | Sequence[str], duration: Duration, *, event_time: str,
+          watermark: Duration | None = None, state: str = "./state", name: str | None = None,
           partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
+           isolate: bool | None = None, memory: Memory | None = None,
+           metrics: str | bool | Observation | None = None, initial_state: DataFrame | None = None,
+           retire: str | Iterable[str] | None = None) -> DataFrame:
     """Emit each row once the watermark passes its event time + ``duration``. Output: the input rows.
     initial_state: input rows that came before the stream (the input's columns), delayed
     as if they had arrived in the first batch."""
@@ -140,9 +157,12 @@ def delay(df, key, duration, *, event_time: str, watermark=None, state: str = ".
                           memory=memory, metrics=metrics, initial_state=initial, retire=retire)
 
 
-def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = "./state", name: str | None = None,
+def timeout(df: DataFrame, key: str | Sequence[str], duration: Duration, *, event_time: str,
+            watermark: Duration | None = None, state: str = "./state", name: str | None = None,
             partitions: int | None = None, key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
+           isolate: bool | None = None, memory: Memory | None = None,
+           metrics: str | bool | Observation | None = None, initial_state: DataFrame | None = None,
+           retire: str | Iterable[str] | None = None) -> DataFrame:
     """Emit ``key, last_event, timeout_at`` when a key has no row for ``duration`` of event time.
     initial_state: input rows that came before the stream (the input's columns)."""
     from pyspark.sql.types import StructField, StructType, TimestampType
@@ -156,10 +176,13 @@ def timeout(df, key, duration, *, event_time: str, watermark=None, state: str = 
                           memory=memory, metrics=metrics, initial_state=initial, retire=retire)
 
 
-def session_window(df, key, gap, *, event_time: str, max_duration=None, items: bool = True, watermark=None,
+def session_window(df: DataFrame, key: str | Sequence[str], gap: Duration, *, event_time: str,
+                   max_duration: Duration | None = None, items: bool = True, watermark: Duration | None = None,
                    state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None,
-           isolate: bool | None = None, memory=None, metrics=None, initial_state=None, retire=None):
+           isolate: bool | None = None, memory: Memory | None = None,
+           metrics: str | bool | Observation | None = None, initial_state: DataFrame | None = None,
+           retire: str | Iterable[str] | None = None) -> DataFrame:
     """Gap-based sessions per key (closed after ``gap`` without rows, or at ``max_duration``).
     Output: key, session_start, session_end, count and (with ``items=True``) the rows.
     initial_state: input rows that came before the stream (the input's columns)."""

@@ -9,8 +9,10 @@ them, on the instances objectspace's ``find_instances`` finds with spark_ops' fa
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Iterator
+import os
+from typing import Any, Iterator
 
+import dkv
 import objectspace
 
 from ._keys import from_parts
@@ -60,8 +62,9 @@ def instance_timers(ref, *, key_group: int | None = None, groups: tuple = ALL_KE
 _NO_KEY = object()
 
 
-def read_timers(location, *, epoch: int | None = None, instance: str | None = None, operator: str | None = None,
-                key_group: int | None = None, kind: str | None = None, key=_NO_KEY, **dkv_options) -> list[dict]:
+def read_timers(location: str | os.PathLike[str] | dkv.ObjectStore, *, epoch: int | None = None,
+                instance: str | None = None, operator: str | None = None, key_group: int | None = None,
+                kind: str | None = None, key: Any = _NO_KEY, **dkv_options: Any) -> list[dict]:
     """The timers registered in the state at ``location`` (a state root, a query's,
     operator's or shard's folder; a path or URL) as of checkpoint ``epoch`` (default: each
     operator's newest), as dicts ``operator, query_id, instance, epoch, key_group, kind,
@@ -105,7 +108,7 @@ def _queries(location, query: str | None, dkv_options: dict) -> list:
     return found
 
 
-def read_operators(location, *, query: str | None = None, **dkv_options) -> list[dict]:
+def read_operators(location: str | dkv.ObjectStore, *, query: str | None = None, **dkv_options: Any) -> list[dict]:
     """The operators of each query under the state root ``location`` (or of ``query``), as
     dicts ``query_id, operator, status ("active"/"retired"), class, name_from, last_batch,
     joined, retired, state_vars`` (the declarations of its latest run; None: it declares
@@ -136,7 +139,8 @@ def _latest_run_start(ostore) -> int | None:
         return None
 
 
-def read_vars(location, *, query: str | None = None, operator: str | None = None, **dkv_options) -> list[dict]:
+def read_vars(location: str | dkv.ObjectStore, *, query: str | None = None, operator: str | None = None,
+              **dkv_options: Any) -> list[dict]:
     """The state variables of each operator under the state root ``location`` at its newest
     checkpoint, as dicts ``query_id, operator, variable, kinds, version, objects, bytes,
     met, status, declared``: ``objects`` and ``bytes`` are what dropping the variable would
@@ -167,7 +171,7 @@ def read_vars(location, *, query: str | None = None, operator: str | None = None
                 refs = []
             for ref in refs:
                 with ref.open(**dkv_options) as db:
-                    lo, hi = db.key_groups
+                    lo, hi = db.key_group_range
                     for kg in range(lo, hi):
                         rec = decode_record(db.get(record_key(kg)), f"of key group {kg}")
                         if rec is None:
@@ -182,7 +186,7 @@ def read_vars(location, *, query: str | None = None, operator: str | None = None
                                 v["met"] = met
                         for var, (to, at) in rec["gone"].items():
                             gone[var] = (to, at)
-                    for kg, sp in spaces_of(db, groups=(lo, hi)):
+                    for kg, sp in spaces_of(db, key_group_range=(lo, hi)):
                         for info in list_objects(sp):
                             n = info.name
                             if isinstance(n, tuple) and n and isinstance(n[-1], str):

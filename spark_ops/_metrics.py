@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import dkv
 
 from . import _watermark
 
 
-def read_metrics(state: str, query_id: str | None = None, operator: str | None = None, **store_options) -> list[dict]:
+def read_metrics(state: str, query_id: str | None = None, operator: str | None = None,
+                 **store_options: Any) -> list[dict]:
     """Every metrics record under ``state`` (a state root given to an operator, or one
     query's or operator's folder below it), oldest batch first. Fields: batch, shard,
     rows, emitted, dirty_slots, checkpoint_bytes, wal_bytes, manifest_bytes, sst_bytes,
@@ -42,7 +44,7 @@ def read_metrics(state: str, query_id: str | None = None, operator: str | None =
     return out
 
 
-def snapshot_bytes(state_root: str, batch: int, **store_options) -> dict:
+def snapshot_bytes(state_root: str, batch: int, **store_options: Any) -> dict:
     """What a whole-state snapshot of an operator's state as of ``batch`` would write:
     every live record of every shard at its newest checkpoint <= ``batch``, raw and
     zstd-compressed (level 3, as our WAL segments). ``state_root`` is

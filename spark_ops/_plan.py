@@ -16,12 +16,21 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from . import _host, _identity, _initial, _listener, _progress, _statevar
 from ._runtime import ShardSpec
 from ._shards import TOKEN, route
 from ._units import duration_ms, memory_bytes
 from ._worker import partition_function
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Observation
+    from pyspark.sql.types import StructType
+
+    from ._units import Duration, Memory
+    from .operator import Operator
 
 US = "__spark_ops_us"
 
@@ -52,11 +61,14 @@ def check_columns(df, key, event_time=None) -> list:
     return keys
 
 
-def apply_operator(df, operator, key, *, output_schema=None, event_time: str | None = None, watermark=None,
-                   order_by=None, state: str = "./state", name: str | None = None, partitions: int | None = None,
+def apply_operator(df: DataFrame, operator: Operator, key: str | Sequence[str], *,
+                   output_schema: str | StructType | None = None, event_time: str | None = None,
+                   watermark: Duration | None = None, order_by: str | Sequence[str] | None = None,
+                   state: str = "./state", name: str | None = None, partitions: int | None = None,
                    key_groups: int = 256, dkv_options: dict | None = None, isolate: bool | None = None,
                    inputs: list | None = None, input_column: str | None = None, shard_host: bool | None = None,
-                   memory=None, metrics=None, initial_state=None, retire=None):
+                   memory: Memory | None = None, metrics: str | bool | Observation | None = None,
+                   initial_state: DataFrame | None = None, retire: str | Iterable[str] | None = None) -> DataFrame:
     """Run ``operator`` (an ``Operator``) over ``df`` keyed by ``key`` (a column or a list),
     emitting rows of ``output_schema`` (a DDL string or a StructType; default the operator's
     ``output_schema`` attribute).
@@ -142,7 +154,7 @@ def apply_operator(df, operator, key, *, output_schema=None, event_time: str | N
     spec = ShardSpec(state=_resolve_state(state), operator=operator, key_arity=len(keys), event_time=event_time,
                      delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
                      drop_late=watermark is not None,
-                     groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
+                     key_groups=key_groups, shards=n, dkv_options=dict(dkv_options or {}),
                      inputs=list(inputs) if inputs else None, input_column=input_column,
                      memory=None if memory is None else memory_bytes(memory), name=name if named else None,
                      retire=retire)

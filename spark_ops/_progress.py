@@ -21,6 +21,11 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("spark_ops.metrics")
 
@@ -220,7 +225,7 @@ def _plain(row) -> dict:
     return d
 
 
-def progress_metrics(progress) -> dict:
+def progress_metrics(progress: Any) -> dict:
     """The spark_ops operators' figures in a streaming progress (``query.lastProgress``, a
     listener's ``event.progress``, or its JSON as a dict): ``{operator name: {figure: value}}``
     for every observed metric named ``spark_ops.<name>``. Empty without any."""
@@ -251,7 +256,8 @@ def format_metrics(operator: str, batch, m: dict) -> str:
             f"a shard), open {g('open_ms')} ms")
 
 
-def metrics_listener(spark, *, log_level: int = logging.INFO, keep: int = 1000, callback=None):
+def metrics_listener(spark: SparkSession, *, log_level: int = logging.INFO, keep: int = 1000,
+                     callback: Callable[[str | None, int, str, dict], object] | None = None) -> Any:
     """Register (and return) a StreamingQueryListener that, for every progress of every
     streaming query of ``spark``, logs one line per spark_ops operator on the
     ``spark_ops.metrics`` logger (at ``log_level``; None: no log), calls

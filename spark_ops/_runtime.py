@@ -66,7 +66,7 @@ class ShardSpec:
     key_arity: int = 1
     event_time: str | None = None  # event-time column (ms since epoch after conversion)
     delay_ms: int = 0              # watermark delay
-    groups: int = 256
+    key_groups: int = 256          # how many key groups the keys hash into (fixed with the state)
     shards: int = 2
     dkv_options: dict = field(default_factory=dict)
     memory: int | None = None       # the shard's memory budget in bytes (None: DEFAULT_MEMORY)
@@ -85,11 +85,11 @@ class ShardState:
     def __init__(self, store, spec: ShardSpec, groups: int, batch: int, shard: int) -> None:
         self.store = store
         self.shard = shard
-        self.groups = groups
+        self.key_groups = groups          # how many key groups (the state's count)
         self.last_used = 0.0            # time.monotonic() at the end of its last batch (0: none yet; _opened.keep)
         self.interval = 0.0             # seconds between its last two batches (0: not known)
         lo, hi = shard_range(shard, spec.shards, groups)
-        self.key_groups = range(lo, hi)
+        self.key_group_range = range(lo, hi)
         plan = _layout.plan_open(store, batch, shard, spec.shards, groups, _operator_name(spec))
         memory = self.memory = spec.memory or DEFAULT_MEMORY
         derived, cache_bytes = budget(memory)
@@ -99,7 +99,7 @@ class ShardState:
         # Events between early saves: the dirty objects they make fit in a quarter of the
         # object cache (see _process).
         self.spill_events = max(1000, cache_bytes // 4 // (2 * self.cache.item_bytes))
-        kw = dict(instance=plan.instance, key_groups=(lo, hi), **opts)
+        kw = dict(instance=plan.instance, key_group_range=(lo, hi), **opts)
         if plan.checkpoint is not None:
             # A re-run of a batch drops the checkpoint its failed attempt may have left.
             self.db = dkv.open(store, checkpoint=plan.checkpoint, discard_newer=True, **kw)
@@ -112,7 +112,7 @@ class ShardState:
         self.converted: list = []
         self.sink = None            # during a batch with a sink: where converted output goes
         self.sent = 0               # ... and how many parts went there
-        self.timers = TimerService(self.db, self.key_groups)
+        self.timers = TimerService(self.db, self.key_group_range)
         self.ttl = TtlService(self)     # state TTL: expiry index and refresh on write (RFC 0009)
         self.vars = VarRegistry(self, spec.operator, spec.name)    # state variables (RFC 0010)
         self.inplace = spec.inplace
@@ -126,7 +126,7 @@ class ShardState:
     def catch_up(self, store, spec: ShardSpec, batch: int) -> bool:
         """Bring a cached state left at an older epoch up to ``batch - 1`` by applying only
         what another worker wrote meanwhile (see dkv's DB.refresh). False: reopen instead."""
-        plan = _layout.plan_open(store, batch, self.shard, spec.shards, self.groups, _operator_name(spec))
+        plan = _layout.plan_open(store, batch, self.shard, spec.shards, self.key_groups, _operator_name(spec))
         if plan.instance != self.instance or plan.checkpoint is None or plan.checkpoint <= self.epoch:
             return False
         changed = self.db.refresh(plan.checkpoint)
@@ -232,7 +232,7 @@ class ShardState:
         confirmed save: objectspace's counts records, O(key groups) (see objectspace
         ``ObjectSpace.counts``)."""
         objects = keys = 0
-        for kg in self.key_groups:
+        for kg in self.key_group_range:
             c = self.space(kg).counts()
             objects += c["objects"]
             keys += c["scopes"]
@@ -379,10 +379,10 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
     store = _store(spec.state, spec.dkv_options)
     groups = _CONFIG.get(spec.state)
     if groups is None:
-        groups = _CONFIG[spec.state] = _layout.read_config(store, spec.groups, type(spec.operator).__name__)
-    if groups != spec.groups:
+        groups = _CONFIG[spec.state] = _layout.read_config(store, spec.key_groups, type(spec.operator).__name__)
+    if groups != spec.key_groups:
         raise ValueError(f"the state in {spec.state} was created with key_groups={groups}; the key-group "
-                         f"count cannot change (got key_groups={spec.groups}); pass key_groups={groups}")
+                         f"count cannot change (got key_groups={spec.key_groups}); pass key_groups={groups}")
     inputs = spec.inputs or [None]
     if batch > 0:
         basis, prev_time, _ = _watermark.read(store, batch - 1, len(inputs))
@@ -576,7 +576,7 @@ def _load_initial(st: ShardState, spec: ShardSpec, ctx: Context, convert) -> tup
     arity = spec.key_arity
     n = since_spill = converted = 0
     last_parts, key = None, None
-    for events in spec.initial.chunks(st.key_groups.start, st.key_groups.stop):
+    for events in spec.initial.chunks(st.key_group_range.start, st.key_group_range.stop):
         for kg, parts, ts, row in events:
             if parts != last_parts:
                 last_parts, key = parts, user_key(parts, arity)

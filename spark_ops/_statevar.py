@@ -12,6 +12,12 @@ What a declaration says and how it is checked; what a shard does with it is _var
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._units import Duration
+
 KINDS = ("value", "array", "list", "queue", "stack", "linked_list", "set", "sorted_set", "dict", "sorted_dict",
          "stream", "ndarray")
 _NO_UPGRADE = ("stream", "ndarray")      # values that an upgrade function cannot rewrite one by one
@@ -37,9 +43,12 @@ class StateVar:
     """
 
     __slots__ = ("kind", "ttl", "default", "version", "upgrade", "renamed_from", "migrate", "params", "is_dropped")
+    upgrade: Any        # upgrade(value, version) -> value, or None
+    migrate: Any        # migrate(old contents) -> contents, or None
 
-    def __init__(self, kind: str, *, ttl=None, default=None, version: int = 1, upgrade=None, renamed_from=(),
-                 migrate=None, **params) -> None:
+    def __init__(self, kind: str, *, ttl: Duration | None = None, default: Any = None, version: int = 1,
+                 upgrade: Callable[[Any, int], Any] | None = None, renamed_from: str | Iterable[str] = (),
+                 migrate: Callable[[Any], Any] | None = None, **params: Any) -> None:
         if kind not in KINDS:
             raise ValueError(f"StateVar kind must be one of {', '.join(KINDS)}; got {kind!r}")
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:

@@ -56,9 +56,9 @@ def parse_timer_key(raw: bytes) -> tuple[int, int, int, tuple, str]:
 class TimerService:
     """Registers, deletes and pops due timers of one shard's key groups in one dkv instance."""
 
-    def __init__(self, db, groups: range) -> None:
+    def __init__(self, db, key_group_range: range) -> None:
         self.db = db
-        self.groups = groups
+        self.key_group_range = key_group_range
         self.registered = 0
         self.deleted = 0
         # Per kind, a lower bound on the due time of every stored timer (None: unknown). A
@@ -102,7 +102,7 @@ class TimerService:
             return []
         runs = []
         later = _INFINITY             # the earliest due time beyond limit
-        for kg in self.groups:
+        for kg in self.key_group_range:
             p = _prefix(kg, kind)
             run = []
             for raw, _ in self.db.scan(p, dkv.prefix_end(p)):

@@ -85,7 +85,7 @@ class TtlService:
     def __init__(self, st) -> None:
         self.st = st
         self.db = st.db
-        self.groups = st.key_groups
+        self.key_group_range = st.key_group_range
         self.ptime: int | None = None
         self.used: dict[int, dict[bytes, int]] = {}     # kg -> nkey -> ttl ms: looked up with ttl since the last save
         self._stamps: dict[bytes, int | None] = {}       # stamp key -> expiry (None: none), this batch
@@ -297,7 +297,7 @@ class TtlService:
             return 0
         db = self.db
         due, later, found = [], _INFINITY, False
-        for kg in self.groups:
+        for kg in self.key_group_range:
             p = _pre(kg, _INDEX)
             for raw, _ in db.scan(p, dkv.prefix_end(p)):
                 found = True

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from typing import TypeAlias
+
+Duration: TypeAlias = "int | _dt.timedelta | str"
+"""A duration as users write it: milliseconds (an int), a timedelta or "10 seconds"."""
+Memory: TypeAlias = "int | str"
+"""A memory size as users write it: bytes (an int) or "512m", "2g", "64 MiB"."""
 
 _UNITS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000, "second": 1000,
           "seconds": 1000, "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,

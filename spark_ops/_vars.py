@@ -184,7 +184,7 @@ class VarRegistry:
         if self.prepared:
             return {}
         plans, problems = {}, {}
-        for kg in self.st.key_groups:
+        for kg in self.st.key_group_range:
             rec = self.record(kg)
             if not rec["complete"]:
                 self._rebuild(kg, rec)

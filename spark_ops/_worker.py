@@ -51,7 +51,7 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
             table = pa.Table.from_batches(batches)
         final = batch is None
         if table is not None:
-            found = {((kg + 1) * n - 1) // spec.groups for kg in pc.unique(table.column(KG)).to_pylist()}
+            found = {((kg + 1) * n - 1) // spec.key_groups for kg in pc.unique(table.column(KG)).to_pylist()}
             if final and len(found) == 1:
                 shard = found.pop()     # a batch DataFrame's state is the task's own: only rows count
             elif found != {shard}:

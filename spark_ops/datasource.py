@@ -33,6 +33,10 @@ on (``spark.sql.python.filterPushdown.enabled``), ``operator`` and ``key_group``
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -62,7 +66,7 @@ _STORE_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secre
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
-def register_datasource(spark) -> None:
+def register_datasource(spark: SparkSession) -> None:
     """Make ``spark.read.format("objectspace")`` available in ``spark``. Explicit, and safe
     to call again. When the session has Python data source filter pushdown on
     (``spark.sql.python.filterPushdown.enabled``, off by Spark's default) a filter on
@@ -214,7 +218,7 @@ class _Reader(DataSourceReader):
     def _slots(self, ref, groups):
         with ref.open(**self.dkv_options) as db:
             for want in self._key_groups():
-                for kg, space in objectspace.spaces_of(db, key_group=want, groups=groups):
+                for kg, space in objectspace.spaces_of(db, key_group=want, key_group_range=groups):
                     # a shard's key group may hold TTL records; a plain space has none
                     exp = Expiries(db, kg) if ref.member is not None and kg is not None else None
                     for info, slot, value, ik in objectspace.walk_slots(space, keys=True):

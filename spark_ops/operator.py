@@ -17,10 +17,22 @@ only the slots that changed are written.
 """
 from __future__ import annotations
 
+import builtins
 import datetime as _dt
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._timers import EVENT_TIME, PROCESSING_TIME, Timer
+
+if TYPE_CHECKING:
+    import numpy.typing
+    import pandas
+    from objectspace import (PersistedArray, PersistedDict, PersistedLinkedList, PersistedList, PersistedNDArray,
+                             PersistedQueue, PersistedSet, PersistedSortedDict, PersistedSortedSet, PersistedStack,
+                             PersistedStream, PersistedValue)
+
+    from ._runtime import ShardState
+    from ._units import Duration
 
 __all__ = ["Operator", "Context", "Timer"]
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
@@ -47,12 +59,12 @@ class Operator:
     def open(self, ctx: "Context") -> None:
         """Called once per shard per batch before any event."""
 
-    def on_event(self, key, row: dict, ctx: "Context") -> None:
+    def on_event(self, key: Any, row: dict, ctx: "Context") -> None:
         """Called for each input row; ``key`` is the key column's value (a tuple for
         several key columns), ``row`` the input row as a dict."""
         raise NotImplementedError(f"{type(self).__name__} must implement on_event (or on_rows)")
 
-    def on_rows(self, key, rows, ctx: "Context"):
+    def on_rows(self, key: Any, rows: pandas.DataFrame, ctx: "Context") -> pandas.DataFrame | Iterable[Any] | None:
         """Optional, instead of ``on_event``: called once per key and batch with all the
         key's rows of the batch, as one pandas DataFrame in event order (index 0..n-1, a
         column per field, the values on_event would get; late rows left out), as Spark's
@@ -64,7 +76,7 @@ class Operator:
         fails the batch with a TypeError."""
         raise NotImplementedError(f"{type(self).__name__} must implement on_rows")
 
-    def on_initial_state(self, key, row: dict, ctx: "Context") -> None:
+    def on_initial_state(self, key: Any, row: dict, ctx: "Context") -> None:
         """Needed for ``initial_state=`` (as Spark's ``handleInitialState``): called once per
         row of the initial-state DataFrame (``row`` as a dict of its columns, a key's rows in
         the order of ``order_by`` when the frame has those columns), in a query's first batch
@@ -77,7 +89,7 @@ class Operator:
         docs/spark_ops.md, *Initial state*."""
         raise NotImplementedError(f"{type(self).__name__} must implement on_initial_state to take initial_state=")
 
-    def on_timer(self, key, timer: Timer, ctx: "Context") -> None:
+    def on_timer(self, key: Any, timer: Timer, ctx: "Context") -> None:
         """Called when a timer of ``key`` is due (event time: the watermark passed it;
         processing time: the batch's processing time passed it)."""
 
@@ -85,10 +97,10 @@ class Operator:
         """Called once per shard per batch after events and timers."""
 
 
-def _kind_method(kind: str, like: str = ""):
+def _kind_method(kind: str, like: str = "") -> Callable[..., Any]:
     """``Context.<kind>(name, *, ttl=None)``: the key's persisted ``kind``, created empty on
     first use (``ttl``: see ``Context.value``; a declared variable's when not given)."""
-    def method(self, name: str, *, ttl=None):
+    def method(self: Context, name: str, *, ttl: Duration | None = None) -> Any:
         obj = self._get_or_create(kind, name)
         if ttl is None and self._declared is not None:
             ttl = self._declared_ttl(name)
@@ -101,7 +113,7 @@ def _kind_method(kind: str, like: str = ""):
 class Context:
     """What an operator sees: the current key's state, timers, time and output."""
 
-    def __init__(self, shard) -> None:
+    def __init__(self, shard: ShardState) -> None:
         self._shard = shard
         self.key = None
         self.key_group = -1
@@ -122,7 +134,7 @@ class Context:
         self.event_time: int | None = None
 
     @staticmethod
-    def to_datetime(ms: int):
+    def to_datetime(ms: int) -> _dt.datetime:
         """The UTC datetime (timezone-aware) of ``ms`` since the Unix epoch."""
         return _EPOCH + _dt.timedelta(milliseconds=ms)
 
@@ -136,7 +148,7 @@ class Context:
             raise ValueError(f"state object names are non-empty str, got {name!r}")
         return self._parts + (name,)
 
-    def value(self, name: str, default=None, *, ttl=None):
+    def value(self, name: str, default: Any = None, *, ttl: Duration | None = None) -> PersistedValue:
         """The key's persisted value ``name`` (``.value`` reads and writes it).
 
         ``ttl`` (every kind takes it: "1 hour", a timedelta or ms > 0): the object expires
@@ -152,7 +164,7 @@ class Context:
         obj = self._get_or_create("value", name, default)
         return obj if ttl is None else self._ttl(obj, ttl)
 
-    def state(self, name: str):
+    def state(self, name: str) -> Any:
         """The key's declared state variable ``name`` (``Operator.state_vars``), of its
         declared kind, created on first use with what the declaration gives (a value's
         default, an array's length, an ndarray's shape and dtype) and its ttl. An operator
@@ -201,23 +213,26 @@ class Context:
             self._objects[memo] = obj
         return obj
 
-    queue = _kind_method("queue", "deque-like")
-    list = _kind_method("list")
-    dict = _kind_method("dict")
-    sorted_dict = _kind_method("sorted_dict")
-    set = _kind_method("set")
-    sorted_set = _kind_method("sorted_set")
-    stack = _kind_method("stack")
-    linked_list = _kind_method("linked_list")
-    stream = _kind_method("stream")
+    # ctx.<kind>(name, *, ttl=None): Callable[..., T] for the type checker, which binds it as a method
+    queue: ClassVar[Callable[..., PersistedQueue]] = _kind_method("queue", "deque-like")
+    list: ClassVar[Callable[..., PersistedList]] = _kind_method("list")
+    dict: ClassVar[Callable[..., PersistedDict]] = _kind_method("dict")
+    sorted_dict: ClassVar[Callable[..., PersistedSortedDict]] = _kind_method("sorted_dict")
+    set: ClassVar[Callable[..., PersistedSet]] = _kind_method("set")
+    sorted_set: ClassVar[Callable[..., PersistedSortedSet]] = _kind_method("sorted_set")
+    stack: ClassVar[Callable[..., PersistedStack]] = _kind_method("stack")
+    linked_list: ClassVar[Callable[..., PersistedLinkedList]] = _kind_method("linked_list")
+    stream: ClassVar[Callable[..., PersistedStream]] = _kind_method("stream")
 
-    def array(self, name: str, length: int, fill=None, *, ttl=None):
+    def array(self, name: str, length: int, fill: Any = None, *, ttl: Duration | None = None) -> PersistedArray:
         obj = self._get_or_create("array", name, length, fill=fill)
         if ttl is None and self._declared is not None:
             ttl = self._declared_ttl(name)
         return obj if ttl is None else self._ttl(obj, ttl)
 
-    def ndarray(self, name: str, shape, dtype, chunks=None, fill_value=0, *, ttl=None):
+    def ndarray(self, name: str, shape: int | Iterable[int], dtype: numpy.typing.DTypeLike,
+                chunks: int | Iterable[int] | None = None, fill_value: Any = 0, *,
+                ttl: Duration | None = None) -> PersistedNDArray:
         """The key's persisted chunked n-dimensional array (objectspace's ``create_ndarray``),
         created on first use; one that exists keeps its own shape, dtype and chunks."""
         obj = self._get_or_create("ndarray", name, shape, dtype, chunks=chunks, fill_value=fill_value)
@@ -255,7 +270,7 @@ class Context:
     def delete_processing_timer(self, time: int, name: str = "") -> None:
         self._shard.timers.delete(self.key_group, PROCESSING_TIME, time, self._parts, name)
 
-    def list_timers(self) -> list:
+    def list_timers(self) -> builtins.list[Timer]:
         """The current key's registered timers, event and processing time, as ``Timer``s in
         time order (ties: by name, then kind), like Spark's ``listTimers``. Includes what
         this batch registered and leaves out what it deleted or fired (in ``on_timer``, the
@@ -269,7 +284,7 @@ class Context:
 
     # -- output ---------------------------------------------------------------------------
 
-    def emit(self, row: dict) -> None:
+    def emit(self, row: builtins.dict[str, Any]) -> None:
         """Add one output row (a dict of output columns)."""
         self._shard.emitted.append(row)
 

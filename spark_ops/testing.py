@@ -21,6 +21,8 @@ from __future__ import annotations
 import datetime as _dt
 import uuid
 import zlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import msgpack
 
@@ -32,6 +34,12 @@ from ._runtime import ShardSpec, _store, run_shard_batch
 from ._shards import shard_of
 from ._units import duration_ms, memory_bytes
 from .errors import StateMismatchError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from ._units import Duration, Memory
+    from .operator import Operator
 
 __all__ = ["OperatorHarness"]
 
@@ -66,11 +74,12 @@ def _ms(v) -> int | None:
 
 
 class OperatorHarness:
-    def __init__(self, operator, key="key", *, event_time: str | None = None, watermark=None,
-                 order_by=None, state: str | None = None, partitions: int = 2, key_groups: int = 256,
+    def __init__(self, operator: Operator, key: str | Sequence[str] = "key", *, event_time: str | None = None,
+                 watermark: Duration | None = None, order_by: str | Sequence[str] | None = None,
+                 state: str | None = None, partitions: int = 2, key_groups: int = 256,
                  dkv_options: dict | None = None, inputs: list | None = None,
-                 input_column: str | None = None, memory=None, initial_state: list | None = None,
-                 output_schema=None, name: str | None = None) -> None:
+                 input_column: str | None = None, memory: Memory | None = None, initial_state: list | None = None,
+                 output_schema: str | StructType | None = None, name: str | None = None) -> None:
         """initial_state: rows (dicts with the key columns) loaded by ``on_initial_state``
         in the first batch that finds no state (batch 0, or a re-run of it), as
         ``apply_operator(initial_state=...)`` does; a harness started on existing state
@@ -104,7 +113,7 @@ class OperatorHarness:
                               key_arity=len(self.keys), event_time=event_time,
                               delay_ms=duration_ms(watermark, "watermark") if watermark is not None else 0,
                               drop_late=watermark is not None,
-                              groups=key_groups, shards=partitions, dkv_options=dict(dkv_options or {}),
+                              key_groups=key_groups, shards=partitions, dkv_options=dict(dkv_options or {}),
                               inputs=list(inputs) if inputs else None, input_column=input_column,
                               memory=None if memory is None else memory_bytes(memory), inplace="raise")
         self.name = check_name(name or type(operator).__name__.lower())
@@ -166,9 +175,11 @@ class OperatorHarness:
         return (kg, repr(parts), order, i), (kg, parts, ts, row)
 
     def key_group(self, parts: tuple) -> int:
-        return zlib.crc32(msgpack.packb(list(parts))) % self.spec.groups
+        return zlib.crc32(msgpack.packb(list(parts))) % self.spec.key_groups
 
-    def run_batch(self, rows: list[dict], *, watermark=None, processing_time=None, batch_time=None) -> list[dict]:
+    def run_batch(self, rows: list[dict], *, watermark: int | _dt.datetime | None = None,
+                  processing_time: int | _dt.datetime | None = None,
+                  batch_time: int | _dt.datetime | None = None) -> list[dict]:
         """Run one batch over ``rows`` on every shard; return the emitted rows (shard order).
 
         batch_time (ms or datetime): this batch's clock, which the runtime records as the
@@ -188,7 +199,7 @@ class OperatorHarness:
                     heartbeat = ts if heartbeat is None else max(heartbeat, ts)
                 continue
             sort_key, event = self._event(i, kv, row)
-            per_shard[shard_of(event[0], self.spec.shards, self.spec.groups)].append((sort_key, event))
+            per_shard[shard_of(event[0], self.spec.shards, self.spec.key_groups)].append((sort_key, event))
         out = []
         convert = None if self._output_arrow is None else self._check_rows
         for s in range(self.spec.shards):
@@ -217,7 +228,7 @@ class OperatorHarness:
 
     def rescale(self, partitions: int) -> None:
         """Continue with another shard count (state is redistributed by key group)."""
-        _check_shards(partitions, self.spec.groups)
+        _check_shards(partitions, self.spec.key_groups)
         self.restart()
         self.spec = ShardSpec(**{**self.spec.__dict__, "shards": partitions})
 

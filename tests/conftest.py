@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 
-S3_BUCKET = "objectspace-test"
+from . import s3_support
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import s3_support  # noqa: E402
+S3_BUCKET = "objectspace-test"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))      # the repository's root
 
 _free_port = s3_support.free_port
 
@@ -93,7 +93,7 @@ def spark(tmp_path_factory):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     base = tmp_path_factory.mktemp("spark")
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("objectspace-tests")
         .config("spark.ui.enabled", "false")
@@ -103,8 +103,16 @@ def spark(tmp_path_factory):
         .config("spark.sql.streaming.checkpointLocation", str(base / "checkpoints"))
         .config("spark.driver.memory", "1g")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .getOrCreate()
     )
+    # Spark starts its Python workers in the JVM's folder, first on their sys.path: the JVM starts
+    # in the root, where they import this checkout's packages and the test functions pickled by
+    # name (tests.spark_ops...), whatever folder pytest runs in (in tests/, tests/dkv is "dkv").
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        session = builder.getOrCreate()
+    finally:
+        os.chdir(cwd)
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session

@@ -1,8 +1,7 @@
 """A moto S3 server process and the fault proxy, for the tests (tests/conftest.py) and for the
-soak (benchmarks/soak.py), which imports this file by path."""
+soak (benchmarks/soak.py), which imports it as ``tests.s3_support``."""
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -53,9 +52,5 @@ def stop(proc: subprocess.Popen) -> None:
 
 def fault_proxy_class():
     """tests/dkv/s3_fault_proxy.py's FaultProxy."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dkv"))
-    try:
-        from s3_fault_proxy import FaultProxy
-    finally:
-        sys.path.pop(0)
+    from .dkv.s3_fault_proxy import FaultProxy
     return FaultProxy

@@ -21,7 +21,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("dkv", "objectspace", "spark_ops")
 
-PUBLIC_DKV = {"dkv", "dkv.batch", "dkv.keys", "dkv.errors"}
+PUBLIC_DKV = {"dkv", "dkv.batch", "dkv.keys", "dkv.errors", "dkv.cli"}   # dkv.cli: run_command, the CLIs' error policy
 """The dkv modules objectspace may import: ``dkv`` (its ``__init__``: open, DB, the
 stores, admin functions) and the modules it names as public."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import zlib
+from typing import Any, Literal, cast, overload
 
 import msgpack
 import zstandard
@@ -21,13 +22,13 @@ from . import _front
 try:
     # The same CRC-32 as zlib's (same values, same files), computed with SIMD by ISA-L:
     # ~9x faster on a 4 KB block (0.12 against 1.09 us), and every block read checks one.
-    from isal.isal_zlib import crc32
+    from isal.isal_zlib import crc32 as crc32     # `as`: exported (the formats import it from here)
 except ImportError:         # a platform without isal's wheels: zlib's, slower
     crc32 = zlib.crc32
 _local = threading.local()
 
 
-def _ctx(level: int):
+def _ctx(level: int) -> zstandard.ZstdCompressor:
     cache = getattr(_local, "c", None)
     if cache is None:
         cache = _local.c = {}
@@ -56,7 +57,7 @@ def decompress(data: bytes, what: str) -> bytes:
         raise CorruptionError(f"{what}: zstd frame is damaged ({e})") from None
 
 
-def unpack_records(data: bytes, what: str) -> tuple[list, list, list | int]:
+def unpack_records(data: bytes, what: str) -> tuple[list[bytes], list[bytes | None], list[int] | int]:
     """(keys, values, seqs) of a msgpack record batch (SST blocks of the first format, which
     nothing writes any more: front-coded blocks replaced it); seqs is a list or one shared
     int."""
@@ -69,7 +70,7 @@ def unpack_records(data: bytes, what: str) -> tuple[list, list, list | int]:
     return keys, values, seqs
 
 
-def pack_block(keys: list, values: list, seqs=None) -> bytes:
+def pack_block(keys: list[bytes], values: list[bytes | None], seqs: list[int] | int | None = None) -> bytes:
     """A front-coded record batch. With ``seqs`` (SST blocks) a header comes first: byte 0
     and a varint when every record shares one sequence number, else byte 1, a u32 length
     and the msgpack list of them."""
@@ -80,11 +81,11 @@ def pack_block(keys: list, values: list, seqs=None) -> bytes:
         head = bytearray(b"\x00")
         _front._varint(head, seqs)
         return bytes(head) + raw
-    m = msgpack.packb(seqs)
+    m: bytes = msgpack.packb(seqs)
     return b"\x01" + len(m).to_bytes(4, "little") + m + raw
 
 
-def block_head(data, what: str) -> tuple:
+def block_head(data: bytes, what: str) -> tuple[list[int] | int, int]:
     """(seqs, position of the records) of an SST block with its seqs header."""
     try:
         if data[0] == 0:
@@ -112,8 +113,15 @@ def block_head(data, what: str) -> tuple:
         raise CorruptionError(f"{what}: block header does not decode ({e})") from None
 
 
-def unpack_block(data, what: str, with_seqs: bool) -> tuple[list, list, list | int | None]:
+@overload
+def unpack_block(data: bytes, what: str,
+                 with_seqs: Literal[True]) -> tuple[list[bytes], list[bytes | None], list[int] | int]: ...
+@overload
+def unpack_block(data: bytes, what: str, with_seqs: Literal[False]) -> tuple[list[bytes], list[bytes | None], None]: ...
+def unpack_block(data: bytes, what: str,
+                 with_seqs: bool) -> tuple[list[bytes], list[bytes | None], list[int] | int | None]:
     """(keys, values, seqs or None) of a front-coded record batch."""
+    seqs: list[int] | int | None
     seqs, pos = block_head(data, what) if with_seqs else (None, 0)
     try:
         keys, values, end = _front.decode(data, pos)
@@ -126,7 +134,7 @@ def unpack_block(data, what: str, with_seqs: bool) -> tuple[list, list, list | i
     return keys, values, seqs
 
 
-def unpack_pair(data: bytes, what: str) -> tuple[list, list]:
+def unpack_pair(data: bytes, what: str) -> tuple[list[bytes], list[bytes | None]]:
     """``[keys, values]`` of a WAL format 2 body (read only: later formats are written)."""
     try:
         keys, values = msgpack.unpackb(data, raw=True, use_list=True)
@@ -137,11 +145,11 @@ def unpack_pair(data: bytes, what: str) -> tuple[list, list]:
     return keys, values
 
 
-def pack_obj(obj) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
+def pack_obj(obj: Any) -> bytes:
+    return cast(bytes, msgpack.packb(obj, use_bin_type=True))
 
 
-def unpack_obj(data: bytes, what: str):
+def unpack_obj(data: bytes, what: str) -> Any:
     try:
         return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
     except Exception as e:

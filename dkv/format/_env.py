@@ -1,8 +1,9 @@
 """Whether dkv's optional C helpers (``_native``) are used (RFC 0012).
 
-``OBJECTSPACE_NATIVE=0`` in the environment (the variable objectspace reads too) makes dkv
-use the pure-Python twins (the reference: ``_front.py``, ``bloom.py``) even where the C
-module is built, so that CI runs the suites on both paths on one machine. Read at import.
+``OBJECTSPACE_NATIVE=0`` in the environment makes dkv use the pure-Python twins (the
+reference: ``_front.py``, ``bloom.py``) and objectspace its Python value codec
+(``objectspace/_codec.py``, which asks this function) even where the C modules are built, so
+that CI runs the suites on both paths on one machine. Each module reads it at import.
 """
 from __future__ import annotations
 

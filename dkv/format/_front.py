@@ -19,7 +19,16 @@ bytes ~25x faster; this module is its reference and fallback.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Literal, overload
+
 from ._env import native_enabled
+
+# The C twins, or None where the module was not built (types: _native.pyi).
+_c_encode: Callable[[list[bytes], list[bytes | None]], bytes] | None
+_c_decode: Callable[..., tuple[list[bytes], list[bytes | None], int]] | None
+_c_find: Callable[..., tuple[bool, bytes | None]] | None
+_c_index: Callable[..., bytes] | None
 
 try:
     if not native_enabled():        # OBJECTSPACE_NATIVE=0: the reference, with the C one built
@@ -53,7 +62,7 @@ def _shared(a: bytes, b: bytes) -> int:
     return lo
 
 
-def py_encode(keys: list, values: list) -> bytes:
+def py_encode(keys: list[bytes], values: list[bytes | None]) -> bytes:
     if len(keys) != len(values):
         raise ValueError("keys and values differ in length")
     ks = bytearray()
@@ -85,7 +94,7 @@ def py_encode(keys: list, values: list) -> bytes:
     return bytes(out)
 
 
-def _read_varint(buf, pos: int, end: int, max_shift: int = 56) -> tuple[int, int]:
+def _read_varint(buf: bytes, pos: int, end: int, max_shift: int = 56) -> tuple[int, int]:
     """(value, position after it) of the varint at pos; ValueError when it runs past end."""
     v = shift = 0
     while True:
@@ -99,14 +108,21 @@ def _read_varint(buf, pos: int, end: int, max_shift: int = 56) -> tuple[int, int
         shift += 7
 
 
-def _walk(data, pos, lo, hi, exact):
+@overload
+def _walk(data: bytes, pos: int, lo: bytes | None, hi: bytes | None,
+          exact: Literal[False]) -> tuple[list[bytes], list[bytes | None], int]: ...
+@overload
+def _walk(data: bytes, pos: int, lo: bytes | None, hi: bytes | None,
+          exact: Literal[True]) -> tuple[bool, bytes | None]: ...
+def _walk(data: bytes, pos: int, lo: bytes | None, hi: bytes | None,
+          exact: bool) -> tuple[list[bytes], list[bytes | None], int] | tuple[bool, bytes | None]:
     buf = bytes(data)
     n, pos = _read_varint(buf, pos, len(buf))
     klen, pos = _read_varint(buf, pos, len(buf))
     if n > len(buf) or klen > len(buf) - pos:
         raise ValueError("front-coded records are malformed")
     kend = pos + klen
-    keys: list = []
+    keys: list[bytes] = []
     i0 = i1 = n
     found = False
     prev = b""
@@ -134,7 +150,7 @@ def _walk(data, pos, lo, hi, exact):
         i += 1
     if i == n and pos != kend:
         raise ValueError("front-coded records are malformed")
-    values: list = []
+    values: list[bytes | None] = []
     prev = b""
     vp = kend
     for i in range(i1):
@@ -158,15 +174,15 @@ def _walk(data, pos, lo, hi, exact):
     return keys, values, (vp if i1 == n else -1)
 
 
-def py_decode(data, pos: int = 0, lo: bytes | None = None, hi: bytes | None = None,
-              hints=None) -> tuple[list, list, int]:
+def py_decode(data: bytes, pos: int = 0, lo: bytes | None = None, hi: bytes | None = None,
+              hints: bytes | None = None) -> tuple[list[bytes], list[bytes | None], int]:
     """(keys, values, end) of the records at ``pos`` whose keys are in [lo, hi); ``end`` is
     where the records end, -1 when ``hi`` stopped the walk before it. ``hints`` (the C
     module's restart index of the same records) only speeds the C walk."""
     return _walk(data, pos, lo, hi, False)
 
 
-def py_find(data, key: bytes, pos: int = 0, hints=None) -> tuple[bool, bytes | None]:
+def py_find(data: bytes, key: bytes, pos: int = 0, hints: bytes | None = None) -> tuple[bool, bytes | None]:
     """(found, value) of ``key`` (value None for a tombstone, or when not found). ``hints``
     (the C module's restart index of the same records) only speeds the C walk."""
     return _walk(data, pos, key, None, True)

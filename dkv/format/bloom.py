@@ -15,10 +15,19 @@ own), so the rule never causes a false negative, whatever keys match it.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Collection
 from itertools import repeat
+from typing import Any
 from zlib import crc32
 
 from ._env import native_enabled
+
+# The C twins, or None where the module was not built (types: _native.pyi).
+_c_build: Callable[[list[bytes], int, int], bytes] | None
+_c_check: Callable[..., bool] | None
+_c_hashes: Callable[..., bytes] | None
+_c_build_hashed: Callable[[bytes | bytearray, int, int], bytes] | None
+_c_candidates: Callable[[bytes, tuple[tuple[bytes, int] | tuple[bytes, int, int, int] | None, ...]], list[int]] | None
 
 try:        # the C twins (dkv/format/_native.c): the same bits, ~20x faster
     from functools import partial as _partial
@@ -32,10 +41,10 @@ try:        # the C twins (dkv/format/_native.c): the same bits, ~20x faster
     from ._native import bloom_hashes as _c_hashes
 except ImportError:     # pragma: no cover - no compiler when installed
     _c_build = _c_check = _c_hashes = _c_build_hashed = _c_candidates = None
-_np = False     # numpy once _numpy() looked (None: not installed)
+_np: Any = False     # numpy once _numpy() looked (None: not installed)
 
 
-def _numpy():
+def _numpy() -> Any:
     """numpy when installed (it builds large filters ~5x faster than pure Python, with the
     same bits), imported only when the C codec is missing: importing it costs ~100 ms,
     a third of a notebook's `import objectspace`."""
@@ -60,7 +69,7 @@ def _shape(n: int, bits_per_key: int) -> tuple[int, int]:
     return (m + 7) & ~7, max(1, min(30, round(bits_per_key * 0.5)))
 
 
-def entry(key: bytes, strip: tuple | None) -> bytes:
+def entry(key: bytes, strip: tuple[int, int] | None) -> bytes:
     """What stands for ``key`` in a filter with strip rule ``strip`` (None: the key)."""
     if strip is not None:
         tag, n = strip
@@ -69,7 +78,7 @@ def entry(key: bytes, strip: tuple | None) -> bytes:
     return key
 
 
-def check_strip(strip, what: str = "bloom_strip") -> tuple | None:
+def check_strip(strip: Any, what: str = "bloom_strip") -> tuple[int, int] | None:
     """``strip`` as a (tag, n) tuple, or None; ValueError naming ``what`` if it is neither."""
     if strip is None:
         return None
@@ -84,7 +93,7 @@ def check_strip(strip, what: str = "bloom_strip") -> tuple | None:
     return (tag, n)
 
 
-def hashes(keys: list, strip: tuple | None = None) -> bytes:
+def hashes(keys: list[bytes], strip: tuple[int, int] | None = None) -> bytes:
     """The two CRC-32s of each key's entry (h1, h2 | 1; little-endian u32s, 8 bytes an
     entry): what a builder keeps instead of the keys, for ``build_hashed``. With a strip
     rule, a run of sorted keys with one entry gives it once."""
@@ -101,7 +110,7 @@ def hashes(keys: list, strip: tuple | None = None) -> bytes:
     return b"".join(out)
 
 
-def build_hashed(hashed, bits_per_key: int = BITS_PER_KEY) -> bytes:
+def build_hashed(hashed: bytes | bytearray, bits_per_key: int = BITS_PER_KEY) -> bytes:
     """``build`` over the keys whose ``hashes`` are ``hashed`` (the same bytes)."""
     m, k = _shape(len(hashed) // 8, bits_per_key)
     if _c_build_hashed is not None:
@@ -114,7 +123,7 @@ def build_hashed(hashed, bits_per_key: int = BITS_PER_KEY) -> bytes:
     return bytes((k,)) + bytes(bits)
 
 
-def build(keys, bits_per_key: int = BITS_PER_KEY, strip: tuple | None = None) -> bytes:
+def build(keys: Collection[bytes], bits_per_key: int = BITS_PER_KEY, strip: tuple[int, int] | None = None) -> bytes:
     """Serialized filter over ``keys`` (sorted when ``strip`` is given). O(n * k)."""
     if strip is not None:
         return build_hashed(hashes(keys if type(keys) is list else list(keys), strip), bits_per_key)
@@ -134,7 +143,7 @@ def build(keys, bits_per_key: int = BITS_PER_KEY, strip: tuple | None = None) ->
     return bytes((k,)) + bytes(bits)
 
 
-def _build_np(keys, m: int, k: int) -> bytes:
+def _build_np(keys: Collection[bytes], m: int, k: int) -> bytes:
     """The bit array of ``build``, computed with numpy (same positions, same bytes)."""
     n = len(keys)
     _np = _numpy()
@@ -144,7 +153,8 @@ def _build_np(keys, m: int, k: int) -> bytes:
     pos = (h1[:, None] + steps[None, :] * h2[:, None]) % _np.uint64(m)     # < 2**37: no overflow
     bits = _np.zeros(m, dtype=_np.uint8)
     bits[pos.ravel()] = 1
-    return _np.packbits(bits, bitorder="little").tobytes()
+    out: bytes = _np.packbits(bits, bitorder="little").tobytes()
+    return out
 
 
 class Bloom:
@@ -153,7 +163,7 @@ class Bloom:
 
     __slots__ = ("k", "m", "bits", "strip")
 
-    def __init__(self, data: bytes, strip: tuple | None = None) -> None:
+    def __init__(self, data: bytes, strip: tuple[int, int] | None = None) -> None:
         self.k = data[0]
         self.bits = data[1:]
         self.m = len(self.bits) * 8
@@ -191,13 +201,13 @@ class Bloom:
         p = (h + 4 * d) % m
         return bool(bits[p >> 3] & (1 << (p & 7)))
 
-    def probe(self):
+    def probe(self) -> tuple[bytes, int] | tuple[bytes, int, int, int] | None:
         """This filter as ``candidates`` takes it (None when its bits are not bytes)."""
         if type(self.bits) is not bytes:
             return None
         return (self.bits, self.k) if self.strip is None else (self.bits, self.k, *self.strip)
 
-    def checker(self):
+    def checker(self) -> Callable[[bytes], bool]:
         """The fastest membership function for this filter."""
         if _c_check is not None and type(self.bits) is bytes:
             if self.strip is not None:
@@ -206,7 +216,7 @@ class Bloom:
         return self.may_contain_5 if self.k == 5 else self.may_contain
 
 
-def candidates(key: bytes, filters: tuple) -> list:
+def candidates(key: bytes, filters: tuple[tuple[bytes, int] | tuple[bytes, int, int, int] | None, ...]) -> list[int]:
     """Positions i of ``filters`` (each None, or ``probe()`` of a Bloom: ``(bits, k)``, or
     ``(bits, k, tag, n)`` with a strip rule) whose filter may hold ``key`` (None: may hold
     anything), in order. One call for all: the key is hashed once (twice with strip rules),

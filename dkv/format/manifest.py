@@ -24,7 +24,9 @@ that holds its body (3 only with a carried run). Versions 1 and 2 still read.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import CorruptionError
 from ._codec import check_crc, compress, crc32, decompress, pack_obj, unpack_obj
@@ -50,16 +52,16 @@ class TableRef:
     min_seq: int
     max_seq: int
     count: int
-    groups: tuple = ALL_KEY_GROUPS
+    groups: tuple[int, int] = ALL_KEY_GROUPS
 
-    def to_list(self) -> list:
+    def to_list(self) -> list[Any]:
         out = [self.path, self.size, self.min_key, self.max_key, self.min_seq, self.max_seq, self.count]
         if self.groups != ALL_KEY_GROUPS:
             out += list(self.groups)
         return out
 
     @classmethod
-    def from_list(cls, v: list) -> "TableRef":
+    def from_list(cls, v: list[Any]) -> "TableRef":
         groups = (v[7], v[8]) if len(v) > 7 else ALL_KEY_GROUPS
         return cls(v[0], v[1], v[2], v[3], v[4], v[5], v[6], groups)
 
@@ -77,15 +79,15 @@ class WalRange:
     first: int
     last: int
     skip_through: int = 0
-    groups: tuple = ALL_KEY_GROUPS
+    groups: tuple[int, int] = ALL_KEY_GROUPS
     data: bytes | None = field(default=None, repr=False)
-    carried: tuple | None = None
+    carried: tuple[tuple[int, int], ...] | None = None
 
     @property
     def inline(self) -> bool:
         return self.data is not None or self.carried is not None
 
-    def to_list(self) -> list:
+    def to_list(self) -> list[Any]:
         if self.data is not None:       # [instance, writer, segment, skip_through, bytes]
             out = [self.ns, self.writer, self.first, self.skip_through, self.data]
         elif self.carried is not None:  # [instance, writer, first, skip_through, [cw, e1, d2, ...]]
@@ -104,7 +106,7 @@ class WalRange:
         return out
 
     @classmethod
-    def from_list(cls, v: list) -> "WalRange":
+    def from_list(cls, v: list[Any]) -> "WalRange":
         groups = (v[5], v[6]) if len(v) > 5 else ALL_KEY_GROUPS
         if isinstance(v[4], (bytes, bytearray)):        # an inline segment
             if not isinstance(v[2], int) or isinstance(v[2], bool):
@@ -132,21 +134,21 @@ class Manifest:
     epoch: int
     writer: int
     last_seq: int
-    levels: list = field(default_factory=list)       # list[list[TableRef]], L0 newest first
-    wal: list = field(default_factory=list)          # list[WalRange]
-    retained: list = field(default_factory=list)     # epochs retained when this was written
+    levels: list[list[TableRef]] = field(default_factory=list)      # L0 newest first
+    wal: list[WalRange] = field(default_factory=list)
+    retained: list[int] = field(default_factory=list)     # epochs retained when this was written
     parent: int | None = None
-    groups: tuple = ALL_KEY_GROUPS
+    groups: tuple[int, int] = ALL_KEY_GROUPS
     created_ms: int = 0
-    reserved: dict = field(default_factory=dict)     # writer -> first SST number still in flight
+    reserved: dict[int, int] = field(default_factory=dict)     # writer -> first SST number still in flight
 
-    def tables(self):
+    def tables(self) -> Iterator[TableRef]:
         for level in self.levels:
             yield from level
 
 
 def encode(m: Manifest) -> bytes:
-    body = {"e": m.epoch, "w": m.writer, "s": m.last_seq, "t": m.created_ms}
+    body: dict[str, Any] = {"e": m.epoch, "w": m.writer, "s": m.last_seq, "t": m.created_ms}
     if m.parent is not None:
         body["p"] = m.parent
     if any(m.levels):
@@ -180,7 +182,7 @@ def decode(data: bytes, what: str = "manifest") -> Manifest:
         raise CorruptionError(f"{what}: malformed body ({e!r})") from None
 
 
-def decode_inline(data: bytes, what: str = "manifest") -> dict:
+def decode_inline(data: bytes, what: str = "manifest") -> dict[tuple[str, int, int], bytes]:
     """The inline segments of a manifest (what an open needs of a carrier, RFC 0011):
     ``{(instance, writer, segment): bytes}``. Checks the header, checksum and those
     entries; the rest of the body is not turned into objects."""
@@ -197,7 +199,7 @@ def decode_inline(data: bytes, what: str = "manifest") -> dict:
     return out
 
 
-def _body(data: bytes, what: str) -> tuple:
+def _body(data: bytes, what: str) -> tuple[int, dict[Any, Any]]:
     if len(data) < HEADER_SIZE:
         raise CorruptionError(f"{what}: {len(data)} bytes is shorter than the header")
     magic, ver, flags, _, blen, bcrc = _HEADER.unpack_from(data)
@@ -217,7 +219,7 @@ def _body(data: bytes, what: str) -> tuple:
     return ver, b
 
 
-def _allowed(r: list, ver: int) -> bool:
+def _allowed(r: list[Any], ver: int) -> bool:
     if ver < 2 and len(r) > 4 and isinstance(r[4], (bytes, bytearray)):
         raise ValueError("an inline segment in a version 1 manifest")
     if ver < 3 and len(r) > 4 and isinstance(r[4], list):
@@ -230,7 +232,7 @@ def inline_bytes(m: Manifest) -> int:
     return sum(len(r.data) for r in m.wal if r.data is not None)
 
 
-def carriers(m: Manifest) -> set:
+def carriers(m: Manifest) -> set[tuple[int, int]]:
     """The ``(epoch, writer)`` of every earlier manifest whose inline segments ``m``'s
     carried runs name (RFC 0011): they must outlive ``m``."""
     return {c for r in m.wal if r.carried is not None for c in r.carried}

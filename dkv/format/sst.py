@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add
+from typing import cast
 
 from ..errors import CorruptionError
 from . import bloom
@@ -53,10 +55,10 @@ class SstMeta:
     max_seq: int
     raw_bytes: int
     bloom: bloom.Bloom | None     # None: the table has no filter
-    first_keys: list       # sparse index: first key of each block
-    offsets: list
-    lengths: list
-    crcs: list
+    first_keys: list[bytes]       # sparse index: first key of each block
+    offsets: list[int]
+    lengths: list[int]
+    crcs: list[int | None]    # None: checked with the whole of its bytes (a WAL segment read as a table)
     version: int = VERSION
 
 
@@ -70,7 +72,7 @@ class SstBuilder:
     """
 
     def __init__(self, block_size: int = BLOCK_SIZE, level: int = 1, bloom: bool = True,
-                 strip: tuple | None = None) -> None:
+                 strip: tuple[int, int] | None = None) -> None:
         self.block_size = block_size
         self.level = level
         self.bloom = bloom
@@ -78,16 +80,16 @@ class SstBuilder:
         self._parts: list[bytes] = []
         self._offset = 0
         self._hashes = bytearray()    # the bloom filter's hashes of the keys so far (8 bytes a key)
-        self._last = None
-        self._bk: list = []
-        self._bv: list = []
-        self._bs: list = []
+        self._last: bytes | None = None
+        self._bk: list[bytes] = []
+        self._bv: list[bytes | None] = []
+        self._bs: list[int] = []
         self._bbytes = 0
-        self._index = ([], [], [], [])
+        self._index: tuple[list[bytes], list[int], list[int], list[int]] = ([], [], [], [])
         self.count = self.tombstones = self.raw_bytes = 0
-        self.min_seq = None
+        self.min_seq: int | None = None
         self.max_seq = 0
-        self.on_block = None        # called with each finished block's size (pacing)
+        self.on_block: Callable[[int], object] | None = None        # called with each finished block's size (pacing)
 
     def add(self, key: bytes, value: bytes | None, seq: int) -> None:
         self._bk.append(key)
@@ -106,7 +108,8 @@ class SstBuilder:
         if self._bbytes >= self.block_size:
             self._flush_block()
 
-    def add_sorted(self, keys: list, values: list, seqs: list, start: int = 0, limit: int | None = None) -> int:
+    def add_sorted(self, keys: list[bytes], values: list[bytes | None], seqs: list[int] | int, start: int = 0,
+                   limit: int | None = None) -> int:
         """``add`` for ``keys[start:]`` (ascending) with their values and seqs, a block at a
         time instead of a record at a time; the table's bytes are exactly those of calling
         ``add`` in order. ``seqs`` may be one int shared by every record. With ``limit``,
@@ -133,7 +136,7 @@ class SstBuilder:
             added = cum[j - start - 1] - base
             base += added
             ks, vs = keys[i:j], values[i:j]
-            ss = [seqs] * (j - i) if type(seqs) is int else seqs[i:j]
+            ss = [seqs] * (j - i) if type(seqs) is int else cast("list[int]", seqs)[i:j]
             self._bk += ks
             self._bv += vs
             self._bs += ss
@@ -160,7 +163,7 @@ class SstBuilder:
 
     @property
     def last_key(self) -> bytes:
-        return self._bk[-1] if self._bk else self._last
+        return self._bk[-1] if self._bk else cast(bytes, self._last)    # None only before the first add
 
     @property
     def estimated_size(self) -> int:
@@ -179,7 +182,8 @@ class SstBuilder:
         if self.bloom:      # a hash pair per key, not the keys: a big table's keys stay out of memory
             hashed = bloom.hashes(self._bk, self.strip)
             if self.strip is not None:      # a run of one entry across blocks counts once
-                if self._hashes and bloom.entry(self._bk[0], self.strip) == bloom.entry(self._last, self.strip):
+                if self._hashes and bloom.entry(self._bk[0], self.strip) == bloom.entry(
+                        cast(bytes, self._last), self.strip):       # _last: set with the first block
                     hashed = hashed[8:]
             self._hashes += hashed
         self._last = self._bk[-1]
@@ -215,7 +219,7 @@ class SstBuilder:
 
 def footer_version(tail: bytes) -> int:
     """The format version in a (checked) footer."""
-    return _FOOTER.unpack(tail[-FOOTER_SIZE:])[3]
+    return cast(int, _FOOTER.unpack(tail[-FOOTER_SIZE:])[3])
 
 
 def parse_footer(tail: bytes, what: str) -> tuple[int, int, int]:
@@ -259,7 +263,8 @@ def block_raw(frame: bytes, crc: int | None, what: str) -> bytes:
     return decompress(frame, what) if frame[:4] == ZSTD_MAGIC else frame
 
 
-def decode_block(frame: bytes, crc: int | None, what: str, version: int = VERSION) -> tuple[list, list, list | int, int]:
+def decode_block(frame: bytes, crc: int | None, what: str,
+                 version: int = VERSION) -> tuple[list[bytes], list[bytes | None], list[int] | int, int]:
     """(keys, values, seqs, uncompressed size) of a block: a zstd frame, or the record batch
     itself when compression would not have saved an eighth (a msgpack array never starts
     with the zstd magic). seqs is one int when the block's records share it. ``crc`` None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import cast
 
 from ..errors import CorruptionError
 from ._codec import compress, crc32, decompress, pack_block, pack_obj, unpack_block, unpack_obj, unpack_pair
@@ -44,8 +45,8 @@ BLOCK_BYTES = 64 << 10      # target raw bytes of a block of a blocked segment
 
 @dataclass
 class WalSegment:
-    keys: list
-    values: list     # None = tombstone
+    keys: list[bytes]
+    values: list[bytes | None]     # None = tombstone
     max_seq: int
 
 
@@ -55,17 +56,17 @@ class SegmentIndex:
     version: int
     count: int
     max_seq: int
-    first_keys: list
+    first_keys: list[bytes | None]     # [None]: an unblocked segment (its key is in the block)
     last_key: bytes | None
-    offsets: list
-    lengths: list
+    offsets: list[int]
+    lengths: list[int]
 
     @property
     def min_key(self) -> bytes | None:
         return self.first_keys[0] if self.first_keys else None
 
 
-def _raw_size(keys: list, values: list, i: int, j: int) -> int:
+def _raw_size(keys: list[bytes], values: list[bytes | None], i: int, j: int) -> int:
     return sum(map(len, keys[i:j])) + sum(len(v) for v in values[i:j] if v is not None) + 4 * (j - i)
 
 
@@ -75,7 +76,8 @@ def _frame(raw: bytes, level: int) -> bytes:
     return b"\x00" + raw if len(body) > len(raw) - len(raw) // 8 else body
 
 
-def encode(keys: list, values: list, max_seq: int, level: int = 3, block_bytes: int = BLOCK_BYTES) -> bytes:
+def encode(keys: list[bytes], values: list[bytes | None], max_seq: int, level: int = 3,
+           block_bytes: int = BLOCK_BYTES) -> bytes:
     """Encode records (already sorted by key, unique) into segment bytes: one record batch
     when they fit in a block, else blocks of about ``block_bytes`` raw bytes."""
     n = len(keys)
@@ -85,7 +87,7 @@ def encode(keys: list, values: list, max_seq: int, level: int = 3, block_bytes: 
     return _with_header(0 if body[:1] == b"\x00" else FLAG_ZSTD, n, max_seq, body)
 
 
-def _encode_blocked(keys: list, values: list, max_seq: int, level: int, block_bytes: int) -> bytes:
+def _encode_blocked(keys: list[bytes], values: list[bytes | None], max_seq: int, level: int, block_bytes: int) -> bytes:
     n, i = len(keys), 0
     frames, first = [], []
     while i < n:
@@ -109,7 +111,7 @@ def _with_header(flags: int, count: int, max_seq: int, body: bytes) -> bytes:
 
 def count(data: bytes) -> int:
     """The record count in a segment's header (unchecked)."""
-    return _HEADER.unpack_from(data)[3]
+    return cast(int, _HEADER.unpack_from(data)[3])
 
 
 def parse(data: bytes, what: str = "WAL segment") -> SegmentIndex:
@@ -149,7 +151,7 @@ def parse(data: bytes, what: str = "WAL segment") -> SegmentIndex:
     return SegmentIndex(ver, count, max_seq, first, last, offsets, lengths)
 
 
-def block_raw(frame: bytes, what: str, version: int = VERSION):
+def block_raw(frame: bytes, what: str, version: int = VERSION) -> bytes:
     """A block's record batch. Version 3: a zstd frame, or byte 0 then the batch; version 2:
     a zstd frame or the msgpack batch (which never starts with the zstd magic)."""
     if frame[:4] == ZSTD_MAGIC:
@@ -161,7 +163,7 @@ def block_raw(frame: bytes, what: str, version: int = VERSION):
     return frame
 
 
-def decode_block(frame: bytes, what: str, version: int = VERSION) -> tuple[list, list, int]:
+def decode_block(frame: bytes, what: str, version: int = VERSION) -> tuple[list[bytes], list[bytes | None], int]:
     """(keys, values, raw size) of one block."""
     raw = block_raw(frame, what, version)
     if version < 3:
@@ -175,8 +177,8 @@ def decode(data: bytes, what: str = "WAL segment") -> WalSegment:
     """Parse, verify and decode every record of a segment. Raises CorruptionError on any
     mismatch (magic, length, checksum, zstd frame, array lengths, count)."""
     index = parse(data, what)
-    keys: list = []
-    values: list = []
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
     for off, ln in zip(index.offsets, index.lengths):
         k, v, _ = decode_block(data[off:off + ln], what, index.version)
         keys += k

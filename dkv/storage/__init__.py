@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlparse
 
 from ..errors import LocationError
@@ -17,7 +18,11 @@ __all__ = [
     "LoggingStore", "FaultInjectingStore", "InjectedFault", "Call", "open_store",
 ]
 
-def __getattr__(name):
+if TYPE_CHECKING:      # at run time __getattr__ imports it when first used
+    from .s3 import S3Store
+
+
+def __getattr__(name: str) -> type[S3Store]:
     # S3Store (boto3's world: http.client, ssl, email) is imported when first used, so that
     # a notebook's `import objectspace` on a local folder does not pay ~20 ms for it.
     if name == "S3Store":
@@ -27,14 +32,16 @@ def __getattr__(name):
 
 
 S3_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key",
-              "aws_session_token", "max_attempts", "connect_timeout", "read_timeout")
+              "aws_session_token", "max_attempts", "connect_timeout", "read_timeout", "part_bytes")
 """The options ``open_store`` passes to S3Store (and ``dkv.open`` takes as dkv options): the
 one list, so that what S3Store takes can be passed from ``dkv.open`` and ``ObjectSpace.open``."""
 STORE_OPTIONS = ("fsync", "cache_dir", "cache_bytes") + S3_OPTIONS
 """Every option of ``open_store`` besides ``create`` (``client``: a ready boto3 client, for tests)."""
+Location: TypeAlias = "str | os.PathLike[str] | ObjectStore"
+"""What ``open_store`` (and ``dkv.open``) take: a path, a URL or an ObjectStore."""
 
 
-def open_store(location, *, create: bool = True, **options) -> ObjectStore:
+def open_store(location: Location, *, create: bool = True, **options: Any) -> ObjectStore:
     """An ObjectStore for ``location``: an ObjectStore, a path, ``file://``, ``memory://name``
     or ``s3://bucket/prefix``. S3 options: ``S3_OPTIONS`` (see S3Store), ``client``, and
     cache_dir and cache_bytes (local cache of SSTs; default a temp folder, 1 GiB).

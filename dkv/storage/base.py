@@ -10,7 +10,8 @@ which nothing reads before a manifest names them), ``put_if_absent_deferred`` wi
 from __future__ import annotations
 
 import abc
-from typing import Iterable
+import builtins
+from collections.abc import Iterable
 
 
 class ObjectStore(abc.ABC):
@@ -69,7 +70,7 @@ class ObjectStore(abc.ABC):
         """Make an object created by ``put_if_absent_deferred`` durable (a no-op where it
         already is)."""
 
-    def get_many(self, keys: list) -> list:
+    def get_many(self, keys: Iterable[str]) -> builtins.list[bytes]:
         """``get`` of every key, in order. A remote store fetches them concurrently."""
         return [self.get(key) for key in keys]
 

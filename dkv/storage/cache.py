@@ -8,21 +8,22 @@ byte budget; the least recently used files are evicted. Only keys accepted by
 """
 from __future__ import annotations
 
+import builtins
 import hashlib
 import logging
 import os
 import threading
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable, Iterable
 
-from .base import clip_range
+from .base import ObjectStore, clip_range
 from .wrappers import _Forwarding
 
 log = logging.getLogger(__name__)
 
 
 class CachedStore(_Forwarding):
-    def __init__(self, inner, cache_dir: str, budget_bytes: int = 1 << 30,
+    def __init__(self, inner: ObjectStore, cache_dir: str, budget_bytes: int = 1 << 30,
                  cacheable: Callable[[str], bool] = lambda key: True) -> None:
         super().__init__(inner)
         self.cache_dir = cache_dir
@@ -35,7 +36,7 @@ class CachedStore(_Forwarding):
         self._fetching: dict[str, threading.Event] = {}
         self.hits = self.misses = 0
 
-    def parent(self):
+    def parent(self) -> tuple[ObjectStore, str] | None:
         up = self.inner.parent()
         if up is None:
             return None
@@ -45,13 +46,13 @@ class CachedStore(_Forwarding):
         digest = hashlib.sha1(f"{self.inner.location}/{key}".encode()).hexdigest()
         return os.path.join(self.cache_dir, digest)
 
-    def get_many(self, keys):
+    def get_many(self, keys: Iterable[str]) -> builtins.list[bytes]:
         keys = list(keys)
         if any(self.cacheable(k) for k in keys):
             return [self.get(k) for k in keys]
         return self.inner.get_many(keys)      # nothing to cache: the remote store's way
 
-    def get(self, key, start=None, end=None):
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         if not self.cacheable(key):
             return self.inner.get(key, start, end)
         for attempt in range(3):
@@ -89,7 +90,7 @@ class CachedStore(_Forwarding):
             with self._lock:
                 self._fetching.pop(path).set()
 
-    def put(self, key, data):
+    def put(self, key: str, data: bytes) -> None:
         self.inner.put(key, data)
         if self.cacheable(key):   # write-through: our own new SSTs are read back soon
             self._store_local(self._local(key), data)
@@ -114,7 +115,7 @@ class CachedStore(_Forwarding):
             except FileNotFoundError:
                 pass
 
-    def delete(self, key):
+    def delete(self, key: str) -> None:
         self.inner.delete(key)
         path = self._local(key)
         with self._lock:

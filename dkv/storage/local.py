@@ -12,10 +12,12 @@ made durable in its parent before anything is written in it.
 """
 from __future__ import annotations
 
+import builtins
 import errno
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 from ..errors import ObjectMissingError, StorageError
 from .base import ObjectStore, check_object_key, clip_range
@@ -34,11 +36,11 @@ class LocalDirStore(ObjectStore):
         self.fsync = fsync
         self._fds: OrderedDict[str, int] = OrderedDict()
         self._fd_lock = threading.Lock()
-        self._dirs: set = set()     # folders known to exist, durably
+        self._dirs: set[str] = set()     # folders known to exist, durably
         # The folder is made by the first write (see _write_temp), not here: opening a
         # store to read, or to find out that there is none, creates nothing.
 
-    def parent(self):
+    def parent(self) -> tuple[ObjectStore, str] | None:
         up, name = os.path.split(self.root)
         if not name or up == self.root:
             return None
@@ -47,7 +49,7 @@ class LocalDirStore(ObjectStore):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_object_key(key).split("/"))
 
-    def get(self, key, start=None, end=None):
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         if start is not None or end is not None:
             return self._get_range(key, start, end)
         path = self._path(key)
@@ -63,7 +65,7 @@ class LocalDirStore(ObjectStore):
         except OSError as e:
             raise _failed(f"cannot read {path}", e) from e
 
-    def _get_range(self, key: str, start, end) -> bytes:
+    def _get_range(self, key: str, start: int | None, end: int | None) -> bytes:
         """Ranged reads come from an open file kept in a small cache: objects are immutable,
         and an SST read is a few KB, so open/close would cost more than the read."""
         with self._fd_lock:
@@ -145,6 +147,7 @@ class LocalDirStore(ObjectStore):
         except BaseException:
             # A partial file must not stay under its name; if even that fails (a failing
             # disk), the write's own error is the one to report.
+            undo: Callable[[], None]
             for undo in (lambda: os.close(fd), lambda: _unlink(path)):
                 try:
                     undo()
@@ -167,7 +170,7 @@ class LocalDirStore(ObjectStore):
         finally:
             os.close(fd)
 
-    def put(self, key, data):
+    def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
         self._forget_fd(key)
         try:
@@ -177,7 +180,7 @@ class LocalDirStore(ObjectStore):
         except OSError as e:
             raise _failed(f"cannot write {path}", e) from e
 
-    def put_unreferenced(self, key, data):
+    def put_unreferenced(self, key: str, data: bytes) -> None:
         # In place: the fsync of a new file makes its data, its inode and (ext4, xfs,
         # btrfs) its name durable in one journal commit; the directory fsync after it is
         # what POSIX asks for and writes nothing more there. A torn file left by a crash
@@ -190,15 +193,15 @@ class LocalDirStore(ObjectStore):
         except OSError as e:
             raise _failed(f"cannot write {path}", e) from e
 
-    def put_if_absent(self, key, data):
+    def put_if_absent(self, key: str, data: bytes) -> bool:
         return self._put_if_absent(key, data, sync=True)
 
-    def put_if_absent_deferred(self, key, data):
+    def put_if_absent_deferred(self, key: str, data: bytes) -> bool:
         # Whole before it is linked, as put_if_absent, so a reader never sees it partial;
         # only the fsyncs wait for sync().
         return self._put_if_absent(key, data, sync=False)
 
-    def _put_if_absent(self, key, data, sync: bool) -> bool:
+    def _put_if_absent(self, key: str, data: bytes, sync: bool) -> bool:
         path = self._path(key)
         try:
             if os.path.exists(path):
@@ -216,7 +219,7 @@ class LocalDirStore(ObjectStore):
         except OSError as e:
             raise _failed(f"cannot create {path}", e) from e
 
-    def sync(self, key):
+    def sync(self, key: str) -> None:
         if not self.fsync:
             return
         path = self._path(key)
@@ -232,7 +235,7 @@ class LocalDirStore(ObjectStore):
         except OSError as e:
             raise _failed(f"cannot sync {path}", e) from e
 
-    def list(self, prefix=""):
+    def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         """Every ``(key, size)`` under ``prefix``. Walks only the deepest folder that the
         prefix names completely. A folder that does not exist (or went away while listed)
         holds nothing; a folder that cannot be read (EIO, EACCES, ...) is a StorageError
@@ -268,14 +271,14 @@ class LocalDirStore(ObjectStore):
         out.sort()
         return out
 
-    def delete(self, key):
+    def delete(self, key: str) -> None:
         self._forget_fd(key)
         try:
             _unlink(self._path(key))
         except OSError as e:
             raise _failed(f"cannot delete {key} in {self.root}", e) from e
 
-    def size(self, key):
+    def size(self, key: str) -> int | None:
         try:
             return os.stat(self._path(key)).st_size
         except (FileNotFoundError, NotADirectoryError):     # nothing under a file either

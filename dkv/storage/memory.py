@@ -1,6 +1,7 @@
 """MemoryStore: objects in a dict. Named stores (``memory://name``) live for the process."""
 from __future__ import annotations
 
+import builtins
 import threading
 
 from ..errors import ObjectMissingError
@@ -39,7 +40,7 @@ class MemoryStore(ObjectStore):
         with _NAMED_LOCK:
             _NAMED.pop(name, None)
 
-    def get(self, key, start=None, end=None):
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         try:
             data = self._objects[key]
         except KeyError:
@@ -49,13 +50,13 @@ class MemoryStore(ObjectStore):
         lo, hi = clip_range(len(data), start, end)
         return data[lo:hi]
 
-    def put(self, key, data):
+    def put(self, key: str, data: bytes) -> None:
         check_object_key(key)
         data = bytes(data)
         with self._lock:
             self._objects[key] = data
 
-    def put_if_absent(self, key, data):
+    def put_if_absent(self, key: str, data: bytes) -> bool:
         check_object_key(key)
         with self._lock:
             if key in self._objects:
@@ -63,17 +64,17 @@ class MemoryStore(ObjectStore):
             self._objects[key] = bytes(data)
             return True
 
-    def list(self, prefix=""):
+    def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         with self._lock:
             items = [(k, len(v)) for k, v in self._objects.items() if k.startswith(prefix)]
         items.sort()
         return items
 
-    def delete(self, key):
+    def delete(self, key: str) -> None:
         with self._lock:
             self._objects.pop(key, None)
 
-    def size(self, key):
+    def size(self, key: str) -> int | None:
         data = self._objects.get(key)
         return None if data is None else len(data)
 

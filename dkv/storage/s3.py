@@ -35,6 +35,7 @@ write each), so that a run of many processes, some of them killed, can add them 
 """
 from __future__ import annotations
 
+import builtins
 import http.client
 import json
 import logging
@@ -43,6 +44,8 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 from ..errors import ObjectMissingError, StorageError
 from .base import ObjectStore, check_object_key
@@ -63,7 +66,7 @@ class _RetryCounter:
         self.botocore = 0
         self.ours = 0
 
-    def on_send(self, request=None, **_kwargs) -> None:
+    def on_send(self, request: Any = None, **_kwargs: Any) -> None:
         context = getattr(request, "context", None) or {}
         if (context.get("retries") or {}).get("attempt", 1) > 1:
             with _COUNT_LOCK:
@@ -77,7 +80,7 @@ class _RetryCounter:
             _TOTALS["ours"] += 1
         _saved()
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int]:
         with _COUNT_LOCK:
             return {"botocore": self.botocore, "ours": self.ours}
 
@@ -86,7 +89,7 @@ _COUNT_LOCK = threading.Lock()
 _TOTALS = {"botocore": 0, "ours": 0}
 
 
-def retry_totals() -> dict:
+def retry_totals() -> dict[str, int]:
     """``{"botocore": n, "ours": m}``: the retries of every S3Store of this process so far."""
     with _COUNT_LOCK:
         return dict(_TOTALS)
@@ -106,7 +109,7 @@ def _saved() -> None:
         log.debug("could not write the retry counts: %s", e)
 
 
-def _counter(client) -> _RetryCounter:
+def _counter(client: Any) -> _RetryCounter:
     """The retry counter of ``client``, made and hooked to its events the first time."""
     counter = getattr(client, "_dkv_retry_counter", None)
     if counter is None:
@@ -119,7 +122,7 @@ def _counter(client) -> _RetryCounter:
     return counter
 
 
-def _answer(e: BaseException) -> str:
+def _answer(e: BaseException | None) -> str:
     """The last answer, for an error message: status and code of an S3 error, else the
     transport error."""
     response = getattr(e, "response", None)
@@ -138,7 +141,7 @@ def _code(e: BaseException) -> str:
     return str(response.get("Error", {}).get("Code", ""))
 
 
-def _transport_errors() -> tuple:
+def _transport_errors() -> tuple[type[BaseException], ...]:
     """Errors of a read or of a half-received answer that botocore may let through."""
     from botocore.exceptions import BotoCoreError
     out = [BotoCoreError, OSError, http.client.HTTPException]
@@ -154,13 +157,14 @@ class S3Store(ObjectStore):
     """``s3://bucket/prefix``. Options: endpoint_url, region_name, aws_access_key_id,
     aws_secret_access_key, aws_session_token, max_attempts (default 8: botocore's attempts per
     request, and our rounds for what it does not retry), connect_timeout (10 s), read_timeout
-    (60 s), retry_delay (first backoff of our own loop, 50 ms), client (a ready boto3 client,
-    whose retry configuration is then its own)."""
+    (60 s), retry_delay (first backoff of our own loop, 50 ms), part_bytes (a whole object
+    larger than this is read in ranged parts, up to 8 at once; 1 MiB; 0: one GET), client (a
+    ready boto3 client, whose retry configuration is then its own)."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
-                 region_name: str | None = None, max_attempts: int = 8, client=None,
+                 region_name: str | None = None, max_attempts: int = 8, client: Any = None,
                  connect_timeout: float = 10, read_timeout: float = 60, retry_delay: float = 0.05,
-                 **credentials) -> None:
+                 part_bytes: int = 1 << 20, **credentials: str | None) -> None:
         if not bucket:
             raise ValueError("S3 location needs a bucket: s3://bucket/prefix")
         self.bucket = bucket
@@ -168,6 +172,7 @@ class S3Store(ObjectStore):
         self.location = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.max_attempts = max(1, max_attempts)
         self.retry_delay = retry_delay
+        self.part_bytes = part_bytes
         if client is None:
             try:
                 import boto3
@@ -183,35 +188,35 @@ class S3Store(ObjectStore):
         self._retries = _counter(client)
         self._transport = _transport_errors()
 
-    def retries(self) -> dict:
+    def retries(self) -> dict[str, int]:
         """``{"botocore": n, "ours": m}``: requests botocore sent again, and rounds of our own
         loop, on this store's client so far (stores sharing a client share the counts)."""
         return self._retries.as_dict()
 
-    def parent(self):
+    def parent(self) -> tuple[ObjectStore, str] | None:
         path = self.prefix.rstrip("/")
         if not path:
             return None
         up, _, name = path.rpartition("/")
         return S3Store(self.bucket, up, client=self.client, max_attempts=self.max_attempts,
-                       retry_delay=self.retry_delay), name
+                       retry_delay=self.retry_delay, part_bytes=self.part_bytes), name
 
     def _key(self, key: str) -> str:
         return self.prefix + check_object_key(key)
 
-    def _fail(self, what: str, key: str, last, attempts: int | None = None) -> StorageError:
+    def _fail(self, what: str, key: str, last: BaseException | str | None, attempts: int | None = None) -> StorageError:
         answer = last if isinstance(last, str) else _answer(last)
         rounds = f" ({attempts} attempts)" if attempts and attempts > 1 else ""
         return StorageError(f"S3 {what} {self.location}/{key} failed{rounds}; last answer: {answer}")
 
-    def _backoff(self, what: str, key: str, attempt: int, last) -> None:
+    def _backoff(self, what: str, key: str, attempt: int, last: BaseException | str | None) -> None:
         answer = last if isinstance(last, str) else _answer(last)
         self._retries.ours_once()
         log.warning("S3 %s %s: retrying (attempt %d): %s", what, key, attempt, answer)
         delay = min(self.retry_delay * (2 ** (attempt - 1)), 5.0)
         time.sleep(delay * (0.5 + random.random()))
 
-    def _call(self, what: str, key: str, fn, *args, **kwargs):
+    def _call(self, what: str, key: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One request. botocore retried throttles, 5xx and dropped connections already;
         retried here: a transport error that escaped it (an answer cut short), and 409
         ConditionalRequestConflict. 404 → ObjectMissingError; 412 and 416 are answers
@@ -237,34 +242,70 @@ class S3Store(ObjectStore):
             self._backoff(what, key, attempt, last)
         raise AssertionError("unreachable")
 
-    def get(self, key, start=None, end=None):
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         """The object's bytes, read inside the retry loop: a connection lost in the middle of
         the body, or a body shorter than its Content-Length or than the range asked for, is
-        retried, and after ``max_attempts`` rounds is a StorageError; never returned."""
+        retried, and after ``max_attempts`` rounds is a StorageError; never returned.
+
+        A whole object larger than ``part_bytes`` (1 MiB) is read in parts of that size,
+        up to 8 at once, each a ranged GET with its own retries: the first part's answer
+        gives the size, so an object within one part costs one request as before. (A
+        restart that touches every table of a big state reads them at the network's
+        bandwidth rather than one round trip's.)"""
+        if start is None and end is None and self.part_bytes:
+            return self._get_in_parts(key)
+        return self._read(key, start, end)[0]
+
+    def _get_in_parts(self, key: str) -> bytes:
+        part = self.part_bytes
+        first, total = self._read(key, 0, part, whole=True)
+        if total is None or len(first) >= total:
+            return first
+        ranges = [(lo, min(lo + part, total)) for lo in range(len(first), total, part)]
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(min(8, len(ranges))) as pool:
+            rest = list(pool.map(lambda r: self._read(key, r[0], r[1])[0], ranges))
+        data = b"".join([first, *rest])
+        if len(data) != total:      # the object changed size between the parts: not an immutable object
+            raise StorageError(f"S3 get {self.location}/{key}: read {len(data)} bytes in parts of an object "
+                               f"of {total} (it changed while being read)")
+        return data
+
+    def _read(self, key: str, start: int | None, end: int | None, whole: bool = False) -> tuple[bytes, int | None]:
+        """(bytes of ``[start, end)``, the object's size when the answer says it). ``whole``:
+        the range is the first part of a read of the whole object, which a server may
+        answer with all of it (200, no Content-Range)."""
         kwargs = {"Bucket": self.bucket, "Key": self._key(key)}
         lo = None
         if start is not None or end is not None:
             lo = start or 0
             if end is not None and end <= lo:
-                return b""
+                return b"", None
             kwargs["Range"] = f"bytes={lo}-{'' if end is None else end - 1}"
         from botocore.exceptions import ClientError
-        last = None
+        last: str | None = None
         for attempt in range(1, self.max_attempts + 1):
             try:
                 resp = self._call("get", key, self.client.get_object, **kwargs)
             except ClientError as e:  # InvalidRange: a start past the end of the object
                 if _code(e) in _INVALID_RANGE:
-                    return b""
+                    return b"", 0 if whole else None
                 raise self._fail("get", key, e) from e
             try:
-                data = resp["Body"].read()
+                data: bytes = resp["Body"].read()
             except self._transport as e:
                 last = f"body read failed: {type(e).__name__}: {e}"
             else:
-                last = self._short(resp, data, lo, end)
+                m = re.match(r"bytes \d+-\d+/(\d+)", resp.get("ContentRange") or "")
+                total: int | None
+                if whole and m is None:       # the whole object, unasked for a range: as a plain GET
+                    last = self._short(resp, data, None, None)
+                    total = len(data)
+                else:
+                    last = self._short(resp, data, lo, end)
+                    total = int(m.group(1)) if m else None
                 if last is None:
-                    return data
+                    return data, total
             finally:
                 try:
                     resp["Body"].close()
@@ -275,7 +316,7 @@ class S3Store(ObjectStore):
         raise self._fail("get", key, last, self.max_attempts)
 
     @staticmethod
-    def _short(resp, data: bytes, lo, end) -> str | None:
+    def _short(resp: Any, data: bytes, lo: int | None, end: int | None) -> str | None:
         """Why ``data`` is not the whole answer, or None if it is."""
         expected = resp.get("ContentLength")
         if expected is not None and len(data) != expected:
@@ -296,10 +337,10 @@ class S3Store(ObjectStore):
             return f"range answer {resp.get('ContentRange')} short of byte {want_end}"
         return None
 
-    def put(self, key, data):
+    def put(self, key: str, data: bytes) -> None:
         self._call("put", key, self.client.put_object, Bucket=self.bucket, Key=self._key(key), Body=bytes(data))
 
-    def get_many(self, keys):
+    def get_many(self, keys: Iterable[str]) -> builtins.list[bytes]:
         keys = list(keys)
         if len(keys) <= 1:
             return [self.get(k) for k in keys]
@@ -307,7 +348,7 @@ class S3Store(ObjectStore):
         with ThreadPoolExecutor(min(8, len(keys))) as pool:     # a round trip each: overlap them
             return list(pool.map(self.get, keys))
 
-    def put_if_absent(self, key, data):
+    def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create ``key`` with ``If-None-Match: *``; True if this call created it.
 
         A 412 does not by itself mean that another writer was first: botocore retries a
@@ -339,7 +380,7 @@ class S3Store(ObjectStore):
             return True
         return False
 
-    def list(self, prefix=""):
+    def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         """Every ``(key, size)`` under ``prefix``, a page (1000 keys) per request; a failed
         page is retried with its continuation token, not the listing from its start."""
         out = []
@@ -356,10 +397,10 @@ class S3Store(ObjectStore):
         out.sort()
         return out
 
-    def delete(self, key):
+    def delete(self, key: str) -> None:
         self._call("delete", key, self.client.delete_object, Bucket=self.bucket, Key=self._key(key))
 
-    def delete_many(self, keys):
+    def delete_many(self, keys: Iterable[str]) -> None:
         """Quiet DeleteObjects of up to 1000 keys a request. S3 answers 200 with per-key
         ``Errors`` for the keys it did not delete: those keys are sent again (our loop,
         ``max_attempts`` rounds), and if some still fail, StorageError names them with
@@ -388,12 +429,12 @@ class S3Store(ObjectStore):
                                        f"after {attempt} attempts: {shown}; last answer: {last[:2000]}")
                 self._backoff("delete_many", pending[0], attempt, last)
 
-    def size(self, key):
+    def size(self, key: str) -> int | None:
         try:
             resp = self._call("head", key, self.client.head_object, Bucket=self.bucket, Key=self._key(key))
         except ObjectMissingError:
             return None
-        return resp["ContentLength"]
+        return cast(int, resp["ContentLength"])
 
 
 def _escaped_botocore(e: BaseException) -> bool:

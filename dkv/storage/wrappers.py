@@ -1,14 +1,18 @@
 """Store wrappers for tests and operations: a call log, fault injection, and a prefix view."""
 from __future__ import annotations
 
+import builtins
 import random
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ..errors import StorageError
 from .base import ObjectStore
 
 WRITE_KINDS = ("put", "put_if_absent")
+_T = TypeVar("_T")
 
 
 class _Forwarding(ObjectStore):
@@ -22,25 +26,25 @@ class _Forwarding(ObjectStore):
         self.inner = inner
         self.location = inner.location
 
-    def get(self, key, start=None, end=None):
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         return self.inner.get(key, start, end)
 
-    def put(self, key, data):
+    def put(self, key: str, data: bytes) -> None:
         self.inner.put(key, data)
 
-    def put_if_absent(self, key, data):
+    def put_if_absent(self, key: str, data: bytes) -> bool:
         return self.inner.put_if_absent(key, data)
 
-    def list(self, prefix=""):
+    def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         return self.inner.list(prefix)
 
-    def delete(self, key):
+    def delete(self, key: str) -> None:
         self.inner.delete(key)
 
-    def size(self, key):
+    def size(self, key: str) -> int | None:
         return self.inner.size(key)
 
-    def close(self):
+    def close(self) -> None:
         self.inner.close()
 
 
@@ -52,38 +56,38 @@ class PrefixStore(_Forwarding):
         self.prefix = prefix.strip("/") + "/"
         self.location = f"{inner.location.rstrip('/')}/{self.prefix.rstrip('/')}"
 
-    def get(self, key, start=None, end=None):
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         return self.inner.get(self.prefix + key, start, end)
 
-    def put(self, key, data):
+    def put(self, key: str, data: bytes) -> None:
         self.inner.put(self.prefix + key, data)
 
-    def put_if_absent(self, key, data):
+    def put_if_absent(self, key: str, data: bytes) -> bool:
         return self.inner.put_if_absent(self.prefix + key, data)
 
-    def put_unreferenced(self, key, data):
+    def put_unreferenced(self, key: str, data: bytes) -> None:
         self.inner.put_unreferenced(self.prefix + key, data)
 
-    def put_if_absent_deferred(self, key, data):
+    def put_if_absent_deferred(self, key: str, data: bytes) -> bool:
         return self.inner.put_if_absent_deferred(self.prefix + key, data)
 
-    def sync(self, key):
+    def sync(self, key: str) -> None:
         self.inner.sync(self.prefix + key)
 
-    def get_many(self, keys):
+    def get_many(self, keys: Iterable[str]) -> builtins.list[bytes]:
         return self.inner.get_many([self.prefix + key for key in keys])
 
-    def list(self, prefix=""):
+    def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         n = len(self.prefix)
         return [(k[n:], s) for k, s in self.inner.list(self.prefix + prefix)]
 
-    def delete(self, key):
+    def delete(self, key: str) -> None:
         self.inner.delete(self.prefix + key)
 
-    def size(self, key):
+    def size(self, key: str) -> int | None:
         return self.inner.size(self.prefix + key)
 
-    def parent(self):
+    def parent(self) -> tuple[ObjectStore, str]:
         up, _, name = self.prefix.rstrip("/").rpartition("/")
         return (PrefixStore(self.inner, up) if up else self.inner), name
 
@@ -94,7 +98,7 @@ class Call:
     kind: str
     key: str
     nbytes: int = 0
-    range: tuple | None = None
+    range: tuple[int | None, int | None] | None = None
     ok: bool = True
 
     def __str__(self) -> str:
@@ -114,30 +118,30 @@ class LoggingStore(_Forwarding):
         with self._lock:
             self.calls.append(call)
 
-    def get(self, key, start=None, end=None):
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         data = self.inner.get(key, start, end)
         self._log(Call("get", key, len(data), None if start is None and end is None else (start, end)))
         return data
 
-    def put(self, key, data):
+    def put(self, key: str, data: bytes) -> None:
         self.inner.put(key, data)
         self._log(Call("put", key, len(data)))
 
-    def put_if_absent(self, key, data):
+    def put_if_absent(self, key: str, data: bytes) -> bool:
         ok = self.inner.put_if_absent(key, data)
         self._log(Call("put_if_absent", key, len(data), ok=ok))
         return ok
 
-    def list(self, prefix=""):
+    def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         out = self.inner.list(prefix)
         self._log(Call("list", prefix))
         return out
 
-    def delete(self, key):
+    def delete(self, key: str) -> None:
         self.inner.delete(key)
         self._log(Call("delete", key))
 
-    def size(self, key):
+    def size(self, key: str) -> int | None:
         out = self.inner.size(key)
         self._log(Call("size", key))
         return out
@@ -184,7 +188,8 @@ class FaultInjectingStore(_Forwarding):
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
 
-    def fail(self, kind: str, nth: int = 1, mode: str = "error", key_prefix: str = "", repeat: bool = False):
+    def fail(self, kind: str, nth: int = 1, mode: str = "error", key_prefix: str = "",
+             repeat: bool = False) -> "FaultInjectingStore":
         if mode not in ("error", "torn", "landed", "lost", "corrupt"):
             raise ValueError(f"unknown fault mode {mode!r}")
         self.rules.append(_Rule(kind, nth, mode, key_prefix, repeat))
@@ -211,7 +216,7 @@ class FaultInjectingStore(_Forwarding):
                     return rule.mode
         return None
 
-    def _write(self, kind, key, data, fn):
+    def _write(self, kind: str, key: str, data: bytes, fn: Callable[[str, bytes], _T]) -> _T | bool:
         mode = self._match(kind, key)
         if mode is None:
             return fn(key, data)
@@ -231,23 +236,23 @@ class FaultInjectingStore(_Forwarding):
             damaged[i] ^= 0xFF
         return fn(key, bytes(damaged))
 
-    def put(self, key, data):
+    def put(self, key: str, data: bytes) -> None:
         self._write("put", key, data, self.inner.put)
 
-    def put_if_absent(self, key, data):
+    def put_if_absent(self, key: str, data: bytes) -> bool:
         return self._write("put_if_absent", key, data, self.inner.put_if_absent)
 
-    def get(self, key, start=None, end=None):
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         if self._match("get", key) is not None:
             raise InjectedFault(f"injected error on get {key}")
         return self.inner.get(key, start, end)
 
-    def list(self, prefix=""):
+    def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         if self._match("list", prefix) is not None:
             raise InjectedFault(f"injected error on list {prefix}")
         return self.inner.list(prefix)
 
-    def delete(self, key):
+    def delete(self, key: str) -> None:
         if self._match("delete", key) is not None:
             raise InjectedFault(f"injected error on delete {key}")
         self.inner.delete(key)

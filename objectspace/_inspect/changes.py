@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from .. import _layout as L
 from .._keycodec import _dec, decode_key
 from .records import EVERY, ObjectInfo, Progress, _codec_name, _Decoder, _all_slots, _decoder, _length, \
     list_objects, to_jsonable
+
+if TYPE_CHECKING:
+    from ..space import ObjectSpace
 
 
 # -- diff ----------------------------------------------------------------------------------
@@ -137,7 +140,7 @@ class _NoSpace:
     db, prefix = _NoDB(), b""
 
 
-def diff(old, new, *, progress: Progress | None = None) -> Iterator:
+def diff(old: Any, new: Any, *, progress: Progress | None = None) -> Iterator:
     """What changed from space ``old`` to space ``new`` (typically one space's prefix in a
     db opened read-only at two checkpoints; None stands for an empty side): for each
     object that differs, in name order, an ObjectChange followed by its SlotChanges.
@@ -226,7 +229,7 @@ class SpaceStats:
                 "largest": [{**(where or {}), **info.as_json()} for _, info, where in self.largest]}
 
 
-def space_stats(space, *, top: int = 10, progress: Progress | None = None) -> SpaceStats:
+def space_stats(space: ObjectSpace, *, top: int = 10, progress: Progress | None = None) -> SpaceStats:
     """Objects, slots, records and bytes of a space, per kind, and its ``top`` largest
     objects. Reads every record once (O(records))."""
     st = SpaceStats(top=top)

@@ -13,9 +13,11 @@ SCHEMA_STATE)``, one per key group (``ObjectSpace.open`` uses key group 0).
 from __future__ import annotations
 
 import logging
+import os
+import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import dkv
 from dkv.keys import key_prefix
@@ -100,7 +102,7 @@ def _member(location: str, instance: str) -> tuple:
 class InstanceRef:
     """A dkv instance of a location at one checkpoint epoch, with the ``member``ship a
     family rule gave it (None: it stands alone); ``epochs`` are its retained checkpoints."""
-    location: object        # as given: a path or URL (or an ObjectStore)
+    location: str | os.PathLike[str] | dkv.ObjectStore        # as given: a path or URL (or an ObjectStore)
     instance: str
     epoch: int
     epochs: tuple = ()
@@ -111,7 +113,7 @@ class InstanceRef:
         """The labels its family rule gave it ({} when it stands alone)."""
         return dict(self.member.labels) if self.member is not None else {}
 
-    def open(self, **dkv_options):
+    def open(self, **dkv_options: Any) -> dkv.DB:
         """This instance read-only at ``epoch`` (a dkv DB; close it). dkv finds the files
         wherever the instance's writer opened it from (the location or a folder around it)."""
         return dkv.open(self.location, checkpoint=self.epoch, read_only=True, instance=self.instance,
@@ -128,8 +130,8 @@ def _store_options(dkv_options: dict) -> dict:
     return {k: v for k, v in dkv_options.items() if k in keys}
 
 
-def find_instances(location, *, epoch: int | None = None, instance: str | None = None,
-                   **dkv_options) -> list[InstanceRef]:
+def find_instances(location: str | os.PathLike[str] | dkv.ObjectStore, *, epoch: int | None = None,
+                   instance: str | None = None, **dkv_options: Any) -> list[InstanceRef]:
     """The instances under ``location`` that hold ``epoch`` (default: each one's newest;
     for a family, the newest epoch of its members), sorted by name.
 
@@ -208,7 +210,7 @@ def expiries_of(ref: "InstanceRef | None", db, key_group) -> object:
     return rule.expiries(db, key_group)
 
 
-def key_groups_of(db, first: int = 0, end: int = 1 << 16) -> list[int]:
+def key_groups_of(db: dkv.DB, first: int = 0, end: int = 1 << 16) -> list[int]:
     """Key groups in ``[first, end)`` that hold state records (object spaces) in ``db``.
     O(key groups present) seeks."""
     out, start = [], first.to_bytes(2, "big")
@@ -234,15 +236,25 @@ def key_groups_of(db, first: int = 0, end: int = 1 << 16) -> list[int]:
 ALL_KEY_GROUPS = (0, 1 << 16)
 
 
-def spaces_of(db, *, key_group: int | None = None, prefix: bytes | None = None,
-              groups: tuple = ALL_KEY_GROUPS) -> list[tuple]:
+def _old_name(groups, key_group_range, fn: str):
+    """``groups=``, the old name of ``key_group_range=`` (before 0.4): taken, with a warning."""
+    if groups is None:
+        return key_group_range
+    warnings.warn(f"{fn}(groups=) is now key_group_range=", DeprecationWarning, stacklevel=3)
+    return groups
+
+
+def spaces_of(db: dkv.DB, *, key_group: int | None = None, prefix: bytes | None = None,
+              key_group_range: tuple = ALL_KEY_GROUPS, groups: tuple | None = None) -> list[tuple]:
     """(key group, ObjectSpace) of the spaces to inspect in ``db``: the one at ``prefix``
-    (key group None), the one of ``key_group``, or every key group in ``groups`` that
-    holds state. Spaces are free to make; finding key groups costs a seek per group."""
+    (key group None), the one of ``key_group``, or every key group in ``key_group_range``
+    ``(first, end)`` that holds state. Spaces are free to make; finding key groups costs a
+    seek per group."""
     from ..space import ObjectSpace
+    key_group_range = _old_name(groups, key_group_range, "spaces_of")
     if prefix is not None:
         return [(None, ObjectSpace(db, prefix))]
-    kgs = [key_group] if key_group is not None else key_groups_of(db, *groups)
+    kgs = [key_group] if key_group is not None else key_groups_of(db, *key_group_range)
     return [(kg, ObjectSpace(db, key_prefix(kg, SCHEMA_STATE))) for kg in kgs]
 
 
@@ -250,8 +262,8 @@ def _family(ref: InstanceRef):
     return ("family", ref.member.family) if ref.member is not None else ("alone", ref.instance)
 
 
-def pair_instances(location, from_epoch: int, to_epoch: int, *, instance: str | None = None,
-                   **dkv_options) -> list[tuple]:
+def pair_instances(location: str | os.PathLike[str] | dkv.ObjectStore, from_epoch: int, to_epoch: int, *,
+                   instance: str | None = None, **dkv_options: Any) -> list[tuple]:
     """What to compare to diff ``from_epoch`` with ``to_epoch``: (old InstanceRef or None,
     new InstanceRef or None, (first, end) key-group range). The same instance at both
     epochs when the layout did not change; after a rescale, each old shard with each new
@@ -275,7 +287,7 @@ def pair_instances(location, from_epoch: int, to_epoch: int, *, instance: str | 
             ranges = {}
             for r in olds + news:
                 with r.open(**dkv_options) as db:
-                    ranges[r] = db.key_groups
+                    ranges[r] = db.key_group_range
             for o in olds:
                 for n in news:
                     lo, hi = max(ranges[o][0], ranges[n][0]), min(ranges[o][1], ranges[n][1])
@@ -284,18 +296,20 @@ def pair_instances(location, from_epoch: int, to_epoch: int, *, instance: str | 
     return out
 
 
-def diff_pair(old: InstanceRef | None, new: InstanceRef | None, groups: tuple = ALL_KEY_GROUPS, *,
+def diff_pair(old: InstanceRef | None, new: InstanceRef | None, key_group_range: tuple = ALL_KEY_GROUPS, *,
               key_group: int | None = None, prefix: bytes | None = None, progress: Progress | None = None,
-              **dkv_options) -> Iterator[tuple]:
+              groups: tuple | None = None, **dkv_options: Any) -> Iterator[tuple]:
     """(key group, ObjectChange or SlotChange) for every space of one pair of
     ``pair_instances``: both instances opened read-only, key groups of either side in
-    ``groups`` (or the one ``key_group``, or the space at ``prefix``) diffed in order."""
+    ``key_group_range`` (or the one ``key_group``, or the space at ``prefix``) diffed in
+    order."""
+    key_group_range = _old_name(groups, key_group_range, "diff_pair")
     with ExitStack() as stack:
         dbs = [stack.enter_context(r.open(**dkv_options)) if r is not None else None for r in (old, new)]
         found: dict = {}
         for side, db in enumerate(dbs):
             if db is not None:
-                for kg, sp in spaces_of(db, key_group=key_group, prefix=prefix, groups=groups):
+                for kg, sp in spaces_of(db, key_group=key_group, prefix=prefix, key_group_range=key_group_range):
                     found.setdefault(kg, [None, None])[side] = sp
         for kg in sorted(found, key=lambda k: -1 if k is None else k):
             for change in diff(*found[kg], progress=progress):

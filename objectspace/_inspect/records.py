@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import islice
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import msgpack
 
@@ -24,6 +24,10 @@ from .. import _layout as L
 from .. import _ndlayout as N
 from .._keycodec import _dec, decode_key, encode_name, encode_name_scope
 from ..errors import CorruptionError, ObjectNotFoundError
+
+if TYPE_CHECKING:
+    from .._types import Name
+    from ..space import ObjectSpace
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +40,7 @@ EVERY = 1000     # progress is reported every this many objects or records
 
 # -- values as JSON ------------------------------------------------------------------------
 
-def to_jsonable(v):
+def to_jsonable(v: Any) -> Any:
     """A JSON-compatible form of a stored value, slot or name, for reading (not a round
     trip): tuples and sets become arrays, datetimes ISO strings, Decimals and UUIDs
     strings, timedeltas seconds; bytes become ``{"$bytes": hex}``, maps with non-str keys
@@ -157,7 +161,8 @@ def _meta(db, ns: bytes, kind: str, name):
     return L.unpack_meta(db.get(ns + L.META), name, kind)
 
 
-def list_objects(space, *, scope=None, sizes: bool = True, progress: Progress | None = None) -> Iterator[ObjectInfo]:
+def list_objects(space: ObjectSpace, *, scope: Name | None = None, sizes: bool = True,
+                 progress: Progress | None = None) -> Iterator[ObjectInfo]:
     """The objects of ``space`` in name order, as ObjectInfo. ``scope`` lists only names in
     a scope, as ``space.names(prefix=...)``. With ``sizes`` (default) every record is read
     once (two merged range scans, O(records), O(1) memory) to count records and bytes;
@@ -195,7 +200,7 @@ def list_objects(space, *, scope=None, sizes: bool = True, progress: Progress | 
         yield ObjectInfo(name, kind, _codec_name(code), _length(kind, meta), records, nbytes)
 
 
-def object_info(space, name) -> ObjectInfo:
+def object_info(space: ObjectSpace, name: Name) -> ObjectInfo:
     """ObjectInfo of one object without sizes: two point reads. Raises ObjectNotFoundError."""
     nkey = encode_name(name)
     kind, code = _index_entry(space.db, space.prefix, nkey, name)
@@ -307,7 +312,8 @@ def _all_slots(dec: _Decoder, keys: bool = False) -> Iterator[tuple]:
             yield (*sv, _item_key(k[n:])) if keys else sv
 
 
-def iter_slots(space, name, *, offset: int = 0, limit: int | None = None, keys: bool = False) -> Iterator[tuple]:
+def iter_slots(space: ObjectSpace, name: Name, *, offset: int = 0, limit: int | None = None,
+               keys: bool = False) -> Iterator[tuple]:
     """(slot, value) of every slot of object ``name``, in order: the index for sequences
     (queues from the front, stacks from the bottom, linked lists in list order), the user
     key for sets and dicts (value None for sets), the id for stream entries (then consumer
@@ -334,7 +340,7 @@ def iter_slots(space, name, *, offset: int = 0, limit: int | None = None, keys: 
     return islice(_all_slots(dec, keys), offset, stop)
 
 
-def walk_slots(space, *, progress: Progress | None = None, keys: bool = False) -> Iterator[tuple]:
+def walk_slots(space: ObjectSpace, *, progress: Progress | None = None, keys: bool = False) -> Iterator[tuple]:
     """(ObjectInfo, slot, value) for every slot of every object of ``space``, objects in
     name order and slots as ``iter_slots`` gives them (``keys=True``: a fourth item, the
     item key, as ``iter_slots``'). One pass over the records (two merged range scans;

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from dkv.storage import LocalDirStore, MemoryStore, open_store
-from dkv_helpers import SMALL
+from .dkv_helpers import SMALL
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Shared test machinery for dkv: small engine options, store wrappers that model crashes,
 and the reference-model harness (a dict plus per-checkpoint snapshots) every random test drives.
 
-Imported by the test modules of this folder (pytest puts the folder on sys.path).
+Imported by the test modules of this folder (``from .dkv_helpers import SMALL``).
 """
 from __future__ import annotations
 

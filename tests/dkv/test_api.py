@@ -194,9 +194,21 @@ def test_bad_instance_and_key_groups():
     for bad in ("a/../b", "a//b", "./a"):
         with pytest.raises(ValueError):
             dkv.open(MemoryStore(), instance=bad)
-    for groups in ((5, 5), (10, 2), (-1, 4), (0, 70000)):
-        with pytest.raises(ValueError, match="key_groups"):
-            dkv.open(MemoryStore(), key_groups=groups)
+    for groups in ((5, 5), (10, 2), (-1, 4), (0, 70000), (1, 2, 3), range(0, 10, 2)):
+        with pytest.raises(ValueError, match="key_group_range"):
+            dkv.open(MemoryStore(), key_group_range=groups)
+
+
+def test_key_group_range_names_and_the_old_name():
+    """key_group_range is a (first, end) range of key groups (a range object too); its old
+    name key_groups= still works with a DeprecationWarning (spark_ops' key_groups is a count)."""
+    with dkv.open(MemoryStore(), instance="s0", key_group_range=range(16, 32)) as db:
+        assert db.key_group_range == (16, 32) == db.key_groups and db.instance == "s0"
+    with pytest.warns(DeprecationWarning, match="key_group_range"):
+        with dkv.open(MemoryStore(), key_groups=(0, 8)) as db:
+            assert db.key_group_range == (0, 8)
+    with pytest.raises(TypeError, match="key_group_range only"):
+        dkv.open(MemoryStore(), key_groups=(0, 8), key_group_range=(0, 8))
 
 
 def test_key_groups_helpers():

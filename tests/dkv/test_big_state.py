@@ -23,7 +23,7 @@ from dkv import _paths
 from dkv.format import manifest as mf
 from dkv.format import sst
 from dkv.storage import LocalDirStore, LoggingStore
-from dkv_helpers import Journal, contents, manifest_files
+from .dkv_helpers import Journal, contents, manifest_files
 
 
 def sst_records(data: bytes, what: str = "sst") -> list[tuple[bytes, bytes | None, int]]:

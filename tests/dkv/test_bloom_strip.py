@@ -13,7 +13,7 @@ import pytest
 import dkv
 from dkv.format import bloom, sst
 from dkv.storage import LocalDirStore, MemoryStore
-from dkv_helpers import Harness, run_random
+from .dkv_helpers import Harness, run_random
 
 RULE = (1, 8)
 

@@ -18,7 +18,7 @@ import dkv
 from dkv import _paths, cli
 from dkv.format import manifest as mf
 from dkv.storage import LoggingStore, MemoryStore
-from dkv_helpers import Journal, contents, manifests, read_manifest
+from .dkv_helpers import Journal, contents, manifests, read_manifest
 
 INLINE = dict(inline_segment_bytes=4096)
 
@@ -78,7 +78,7 @@ def test_golden_checkpoint_with_carried_segments():
     """A small checkpoint whose manifest names three carriers is still one object, and the
     garbage collection after it deletes no manifest: 1 left retention but carries segment 1,
     which the retained manifests name."""
-    from test_golden import check_golden, render
+    from .test_golden import check_golden, render
     log, db, model = _golden_scenario()
     log.clear()
     _small_checkpoints(db, model, [4])
@@ -92,7 +92,7 @@ def test_golden_checkpoint_with_carried_segments():
 
 
 def test_golden_open_reads_each_carrier_once():
-    from test_golden import check_golden, render
+    from .test_golden import check_golden, render
     log, db, model = _golden_scenario()
     _small_checkpoints(db, model, [4])
     db.close()

@@ -16,7 +16,7 @@ import dkv
 from dkv.format import manifest as mf
 from dkv.format import sst
 from dkv.storage import FaultInjectingStore, MemoryStore
-from dkv_helpers import SMALL, clone, contents, data_files, manifests
+from .dkv_helpers import SMALL, clone, contents, data_files, manifests
 
 
 def _small_store(inline: bool = False):

@@ -14,7 +14,7 @@ import pytest
 
 import dkv
 from dkv import _paths
-from dkv_helpers import SMALL, Journal, contents, data_files, manifest_files, manifests, random_key, random_value, read_manifest
+from .dkv_helpers import SMALL, Journal, contents, data_files, manifest_files, manifests, random_key, random_value, read_manifest
 
 
 def _run(journal, seed: int, background: bool, rounds: int = 8) -> dict:

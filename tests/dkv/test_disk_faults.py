@@ -33,7 +33,7 @@ import dkv
 from dkv.errors import StorageError
 from dkv.format import manifest as mf
 from dkv.storage import LocalDirStore
-from dkv_helpers import SMALL, contents, manifest_files
+from .dkv_helpers import SMALL, contents, manifest_files
 
 _os = os
 

@@ -12,7 +12,7 @@ import pytest
 
 import dkv
 from dkv.storage import InjectedFault, LoggingStore, MemoryStore, ObjectStore
-from dkv_helpers import SMALL, contents, expected_scan
+from .dkv_helpers import SMALL, contents, expected_scan
 
 
 def _levels(db) -> list:

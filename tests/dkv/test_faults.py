@@ -27,7 +27,7 @@ import pytest
 import dkv
 from dkv.storage import FaultInjectingStore, LoggingStore, MemoryStore
 from dkv.storage.wrappers import WRITE_KINDS
-from dkv_helpers import SMALL, contents
+from .dkv_helpers import SMALL, contents
 
 
 @pytest.fixture(autouse=True)
@@ -451,6 +451,6 @@ def test_a_checkpoint_whose_claims_cannot_be_listed_counts_for_the_next(inline):
     assert older == {e: run.snaps[e] for e in (1, 2, 3)}
     if inline:
         from dkv.format import manifest as mf
-        from dkv_helpers import read_manifest
+        from .dkv_helpers import read_manifest
         m3 = read_manifest(inner, run.db.checkpoints()[-1].name)
         assert (2, run.db._writer) in mf.carriers(m3)

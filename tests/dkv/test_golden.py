@@ -20,7 +20,7 @@ import pytest
 
 import dkv
 from dkv.storage import LoggingStore, MemoryStore
-from dkv_helpers import manifest_files, read_manifest
+from .dkv_helpers import manifest_files, read_manifest
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("DKV_UPDATE_GOLDEN") == "1"

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import dkv
-from dkv_helpers import SMALL, contents
+from .dkv_helpers import SMALL, contents
 
 CHILD = textwrap.dedent("""
     import random, sys

@@ -19,7 +19,7 @@ import pytest
 import dkv
 from dkv import _locks
 from dkv.storage import LocalDirStore, MemoryStore
-from dkv_helpers import SMALL
+from .dkv_helpers import SMALL
 
 ALL = {name for name, _ in _locks.ORDER}
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from dkv.storage import LocalDirStore, MemoryStore, open_store
-from dkv_helpers import SPECIAL_KEYS, Harness, run_random
+from .dkv_helpers import SPECIAL_KEYS, Harness, run_random
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ import pytest
 import dkv
 from dkv._pacer import MIN_GRANT
 from dkv.storage import LoggingStore, MemoryStore
-from dkv_helpers import contents
+from .dkv_helpers import contents
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,7 @@
 """Rescale by key groups: instances merged into one and one split into two.
 
 Keys start with a 2-byte big-endian key group (dkv.key_prefix). A new instance opened
-with ``sources=[(instance, epoch), ...]`` and ``key_groups=(first, end)`` must hold
+with ``sources=[(instance, epoch), ...]`` and ``key_group_range=(first, end)`` must hold
 exactly the sources' checkpoint contents restricted to its range, share their SSTs
 (the new manifest names the sources' files; no SST is written while opening and taking
 the first checkpoint), refuse writes outside its range, and leave the sources intact.
@@ -14,7 +14,7 @@ import pytest
 
 import dkv
 from dkv.storage import LoggingStore, MemoryStore
-from dkv_helpers import SMALL, contents, data_files, manifest_files, read_manifest
+from .dkv_helpers import SMALL, contents, data_files, manifest_files, read_manifest
 
 OPTS = dict(SMALL, background=False, retain=2)
 SCHEMA = 0x00           # the schema byte after the key group: any byte (objectspace's state uses 0)
@@ -61,9 +61,9 @@ def _ssts_written(log) -> list:
 
 def test_merge_two_instances_into_one(any_store):
     model_a, model_b = {}, {}
-    with dkv.open(any_store, instance="a", key_groups=(0, 128), **OPTS) as a:
+    with dkv.open(any_store, instance="a", key_group_range=(0, 128), **OPTS) as a:
         ea = _populate(a, model_a, (0, 128), seed=1)
-    with dkv.open(any_store, instance="b", key_groups=(128, 256), **OPTS) as b:
+    with dkv.open(any_store, instance="b", key_group_range=(128, 256), **OPTS) as b:
         eb = _populate(b, model_b, (128, 256), seed=2, rounds=2)
     sources_files = set()
     for ns, e in (("a", ea), ("b", eb)):
@@ -71,7 +71,7 @@ def test_merge_two_instances_into_one(any_store):
         sources_files |= manifest_files(read_manifest(any_store, info.name))
 
     log = LoggingStore(any_store)
-    c = dkv.open(log, instance="c", sources=[("a", ea), ("b", eb)], key_groups=(0, 256), **OPTS)
+    c = dkv.open(log, instance="c", sources=[("a", ea), ("b", eb)], key_group_range=(0, 256), **OPTS)
     merged = {**model_a, **model_b}
     assert contents(c) == merged
     name = c.checkpoint(1).wait()
@@ -105,7 +105,7 @@ def test_merge_two_instances_into_one(any_store):
 def test_split_one_instance_into_two():
     root = MemoryStore()
     model = {}
-    with dkv.open(root, instance="a", key_groups=(0, 256), **OPTS) as a:
+    with dkv.open(root, instance="a", key_group_range=(0, 256), **OPTS) as a:
         e = _populate(a, model, (0, 256), seed=3)
         # A key exactly on the split boundary and one just below it.
         for k in (b"\x00\x80", b"\x00\x7f\xff\xff"):
@@ -117,7 +117,7 @@ def test_split_one_instance_into_two():
     log = LoggingStore(root)
     halves = {}
     for ns, groups in (("c", (0, 128)), ("d", (128, 256))):
-        db = dkv.open(log, instance=ns, sources=[("a", e)], key_groups=groups, **OPTS)
+        db = dkv.open(log, instance=ns, sources=[("a", e)], key_group_range=groups, **OPTS)
         part = in_groups(model, *groups)
         assert contents(db) == part
         for k, v in part.items():
@@ -168,7 +168,7 @@ def test_retire_and_collect_shared_files():
         e = _populate(a, model, (0, 256), seed=4)
     halves = {}
     for ns, groups in (("c", (0, 128)), ("d", (128, 256))):
-        db = dkv.open(root, instance=ns, sources=[("a", e)], key_groups=groups, **OPTS)
+        db = dkv.open(root, instance=ns, sources=[("a", e)], key_group_range=groups, **OPTS)
         db.checkpoint(1).wait()
         halves[ns] = (db, in_groups(model, *groups))
     dkv.retire(root, "a")
@@ -209,15 +209,15 @@ def test_rescale_twice_chains_shared_files():
     model = {}
     eps = {}
     for ns, groups, seed in (("a", (0, 100), 5), ("b", (100, 300), 6)):
-        with dkv.open(root, instance=ns, key_groups=groups, **OPTS) as db:
+        with dkv.open(root, instance=ns, key_group_range=groups, **OPTS) as db:
             eps[ns] = _populate(db, model, groups, seed, rounds=2)
-    with dkv.open(root, instance="m", sources=[("a", eps["a"]), ("b", eps["b"])], key_groups=(0, 300), **OPTS) as m:
+    with dkv.open(root, instance="m", sources=[("a", eps["a"]), ("b", eps["b"])], key_group_range=(0, 300), **OPTS) as m:
         m.put(key(50, 1), b"m")
         model[key(50, 1)] = b"m"
         m.checkpoint(1).wait()
     log = LoggingStore(root)
     for ns, groups in (("x", (0, 150)), ("y", (150, 300))):
-        with dkv.open(log, instance=ns, sources=[("m", 1)], key_groups=groups, **OPTS) as db:
+        with dkv.open(log, instance=ns, sources=[("m", 1)], key_group_range=groups, **OPTS) as db:
             assert contents(db) == in_groups(model, *groups)
             db.checkpoint(1).wait()
     assert _ssts_written(log) == []
@@ -250,9 +250,9 @@ def test_compaction_after_split_and_merge_keeps_both_halves_of_a_shared_sst():
         a.compact(full=True)
         a.checkpoint(1).wait()
     for ns, groups in (("c", (0, 128)), ("d", (128, 256))):
-        with dkv.open(root, instance=ns, sources=[("a", 1)], key_groups=groups, **opts) as db:
+        with dkv.open(root, instance=ns, sources=[("a", 1)], key_group_range=groups, **opts) as db:
             db.checkpoint(1).wait()
-    e = dkv.open(root, instance="e", sources=[("c", 1), ("d", 1)], key_groups=(0, 256), **opts)
+    e = dkv.open(root, instance="e", sources=[("c", 1), ("d", 1)], key_group_range=(0, 256), **opts)
     assert contents(e) == model
     for i in range(300):                 # only groups 0..4: the compaction overlaps one half
         e.put(key(i % 5, 100 + i), b"e")
@@ -267,19 +267,19 @@ def test_reopened_merge_keeps_every_sources_wal_records():
     opts = dict(background=False, memtable_bytes=2000)
     root = MemoryStore()
     model = {}
-    with dkv.open(root, instance="a", key_groups=(0, 128), **opts) as a:
+    with dkv.open(root, instance="a", key_group_range=(0, 128), **opts) as a:
         for i in range(200):                      # flushes: a's WAL range skips its flushed records
             a.put(key(i % 128, i), b"a%d" % i)
             model[key(i % 128, i)] = b"a%d" % i
         a.put(key(1, 9999), b"wal-only")
         model[key(1, 9999)] = b"wal-only"
         a.checkpoint(1).wait()
-    with dkv.open(root, instance="b", key_groups=(128, 256), **opts) as b:
+    with dkv.open(root, instance="b", key_group_range=(128, 256), **opts) as b:
         for i in range(5):                        # low sequence numbers, in the WAL only
             b.put(key(128 + i, i), b"b%d" % i)
             model[key(128 + i, i)] = b"b%d" % i
         b.checkpoint(1).wait()
-    with dkv.open(root, instance="c", sources=[("a", 1), ("b", 1)], key_groups=(0, 256), **opts) as c:
+    with dkv.open(root, instance="c", sources=[("a", 1), ("b", 1)], key_group_range=(0, 256), **opts) as c:
         assert contents(c) == model
         c.checkpoint(1).wait()
     with dkv.open(root, instance="c", **opts) as c:
@@ -302,7 +302,7 @@ class Fleet:
     def add(self, groups, sources, model) -> str:
         ns = f"i{self.names}"
         self.names += 1
-        db = dkv.open(self.root, instance=ns, key_groups=groups, sources=sources or None, **self.opts)
+        db = dkv.open(self.root, instance=ns, key_group_range=groups, sources=sources or None, **self.opts)
         assert contents(db) == model, f"{ns} {groups} from {sources}"
         db.checkpoint(1).wait()          # successors checkpoint before their sources are retired
         self.live[ns] = [db, groups, model, 1]

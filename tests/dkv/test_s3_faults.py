@@ -13,7 +13,7 @@ import pytest
 
 from dkv.errors import StorageError
 from dkv.storage import CachedStore, S3Store
-from dkv_helpers import Harness, run_random
+from .dkv_helpers import Harness, run_random
 
 pytestmark = pytest.mark.s3
 
@@ -223,7 +223,7 @@ def _model_run(proxy, s3_server, tmp_path, seed, steps, rate, rescale_steps=0):
     then random rescales (splits and merges of instances, test_rescale.run_rescales), over
     the proxy at ``rate`` faults per request. Returns the proxy's counts and the retries
     that the stores counted."""
-    from test_rescale import run_rescales
+    from .test_rescale import run_rescales
     inner, store = _faulty_store(proxy, s3_server, tmp_path, "model")
     proxy.rng.seed(seed)
     proxy.uniform(rate)
@@ -283,7 +283,7 @@ def _fill(db, model: dict, rng: random.Random, n: int) -> None:
 
 def _checkpoint_through_an_outage(proxy, s3_server, tmp_path, how: str, opts: dict, expect: str) -> None:
     import dkv
-    from dkv_helpers import contents
+    from .dkv_helpers import contents
     inner = make_store(proxy, s3_server, attempts=3)
     store = CachedStore(inner, str(tmp_path / "cache"), 1 << 30, cacheable=lambda key: key.endswith(".sst"))
     rng = random.Random(18)
@@ -350,5 +350,31 @@ def test_checkpoint_when_retries_run_out_then_the_endpoint_recovers(proxy, s3_se
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["503", "reset_before", "down"])
 def test_checkpoint_through_an_outage_with_background_flushes(proxy, s3_server, tmp_path, how):
-    from dkv_helpers import SMALL
+    from .dkv_helpers import SMALL
     _checkpoint_through_an_outage(proxy, s3_server, tmp_path, how, dict(SMALL, background=True), expect="put")
+
+
+def test_a_big_object_is_read_in_parallel_ranged_parts(proxy, s3_server):
+    """A whole-object get of more than part_bytes is ranged GETs of part_bytes (the first
+    gives the size; the others run at once); each part has its own retries, so a part cut
+    short is read again, not the whole object. An object within one part is one GET."""
+    store = S3Store(s3_server.bucket, "parts-" + uuid.uuid4().hex, endpoint_url=proxy.endpoint,
+                    region_name="us-east-1", max_attempts=4, read_timeout=60, retry_delay=0.01,
+                    part_bytes=1000)
+    data = bytes(range(256)) * 14       # 3,584 bytes: parts 0-999, 1000-1999, 2000-2999, 3000-3583
+    store.put("big", data)
+    store.put("small", b"s" * 999)
+    store.put("empty", b"")
+    proxy.log.clear()
+    assert store.get("big") == data
+    gets = [path for kind, _, path, _ in proxy.log if kind == "GET"]
+    assert len(gets) == 4
+    assert store.get("small") == b"s" * 999 and store.get("empty") == b""
+    assert len([k for k, *_ in proxy.log if k == "GET"]) == 6
+    proxy.force("GET", None, "short_body")      # the second request (a later part) comes short
+    assert store.get("big") == data
+    assert store.get("big", 10, 20) == data[10:20]              # ranges as before
+    whole = S3Store(s3_server.bucket, store.prefix, endpoint_url=proxy.endpoint, region_name="us-east-1",
+                    part_bytes=0)
+    proxy.log.clear()
+    assert whole.get("big") == data and len(proxy.log) == 1

@@ -127,11 +127,11 @@ def test_bad_keys_are_refused(store, bad):
         store.put(bad, b"x")
 
 
-def test_concurrent_puts_and_creates(store):
+def test_concurrent_puts_and_creates(store, request):
     results = []
 
     def create(i):
-        results.append(store.put_if_absent("race/claim", b"%d" % i))
+        results.append((i, store.put_if_absent("race/claim", b"%d" % i)))
         store.put(f"race/obj{i}", b"%d" % i)
 
     threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
@@ -139,7 +139,16 @@ def test_concurrent_puts_and_creates(store):
         t.start()
     for t in threads:
         t.join()
-    assert results.count(True) == 1, "exactly one conditional create wins"
+    won = [i for i, created in results if created]
+    if "s3" in request.node.callspec.id:
+        # moto's server checks If-None-Match and then stores, in two steps without a lock
+        # (moto/s3/responses.py, put_object), so two concurrent creates can both succeed
+        # there (seen once under load); S3 decides atomically. What holds on moto: a winner,
+        # and the stored claim is a winner's.
+        assert won and store.get("race/claim") in [b"%d" % i for i in won]
+    else:
+        assert len(won) == 1, "exactly one conditional create wins"
+        assert store.get("race/claim") == b"%d" % won[0]
     assert len(store.list("race/obj")) == 8
 
 

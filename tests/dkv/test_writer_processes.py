@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import dkv
-from dkv_helpers import contents
+from .dkv_helpers import contents
 
 HERE = Path(__file__).parent
 
@@ -19,8 +19,8 @@ HERE = Path(__file__).parent
 def _start(store: Path, name: str, control: Path, seed: int) -> subprocess.Popen:
     out = open(control / f"{name}.out", "wb")
     try:
-        return subprocess.Popen([sys.executable, str(HERE / "writer_process.py"), str(store), name, str(control),
-                                 str(seed)], stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen([sys.executable, "-m", "tests.dkv.writer_process", str(store), name, str(control),
+                                 str(seed)], stdout=out, stderr=subprocess.STDOUT, cwd=str(HERE.parent.parent))
     finally:
         out.close()
 

@@ -9,7 +9,7 @@ import pytest
 import dkv
 from dkv.format import manifest as mf
 from dkv.storage import FaultInjectingStore, MemoryStore
-from dkv_helpers import SMALL, Hooked, contents, data_files, manifest_files, manifests, read_manifest
+from .dkv_helpers import SMALL, Hooked, contents, data_files, manifest_files, manifests, read_manifest
 
 
 @pytest.fixture(autouse=True)

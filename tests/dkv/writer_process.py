@@ -1,5 +1,5 @@
-"""A dkv writer as a process of its own, for tests of two writer processes on one store:
-``python writer_process.py <store> <name> <control folder> [seed]``.
+"""A dkv writer as a process of its own, for tests of two writer processes on one store, run
+from the root as ``python -m tests.dkv.writer_process <store> <name> <control folder> [seed]``.
 
 It opens ``<store>`` as a writer, writes ``b"k%03d"`` keys with values naming it, and commits
 a checkpoint after every few writes, printing ``committed <epoch>`` for each, until
@@ -16,9 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-import dkv  # noqa: E402
+import dkv
 
 
 def _dump(path: Path, model: dict) -> None:

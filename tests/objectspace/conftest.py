@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from objectspace import ObjectSpace
-from os_helpers import RecordingDB, new_location, open_db
+from .os_helpers import RecordingDB, new_location, open_db
 
 PREFIX = b"app/"
 

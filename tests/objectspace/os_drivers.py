@@ -9,7 +9,7 @@ import pytest
 from sortedcontainers import SortedDict, SortedSet
 
 from objectspace import AlreadyExistsError
-from os_stream_model import StreamModel, fid
+from .os_stream_model import StreamModel, fid
 
 
 def rand_value(rng: random.Random):

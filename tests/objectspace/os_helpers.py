@@ -42,7 +42,7 @@ def open_db(location: str, checkpoint: int | None = None):
     if HAVE_DKV:
         opts = {} if location.startswith("memory://") else {"fsync": False}
         return dkv.open(location, checkpoint=checkpoint, discard_newer=checkpoint is not None, **opts)
-    from _standin import StandinDB
+    from ._standin import StandinDB
     return StandinDB.open(location, checkpoint=checkpoint)
 
 

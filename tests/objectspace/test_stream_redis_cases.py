@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from objectspace import ObjectNotFoundError, ObjectSpace, StreamIdError
-from test_os_stream import clock  # noqa: F401 - the fixture: a settable clock
+from .test_stream import clock  # noqa: F401 - the fixture: a settable clock
 
 MAX = (1 << 64) - 1
 
@@ -208,7 +208,7 @@ def test_groups_and_consumers_come_by_name(st):
 
 
 def test_the_fixes_survive_a_reopen(db, clock):
-    from os_helpers import commit
+    from .os_helpers import commit
     space = ObjectSpace(db, prefix=b"r/", clock=clock)
     st = space.create_stream("st")
     st.add({"i": 1}, "1-0")

@@ -1,4 +1,5 @@
-"""The driver of the cluster test: ``python cluster_job.py <master url> <workdir> <s3 endpoint> <state url>``.
+"""The driver of the cluster test, run from the root as
+``python -m tests.spark_ops.cluster_job <master url> <workdir> <s3 endpoint> <state url>``.
 
 Runs ``session_window`` over <workdir>/src (one file per batch) on the standalone cluster with
 state in S3, writes the foreachBatch sink files to <workdir>/out and, at the end,
@@ -10,9 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from spark_helpers import read_stream, run_stream  # noqa: E402
+from .spark_helpers import read_stream, run_stream
 
 GAP_MS, DELAY = 1501, "500 ms"
 

@@ -1,6 +1,6 @@
-"""The streaming job of the exactly-once test, run as ``python exactly_once_job.py <workdir>``
-in its own process group so the test (or the job itself) can SIGKILL driver, JVM and Python
-workers at once.
+"""The streaming job of the exactly-once test, run from the root as
+``python -m tests.spark_ops.exactly_once_job <workdir>`` in its own process group so the test
+(or the job itself) can SIGKILL driver, JVM and Python workers at once.
 
 <workdir>/src holds one JSON file per batch. The query runs ``session_window(gap)`` (state,
 timers, watermark) until the source is drained (availableNow), with state in <workdir>/state and
@@ -31,9 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from spark_helpers import file_sink, read_stream  # noqa: E402
+from .spark_helpers import file_sink, read_stream
 
 GAP_MS, DELAY = 1501, "500 ms"
 

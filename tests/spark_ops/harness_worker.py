@@ -4,8 +4,8 @@ per-process cache of open shard states) alive across batches and runs the batche
 Protocol: one JSON object per stdin line, one JSON line back on stdout.
     {"cmd": "run", "batch": 3, "rows": [...]}   -> {"out": [...]}   (runs batch 3 on every shard)
     {"cmd": "quit"}
-Started as ``python harness_worker.py <state folder> <count> <partitions>``; the operator is
-``Buffer(count)`` keyed by ``k``.
+Started from the root as ``python -m tests.spark_ops.harness_worker <state folder> <count> <partitions>``;
+the operator is ``Buffer(count)`` keyed by ``k``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Functions that shard hosts run in tests/spark_ops/test_so_host.py (a host imports them by
+"""Functions that shard hosts run in tests/spark_ops/test_host.py (a host imports them by
 name, so they live in a module of their own)."""
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def run_buffer_batch(state: str, batch: int) -> int:
     from spark_ops import _opened
     from spark_ops._runtime import ShardSpec, run_shard_batch
     from spark_ops.operators import Buffer
-    spec = ShardSpec(state=state, operator=Buffer(count=5, key_columns=("k",)), groups=4, shards=1)
+    spec = ShardSpec(state=state, operator=Buffer(count=5, key_columns=("k",)), key_groups=4, shards=1)
     events = sorted(((i % 4, (f"k{i}",), None, {"k": f"k{i}"}) for i in range(40)), key=lambda e: (e[0], e[1]))
     run_shard_batch(spec, batch, 0, events)
     _SPACES.extend(weakref.ref(sp) for sp in _opened._SHARDS[(state, 0, 1)].spaces.values())

@@ -9,7 +9,7 @@ import pytest
 import objectspace
 import spark_ops
 from objectspace import ObjectSpace, SlotChange
-from spark_helpers import at, read_stream, run_stream, write_batch_files
+from .spark_helpers import at, read_stream, run_stream, write_batch_files
 
 pytestmark = pytest.mark.spark
 

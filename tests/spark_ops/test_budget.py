@@ -1,0 +1,188 @@
+"""A shard at the smallest memory budget (8 MiB) with state several times larger: the output is
+still exactly the model's, every part of the budget holds (checked after every batch and,
+from inside the operator, during the batches), and a restart from the state folder goes on.
+
+The budget split (spark_ops/_runtime.py ``budget``, docs/spark_ops.md "Memory"), for memory M:
+  * object cache (objectspace.ObjectCache of clean objects): M / 2. Eviction runs whenever
+    its accounted bytes pass the budget (down to 80%), so ``cache.nbytes <= cache.budget``
+    holds after every use or save. Dirty objects are not in it: they are the early saves'
+    business (``spill_events``), not the cache's.
+  * dkv active memtable: M / 8 (``memtable_bytes``). A write that brings it to that size
+    seals it, so between writes it is always below.
+  * dkv sealed (immutable) memtables: a flush starts at ``flush_bytes`` = M / 4; the slack
+    docs/dkv.md documents ("past twice either, the next seal waits for the flush",
+    _flush.py ``_wait_for_background``) lets them reach 2 * flush_bytes = M / 2 while a
+    (paced) flush runs, never more when the writer looks.
+  * dkv block cache: M / 8 (``block_cache_bytes``); CLOCK eviction on every admission keeps
+    ``used <= budget`` as long as one block fits (64 KiB blocks here).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import msgpack
+
+from spark_ops import _runtime
+from spark_ops._units import memory_bytes
+from spark_ops.operators import Buffer
+from spark_ops.testing import OperatorHarness
+
+from .models import BufferModel, by_key, run_model
+
+MEMORY = "8m"                 # the least memory= allows
+KEYS = 8_000
+PER_BATCH = 10                # events per key per batch
+COUNT = 40                    # buffer size: a key's rows pile up for 4 batches, then go out
+BATCHES = 5
+RESTART_AFTER = 2             # the workers are replaced after this batch
+SAMPLE_EVERY = 1_000          # events between the operator's looks at the budget
+
+
+class BudgetProbe(Buffer):
+    """The built-in buffer, looking at its shard's memory every SAMPLE_EVERY events (through
+    the context's shard state: test-only access to what the runtime does not expose)."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.samples: list[dict] = []
+        self._n = 0
+
+    def on_event(self, key, row, ctx) -> None:
+        super().on_event(key, row, ctx)
+        self._n += 1
+        if self._n % SAMPLE_EVERY == 0:
+            self.samples.append(measure(ctx._shard))
+
+
+def measure(st) -> dict:
+    s = st.db.stats()
+    return {"cache": st.cache.nbytes, "memtable": s["memtable_bytes"], "immutable": s["immutable_bytes"],
+            "block_cache": s["block_cache"]["bytes"]}
+
+
+def pad(seq: int) -> str:
+    """96 characters that do not compress (zstd must not make the state small)."""
+    return hashlib.blake2b(seq.to_bytes(8, "little"), digest_size=48).hexdigest()
+
+
+def make_batches() -> list[list[dict]]:
+    names = [f"user{i:05d}" for i in range(KEYS)]
+    batches, seq = [], 0
+    for _ in range(BATCHES):
+        rows = []
+        for name in names:
+            for _ in range(PER_BATCH):
+                seq += 1
+                rows.append({"k": name, "seq": seq, "pad": pad(seq)})
+        batches.append(rows)
+    return batches
+
+
+def check_budget(where: str, m: dict, limits: dict) -> None:
+    for name, limit in limits.items():
+        assert m[name] <= limit, f"{where}: {name} holds {m[name]:,} bytes, over its {limit:,}"
+    assert m["memtable"] < limits["memtable"], f"{where}: the active memtable was not sealed"
+
+
+def test_a_small_memory_budget_is_respected_with_many_keys(tmp_path):
+    memory = memory_bytes(MEMORY)
+    assert memory == 8 << 20
+    dkv_budget, cache_budget = _runtime.budget(memory)
+    limits = {"cache": cache_budget, "memtable": dkv_budget["memtable_bytes"],
+              "immutable": 2 * dkv_budget["flush_bytes"], "block_cache": dkv_budget["block_cache_bytes"]}
+    assert limits == {"cache": 4 << 20, "memtable": 1 << 20, "immutable": 4 << 20, "block_cache": 1 << 20}
+
+    batches = make_batches()
+    expected = run_model(BufferModel(["k"], count=COUNT), batches, keys=["k"])
+    # The logical state: rows waiting in buffers after each batch, as msgpack (what the
+    # store keeps of them, before compression). Its peak is several times the whole budget.
+    row_bytes = len(msgpack.packb(batches[0][0]))
+    waiting = [KEYS * (PER_BATCH * (b + 1) % COUNT) * row_bytes for b in range(BATCHES)]
+    assert max(waiting) >= 3 * memory, waiting
+
+    op = BudgetProbe(count=COUNT, key_columns=("k",))
+    h = OperatorHarness(op, key="k", state=str(tmp_path / "state"), partitions=1, memory=MEMORY)
+    shard_key = (h.spec.state, 0, 1)
+    states, samples = [], []
+    for b, rows in enumerate(batches):
+        if b == RESTART_AFTER + 1:
+            h.restart()
+            assert shard_key not in _runtime._SHARDS
+        op.samples.clear()
+        out = h.run_batch(rows)
+        # (i) exactly the model's rows: per key in order, and nothing else.
+        assert len(out) == len(expected[b]), (b, len(out), len(expected[b]))
+        assert by_key(out, ["k"]) == by_key(expected[b], ["k"]), b
+        # (ii) the budget, after the batch and as the operator saw it during the batch.
+        st = _runtime._SHARDS[shard_key]
+        states.append(st)
+        assert st.cache.budget == cache_budget
+        assert {k: st.db.opts.__dict__[k] for k in dkv_budget} == dkv_budget
+        check_budget(f"after batch {b}", measure(st), limits)
+        assert len(op.samples) >= len(rows) // SAMPLE_EVERY
+        for i, m in enumerate(op.samples):
+            check_budget(f"batch {b}, sample {i}", m, limits)
+        samples += op.samples
+    sst_bytes = sum(lv["bytes"] for lv in states[-1].db.stats()["levels"])
+    h.close()
+
+    # The budget was under pressure, not just never reached: the object cache dropped
+    # objects in every batch's state, the sealed memtables went past the flush trigger, the
+    # block cache filled, and the state outgrew memory into SSTs. (The active memtable is
+    # always seen empty: every early save writes more than memtable_bytes, which seals it.)
+    assert all(st.cache.evictions > 0 for st in states)
+    assert max(m["immutable"] for m in samples) > dkv_budget["flush_bytes"]
+    assert max(m["block_cache"] for m in samples) > dkv_budget["block_cache_bytes"] // 2
+    assert sst_bytes > memory, sst_bytes
+    assert sum(len(e) for e in expected) == KEYS * (PER_BATCH * BATCHES // COUNT)
+    # (iii) the restart reopened the shard from the state folder at the last checkpoint,
+    # and the rows buffered before it came out after it (checked above against the model).
+    assert states[RESTART_AFTER + 1] is not states[RESTART_AFTER]
+    assert states[RESTART_AFTER + 1].db.opened_from.epoch == RESTART_AFTER
+    assert all(states[b] is states[b - 1] for b in range(1, BATCHES) if b != RESTART_AFTER + 1)
+    before = KEYS * PER_BATCH * (RESTART_AFTER + 1)       # seq of the last row before the restart
+    resumed = expected[RESTART_AFTER + 1]
+    assert len(resumed) == KEYS
+    assert all(len(r["items"]) == COUNT and r["items"][PER_BATCH * (RESTART_AFTER + 1) - 1]["seq"] <= before
+               for r in resumed)
+
+
+class SaveWatch(Buffer):
+    """The built-in buffer, counting its shard's events between two writes to the store
+    (an early save or the commit: the buffer writes nothing else)."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.runs: list[int] = []
+        self._seq = None
+        self._since = 0
+
+    def on_event(self, key, row, ctx) -> None:
+        seq = ctx._shard.db.stats()["last_seq"]
+        if seq != self._seq:
+            if self._seq is not None:
+                self.runs.append(self._since)
+            self._seq, self._since = seq, 0
+        super().on_event(key, row, ctx)
+        self._since += 1
+
+    def close(self, ctx) -> None:
+        self.runs.append(self._since)
+        self._seq = None
+
+
+def test_early_saves_come_every_spill_events_events_at_a_small_budget():
+    """ShardState.spill_events: "Events between early saves: the dirty objects they make fit
+    in a quarter of the object cache" (docs/spark_ops.md: a shard saves early whenever the
+    objects it dirtied would outgrow about an eighth of the budget)."""
+    op = SaveWatch(count=COUNT, key_columns=("k",))
+    h = OperatorHarness(op, key="k", partitions=1, memory=MEMORY)
+    rows = [{"k": f"user{i:05d}", "seq": i * PER_BATCH + j, "pad": pad(i * PER_BATCH + j)}
+            for i in range(2_000) for j in range(PER_BATCH)]
+    h.run_batch(rows)
+    st = _runtime._SHARDS[(h.spec.state, 0, 1)]
+    limit = st.spill_events
+    h.close()
+    assert limit < _runtime.CHUNK_EVENTS
+    assert sum(op.runs) == len(rows) and len(op.runs) > 1     # it did save early
+    assert max(op.runs) <= limit, f"{max(op.runs):,} events between two saves; spill_events is {limit:,}"
