@@ -24,7 +24,7 @@ from typing import Any
 
 import msgpack
 
-from dkv.format import native_enabled
+from dkv import native_enabled
 
 log = logging.getLogger(__name__)
 
@@ -303,20 +303,20 @@ py_decode = _unpack
 # values and naive or UTC datetimes, 4-5x fewer instructions; it hands every other value to
 # py_encode / py_decode, so errors and registered types are theirs. OBJECTSPACE_NATIVE=0
 # keeps the Python codec (the reference) with the C one built: CI runs the suites both ways.
-def _load_native():
+def _load_native() -> tuple:
     if not native_enabled():
-        return None
+        return None, None
     try:
-        from . import _native
+        from ._native import decode as c_decode
+        from ._native import encode as c_encode
+        from ._native import setup
     except ImportError:      # pragma: no cover - built without a compiler
-        return None
-    _native.setup(py_encode, py_decode, EXT_DATETIME)
-    return _native
+        return None, None
+    setup(py_encode, py_decode, EXT_DATETIME)
+    return c_encode, c_decode
 
 
-_native_codec = _load_native()
-_c_encode = _native_codec.encode if _native_codec is not None else None
-_c_decode = _native_codec.decode if _native_codec is not None else None
+_c_encode, _c_decode = _load_native()
 
 encode = _c_encode or py_encode
 """msgpack bytes of a value: the C codec when built, else ``py_encode``."""
