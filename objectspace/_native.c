@@ -1126,43 +1126,80 @@ static PyObject *save_promote(PyObject *self, PyObject *objs) {
     Py_RETURN_NONE;
 }
 
-/* What confirm() needs of the cache. */
+/* What confirm() needs of the cache. nb is the cache's nbytes as last read or written here:
+   valid until Python code runs (forget() after every call into Python). */
 typedef struct {
     PyObject *cache;
     int inl;                                    /* an exact ObjectCache with its own methods */
-    PyObject *lru, *heavy, *cost, *item_bytes, *budget;
+    PyObject *lru, *heavy, *cost, *item_bytes, *budget, *nb;
 } cache_ctx;
+
+static PyObject *odict_move_to_end = NULL;      /* OrderedDict.move_to_end (the method descriptor) */
+
+static void forget(cache_ctx *c) {
+    Py_CLEAR(c->nb);
+}
 
 static PyObject *call_method1(PyObject *o, PyObject *name, PyObject *arg) {
     PyObject *args[2] = {o, arg};
     return PyObject_VectorcallMethod(name, args, (arg ? 2 : 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
+/* od.move_to_end(key): the method itself for an exact OrderedDict (no lookup per call). */
+static int move_to_end(PyObject *od, PyObject *key) {
+    PyObject *args[2] = {od, key}, *r;
+    if (PyODict_CheckExact(od) && odict_move_to_end != NULL) {
+        r = PyObject_Vectorcall(odict_move_to_end, args, 2, NULL);
+    } else {
+        r = PyObject_VectorcallMethod(s_move_to_end, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* The cache's nbytes (borrowed), or NULL (an exception). */
+static PyObject *nbytes_of(cache_ctx *c) {
+    if (c->nb == NULL) {
+        c->nb = PyObject_GetAttr(c->cache, s_nbytes);
+    }
+    return c->nb;
+}
+
+/* cache.nbytes = v (stolen). 0 or -1. */
+static int set_nbytes(cache_ctx *c, PyObject *v) {
+    if (v == NULL || PyObject_SetAttr(c->cache, s_nbytes, v) < 0) {
+        Py_XDECREF(v);
+        forget(c);
+        return -1;
+    }
+    Py_XSETREF(c->nb, v);
+    return 0;
+}
+
+#define SMALL(x) ((x) >= 0 && (x) < (1LL << 56))
+
 /* ObjectCache.pressed(): 1, 0, or -1 (an exception). */
 static int cache_pressed(cache_ctx *c) {
-    PyObject *r;
     if (c->inl) {
-        PyObject *nb = PyObject_GetAttr(c->cache, s_nbytes);
+        PyObject *nb = nbytes_of(c);
         long long n, bud;
         if (nb == NULL) {
             return -1;
         }
-        if (!as_i64(nb, &n) && !as_i64(c->budget, &bud) && n >= 0 && bud >= 0 && n < (1LL << 60)
-            && bud < (1LL << 60)) {
-            Py_DECREF(nb);
+        if (!as_i64(nb, &n) && !as_i64(c->budget, &bud) && SMALL(n) && SMALL(bud)) {
             return n * 5 >= bud * 4;
         }
         PyObject *five = PyLong_FromLong(5), *four = PyLong_FromLong(4);
-        PyObject *x = PyNumber_Multiply(nb, five), *y = PyNumber_Multiply(c->budget, four);
+        PyObject *x = five ? PyNumber_Multiply(nb, five) : NULL, *y = four ? PyNumber_Multiply(c->budget, four) : NULL;
         int res = x && y ? PyObject_RichCompareBool(x, y, Py_GE) : -1;
-        Py_DECREF(nb);
         Py_XDECREF(five);
         Py_XDECREF(four);
         Py_XDECREF(x);
         Py_XDECREF(y);
         return res;
     }
-    r = PyObject_CallMethodNoArgs(c->cache, s_pressed);
+    PyObject *r = PyObject_CallMethodNoArgs(c->cache, s_pressed);
+    forget(c);
     if (r == NULL) {
         return -1;
     }
@@ -1171,15 +1208,41 @@ static int cache_pressed(cache_ctx *c) {
     return res;
 }
 
+/* base + n * per as ObjectCache._mem_estimate's ints make it (new reference or NULL). */
+static PyObject *estimate(PyObject *base, Py_ssize_t n, PyObject *per) {
+    long long b, p;
+    if (!as_i64(base, &b) && !as_i64(per, &p) && SMALL(b) && SMALL(p) && p < (1LL << 28) && n < (1LL << 28)) {
+        return PyLong_FromLongLong(b + (long long)n * p);
+    }
+    PyObject *nn = PyLong_FromSsize_t(n), *t = nn ? PyNumber_Multiply(nn, per) : NULL;
+    PyObject *r = t ? PyNumber_Add(base, t) : NULL;
+    Py_XDECREF(nn);
+    Py_XDECREF(t);
+    return r;
+}
+
+/* nb + (cost - old), new reference or NULL. */
+static PyObject *add_diff(PyObject *nb, PyObject *cost, PyObject *old) {
+    long long x, y, z;
+    if (!as_i64(nb, &x) && !as_i64(cost, &y) && !as_i64(old, &z) && SMALL(x) && SMALL(y) && SMALL(z)) {
+        return PyLong_FromLongLong(x + (y - z));
+    }
+    PyObject *t = PyNumber_Subtract(cost, old), *r = t ? PyNumber_Add(nb, t) : NULL;
+    Py_XDECREF(t);
+    return r;
+}
+
 /* ObjectCache.clean(o) with _account and SlotSequence._mem_estimate for an object of a
    registered kind (k; NULL: the Python method). 0 or -1. */
 static int cache_clean(cache_ctx *c, checked *k, PyObject *o) {
+    PyObject *r;
     if (!c->inl || k == NULL) {
-        PyObject *r = call_method1(c->cache, s_clean, o);
+        r = call_method1(c->cache, s_clean, o);
+        forget(c);
         Py_XDECREF(r);
         return r ? 0 : -1;
     }
-    PyObject *key = PyLong_FromVoidPtr(o), *old, *r, *nb = NULL, *cost = NULL, *t = NULL, *nb2 = NULL;
+    PyObject *key = PyLong_FromVoidPtr(o), *old, *cost = NULL, *nb2 = NULL;
     int res = -1;
     if (key == NULL) {
         return -1;
@@ -1189,6 +1252,7 @@ static int cache_clean(cache_ctx *c, checked *k, PyObject *o) {
         if (!PyErr_Occurred()) {
             PyObject *args[3] = {c->cache, key, o};
             r = PyObject_VectorcallMethod(s_add, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            forget(c);
             Py_XDECREF(r);
             res = r ? 0 : -1;
         }
@@ -1196,42 +1260,40 @@ static int cache_clean(cache_ctx *c, checked *k, PyObject *o) {
         return res;
     }
     Py_INCREF(old);
-    r = call_method1(c->lru, s_move_to_end, key);
-    if (r == NULL) {
+    if (move_to_end(c->lru, key) < 0) {
         goto done;
     }
-    Py_DECREF(r);
-    PyObject *vals = GET(o, X_VALS), *hb = k->hooks[H_HANDLE_BYTES];
-    if (vals == NULL || !PyDict_CheckExact(vals)) {         /* what _mem_estimate would do with it */
+    PyObject *vals = GET(o, X_VALS), *hb = k->hooks[H_HANDLE_BYTES], *nb;
+    if (vals == NULL || !PyDict_CheckExact(vals)) {         /* what _mem_estimate does with it */
         cost = PyObject_CallMethod(o, "_mem_estimate", "O", c->item_bytes);
+        forget(c);
     } else {
-        PyObject *n = PyLong_FromSsize_t(PyDict_GET_SIZE(vals));
-        t = n ? PyNumber_Multiply(n, c->item_bytes) : NULL;
-        Py_XDECREF(n);
-        cost = t ? PyNumber_Add(hb, t) : NULL;
-        Py_CLEAR(t);
+        cost = estimate(hb, PyDict_GET_SIZE(vals), c->item_bytes);
     }
-    if (cost == NULL || (nb = PyObject_GetAttr(c->cache, s_nbytes)) == NULL
-        || (t = PyNumber_Subtract(cost, old)) == NULL || (nb2 = PyNumber_Add(nb, t)) == NULL
-        || PyObject_SetAttr(c->cache, s_nbytes, nb2) < 0 || PyDict_SetItem(c->cost, key, cost) < 0) {
+    if (cost == NULL || (nb = nbytes_of(c)) == NULL || set_nbytes(c, nb2 = add_diff(nb, cost, old)) < 0
+        || PyDict_SetItem(c->cost, key, cost) < 0) {
+        nb2 = NULL;     /* set_nbytes took it */
         goto done;
     }
     int heavy = PyObject_RichCompareBool(cost, hb, Py_GT);
     if (heavy < 0) {
         goto done;
     }
-    if (heavy) {
-        if (PyObject_SetItem(c->heavy, key, o) < 0 || (r = call_method1(c->heavy, s_move_to_end, key)) == NULL) {
+    if (heavy) {            /* _heavy[key] = o (already there: the same object, order kept) */
+        PyObject *cur = PyDict_Check(c->heavy) ? PyDict_GetItemWithError(c->heavy, key) : NULL;
+        if (PyErr_Occurred() || (cur != o && PyObject_SetItem(c->heavy, key, o) < 0)
+            || move_to_end(c->heavy, key) < 0) {
             goto done;
         }
-        Py_DECREF(r);
     }
-    int over = PyObject_RichCompareBool(nb2, c->budget, Py_GT);
+    int over = PyObject_RichCompareBool(c->nb, c->budget, Py_GT);
     if (over < 0) {
         goto done;
     }
     if (over) {
-        if ((r = PyObject_CallMethodNoArgs(c->cache, s_cevict)) == NULL) {
+        r = PyObject_CallMethodNoArgs(c->cache, s_cevict);
+        forget(c);
+        if (r == NULL) {
             goto done;
         }
         Py_DECREF(r);
@@ -1241,9 +1303,6 @@ done:
     Py_DECREF(key);
     Py_DECREF(old);
     Py_XDECREF(cost);
-    Py_XDECREF(nb);
-    Py_XDECREF(t);
-    Py_XDECREF(nb2);
     return res;
 }
 
@@ -1288,6 +1347,7 @@ static int confirm_one(PyObject *o, cache_ctx *c, Py_ssize_t cache_items, int in
         } else {
             PyObject *zero = PyLong_FromLong(0);
             r = call_method1(o, s_evict, zero);
+            forget(c);
             Py_DECREF(zero);
             if (r == NULL) {
                 return -1;
@@ -1295,7 +1355,9 @@ static int confirm_one(PyObject *o, cache_ctx *c, Py_ssize_t cache_items, int in
             Py_DECREF(r);
         }
     } else if (PyDict_GET_SIZE(vals) > cache_items) {
-        if ((r = PyObject_CallMethodNoArgs(o, s_evict)) == NULL) {
+        r = PyObject_CallMethodNoArgs(o, s_evict);
+        forget(c);
+        if (r == NULL) {
             return -1;
         }
         Py_DECREF(r);
@@ -1320,7 +1382,7 @@ static PyObject *save_confirm(PyObject *self, PyObject *args) {
     PyObject *objs, *touched;
     Py_ssize_t cache_items;
     int inplace_none;
-    cache_ctx c = {NULL, 0, NULL, NULL, NULL, NULL, NULL};
+    cache_ctx c = {NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     if (!PyArg_ParseTuple(args, "O!O!Onp", &PyList_Type, &objs, &PyDict_Type, &touched, &c.cache, &cache_items,
                           &inplace_none)) {
         return NULL;
@@ -1343,33 +1405,44 @@ static PyObject *save_confirm(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs); i++) {
         PyObject *o = Py_NewRef(PyList_GET_ITEM(objs, i));
-        PyObject *dead = GET(o, X_DEAD);
-        int ok;
-        if (dead == NULL) {
-            PyErr_SetString(PyExc_AttributeError, "_dead");
-            Py_DECREF(o);
-            goto done;
-        }
-        if (dead == Py_True || (dead != Py_False && PyObject_IsTrue(dead))) {
-            Py_DECREF(o);
-            continue;
-        }
         checked *k = kind_of(o);
-        ok = k ? confirm_one(o, &c, cache_items, inplace_none) : 2;
-        if (ok == 2) {
-            PyObject *r = PyObject_CallMethodNoArgs(o, s_confirm);
-            ok = r ? PyObject_IsTrue(r) : -1;
-            Py_XDECREF(r);
+        int ok;
+        if (k != NULL) {            /* a registered kind: its fields by their offsets */
+            PyObject *dead = GET(o, X_DEAD);
+            ok = dead == NULL ? 2 : dead == Py_False ? confirm_one(o, &c, cache_items, inplace_none)
+               : dead == Py_True ? 3 : 2;
+        } else {
+            ok = 2;
+        }
+        if (ok == 2) {              /* on_saved's Python, by attribute */
+            forget(&c);
+            PyObject *dead = PyObject_GetAttrString(o, "_dead");
+            ok = dead == NULL ? -1 : PyObject_IsTrue(dead) ? 3 : 2;
+            Py_XDECREF(dead);
+            if (ok == 2) {
+                PyObject *r = PyObject_CallMethodNoArgs(o, s_confirm);
+                ok = r ? PyObject_IsTrue(r) : -1;
+                Py_XDECREF(r);
+            }
         }
         if (ok == 1) {
-            PyObject *nkey = GET(o, X_NKEY);
+            PyObject *nkey = k ? Py_XNewRef(GET(o, X_NKEY)) : PyObject_GetAttrString(o, "_nkey");
             PyObject *cur = nkey ? PyDict_GetItemWithError(touched, nkey) : NULL;
-            if (cur == o && PyDict_DelItem(touched, nkey) < 0) {
+            if (nkey == NULL || (cur == o && PyDict_DelItem(touched, nkey) < 0) || PyErr_Occurred()) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_AttributeError, "_nkey");
+                }
                 ok = -1;
-            } else if (PyErr_Occurred()) {
-                ok = -1;
-            } else {
+            } else if (k) {
                 set_ref(o, X_LISTED, Py_False);
+            } else if (PyObject_SetAttrString(o, "_listed", Py_False) < 0) {
+                ok = -1;
+            }
+            if (k == NULL) {
+                forget(&c);
+            }
+            Py_XDECREF(nkey);
+            if (ok == 1) {
                 ok = cache_clean(&c, k, o) < 0 ? -1 : 0;
             }
         }
@@ -1385,6 +1458,7 @@ done:
     Py_XDECREF(c.cost);
     Py_XDECREF(c.item_bytes);
     Py_XDECREF(c.budget);
+    Py_XDECREF(c.nb);
     return res;
 }
 
@@ -1486,6 +1560,8 @@ static PyObject *save_setup(PyObject *self, PyObject *args) {
     if (check_setup(&cache_kind, (PyTypeObject *)Py_NewRef(ctype), NCHOOKS, cache_hook_names, cache_hook_strs) < 0) {
         return NULL;
     }
+    odict_move_to_end = _PyType_Lookup(&PyODict_Type, s_move_to_end);
+    Py_XINCREF(odict_move_to_end);
     codec_type = Py_NewRef(ctt);
     native_encode = Py_NewRef(enc);
     no_slots = Py_NewRef(ns);
