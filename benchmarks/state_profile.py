@@ -246,7 +246,11 @@ def _components():
         ("msgpack decode", [(_codec.MSGPACK, "decode", "call")]),
         ("emit rows + rows to Arrow", [(operator.Context, "emit", "call"), (_output, "rows_to_arrow", "call")]),
         ("save (ObjectSpace.save)", [(space.ObjectSpace, "save", "call")]),
-        ("save: collector (_collect)", [(_base.PersistedObject, "_collect", "call")]),
+        # With the C save path (RFC 0012 step 2) its collect() is the collector: marking
+        # PersistedObject._collect would change the hook the C code checks and send every
+        # object to Python.
+        ("save: collector (_collect)", [(_base.PersistedObject, "_collect", "call")] if space._SAVE is None
+         else [(space._SAVE, "collect", "call")]),
         ("msgpack encode", [(_codec.MSGPACK, "encode", "call")]),
         ("confirm (on_saved)", [(space.ObjectSpace, "on_saved", "call")]),
         ("dkv write (batch -> memtable)", [(_db.DB, "write", "call")]),

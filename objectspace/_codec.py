@@ -303,20 +303,22 @@ py_decode = _unpack
 # values and naive or UTC datetimes, 4-5x fewer instructions; it hands every other value to
 # py_encode / py_decode, so errors and registered types are theirs. OBJECTSPACE_NATIVE=0
 # keeps the Python codec (the reference) with the C one built: CI runs the suites both ways.
-def _load_native() -> tuple:
+def _load_native() -> Any:
     if not native_enabled():
-        return None, None
+        return None
     try:
-        from ._native import decode as c_decode
-        from ._native import encode as c_encode
-        from ._native import setup
+        from . import _native
     except ImportError:      # pragma: no cover - built without a compiler
-        return None, None
-    setup(py_encode, py_decode, EXT_DATETIME)
-    return c_encode, c_decode
+        return None
+    _native.setup(py_encode, py_decode, EXT_DATETIME)
+    return _native
 
 
-_c_encode, _c_decode = _load_native()
+_native_codec = _load_native()
+"""The C module (objectspace/_native.c: the codec, and the save path of objectspace/_savepath.py),
+or None: not built, or OBJECTSPACE_NATIVE=0."""
+_c_encode = _native_codec.encode if _native_codec is not None else None
+_c_decode = _native_codec.decode if _native_codec is not None else None
 
 encode = _c_encode or py_encode
 """msgpack bytes of a value: the C codec when built, else ``py_encode``."""
