@@ -23,6 +23,7 @@ from ._locate import check_create as _check_create
 from ._options import Options
 from ._timeline import CheckpointInfo
 from .batch import WriteBatch
+from .format import native_enabled
 from .errors import (CheckpointNotFoundError, ClosedError, CorruptionError, DkvError, FencedError,
                      LocationError, NewerCheckpointsError, NotAStoreError, ObjectMissingError, ReadOnlyError,
                      StorageError)
@@ -35,7 +36,7 @@ __all__ = [
     "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
     "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError", "NewerCheckpointsError", "LocationError",
     "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
-    "key_prefix", "key_group_of", "prefix_end",
+    "key_prefix", "key_group_of", "prefix_end", "native_enabled",
 ]
 
 

@@ -1,7 +1,17 @@
 """WriteBatch: an ordered list of puts and deletes applied atomically by ``DB.write``."""
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
+
+from .format import native_enabled
+
+_c_extend: Callable[[list[tuple[bytes, bytes | None]], list], int] | None
+try:
+    if not native_enabled():        # OBJECTSPACE_NATIVE=0: the Python loop below, the reference
+        raise ImportError("native helpers disabled")
+    from .format._native import batch_extend as _c_extend
+except ImportError:          # pragma: no cover - no compiler when installed
+    _c_extend = None
 
 
 def check_key(key: object) -> bytes:
@@ -57,6 +67,11 @@ class WriteBatch:
     def extend(self, ops: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Append (key, value-or-None) pairs in order (None deletes), as put/delete would,
         checked before any is added. O(len(ops))."""
+        if _c_extend is not None and type(ops) is list:
+            nbytes = _c_extend(self._ops, ops)      # records of exact types, as objectspace's saves make
+            if nbytes >= 0:
+                self._nbytes += nbytes
+                return
         ops = list(ops)
         nbytes = 0
         for i, (key, value) in enumerate(ops):

@@ -24,7 +24,7 @@ import dkv
 from dkv.batch import WriteBatch
 from dkv.keys import key_prefix
 
-from . import _counts
+from . import _counts, _savepath
 from . import _layout as L
 from ._layout import SCHEMA_STATE
 from ._base import F_INDEX, F_REPLACE
@@ -72,6 +72,10 @@ _UNREAD = object()                    # ObjectSpace._load: the metadata record i
 _SHRINK_FLOOR = 4096                  # a dict of this many bytes is left as it is ...
 _SHRINK_PER_ENTRY = 512               # ... or of this many per entry (~6x what it needs)
 NOTEBOOK_INLINE_BYTES = 4 << 10       # ObjectSpace.open's default inline_segment_bytes (RFC 0007)
+
+_SAVE = _savepath.native
+"""The C save path (objectspace/_savepath.py: one call per save over all touched objects for
+collect, promote and confirm), or None: the Python loops below, the reference. Tests flip it."""
 
 
 class ObjectSpace(KindMethods):
@@ -451,8 +455,13 @@ class ObjectSpace(KindMethods):
         out: list = []
         self._sized = []
         objs = list(self._touched.values())
-        for obj in objs:
-            obj._collect(out, full)
+        native = _SAVE if not full else None
+        if native is not None:
+            slow = native.collect(objs, out)    # the objects it handed to their _collect: others write no index entry
+        else:
+            slow = objs
+            for obj in objs:
+                obj._collect(out, full)
         graves = list(self._graves.values())
         if graves:
             ip, op = self._index_prefix, self._obj_prefix
@@ -461,15 +470,18 @@ class ObjectSpace(KindMethods):
                 out.extend((k, None) for k, _ in self._db.scan_prefix(op + g.nkey))
         if full:
             self._collect_clean(out)
-        counts = self._count(objs, graves, out)
+        counts = self._count(slow, graves, out)
         if batch is None:
             batch = WriteBatch()
         # The per-item cost is learned from the kinds whose items are values: an ndarray's
         # 64 KiB chunks would make every dict entry of the cache look 64 KiB large.
         self._cache.learn(out if not self._sized else _without(out, self._sized))
         batch.extend(out)
-        for obj in objs:
-            obj._promote()
+        if native is not None:
+            native.promote(objs)
+        else:
+            for obj in objs:
+                obj._promote()
         self._last_saved = (objs, graves, (self._counts_gen, counts))
         return batch
 
@@ -537,13 +549,16 @@ class ObjectSpace(KindMethods):
         self._last_saved = ((), (), None)
         if counts is not None and counts[0] == self._counts_gen:
             self._counts = counts[1]
-        touched, clean = self._touched, self._cache.clean
-        for obj in objs:
-            if not obj._dead and obj._confirm():
-                if touched.get(obj._nkey) is obj:
-                    del touched[obj._nkey]
-                obj._listed = False
-                clean(obj)
+        if _SAVE is not None and objs:
+            _SAVE.confirm(objs, self._touched, self._cache, self._cache_items, self._inplace is None)
+        else:
+            touched, clean = self._touched, self._cache.clean
+            for obj in objs:
+                if not obj._dead and obj._confirm():
+                    if touched.get(obj._nkey) is obj:
+                        del touched[obj._nkey]
+                    obj._listed = False
+                    clean(obj)
         for g in graves:
             if self._graves.get(g.nkey) is g:
                 del self._graves[g.nkey]

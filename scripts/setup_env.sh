@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 EXTRAS=${EXTRAS:-s3,spark,dev,demo}
 VENV=.venv
-key=$( (cat pyproject.toml setup.py dkv/format/_native.c; echo "$EXTRAS") | sha256sum | cut -c1-16)
+key=$( (cat pyproject.toml setup.py dkv/format/_native.c objectspace/_native.c; echo "$EXTRAS") | sha256sum | cut -c1-16)
 stamp="$VENV/.setup-$key"
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"

@@ -52,6 +52,10 @@ def _modules() -> dict:
 
 MODULES = _modules()
 
+EXTENSIONS = {_module_name(p) for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.c"))}
+"""C extension modules (built from ``<module>.c``, RFC 0012): importable, with no Python
+imports of their own."""
+
 
 def _is_type_checking(test) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
@@ -74,7 +78,7 @@ def _project_module(name: str) -> str | None:
     parts = name.split(".")
     while parts:
         cand = ".".join(parts)
-        if cand in MODULES:
+        if cand in MODULES or cand in EXTENSIONS:
             return cand
         parts.pop()
     return None
@@ -235,8 +239,8 @@ def module_graph(package: str) -> tuple:
         graph.setdefault(module, set())
         for line, name, text, typing_only in imports_of(module):
             target = _project_module(name)
-            if typing_only or target is None or _pkg(target) != package or target == module:
-                continue
+            if typing_only or target is None or _pkg(target) != package or target == module or target in EXTENSIONS:
+                continue        # (an extension module imports nothing: it closes no circle)
             graph[module].add(target)
             why.setdefault((module, target), (line, text))
     return graph, why

@@ -22,12 +22,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, overload
 
+from ._env import native_enabled
+
 # The C twins, or None where the module was not built (types: _native.pyi).
 _c_encode: Callable[[list[bytes], list[bytes | None]], bytes] | None
 _c_decode: Callable[..., tuple[list[bytes], list[bytes | None], int]] | None
 _c_find: Callable[..., tuple[bool, bytes | None]] | None
 _c_index: Callable[..., bytes] | None
+
 try:
+    if not native_enabled():        # OBJECTSPACE_NATIVE=0: the reference, with the C one built
+        raise ImportError("native helpers disabled")
     from ._native import decode as _c_decode
     from ._native import encode as _c_encode
     from ._native import find as _c_find

@@ -922,6 +922,33 @@ static PyObject *bloom_candidates(PyObject *self, PyObject *const *args, Py_ssiz
     return out;
 }
 
+/* batch_extend(ops, records) -> the bytes of records' keys and values, with records appended
+   to the list ops; or -1, ops unchanged, when a record is not an exact (non-empty bytes,
+   bytes or None) pair: then WriteBatch.extend's Python loop converts or refuses it. */
+static PyObject *batch_extend(PyObject *self, PyObject *args) {
+    PyObject *ops, *recs;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &ops, &PyList_Type, &recs)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(recs), nbytes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(recs, i);
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2) {
+            return PyLong_FromLong(-1);
+        }
+        PyObject *k = PyTuple_GET_ITEM(r, 0), *v = PyTuple_GET_ITEM(r, 1);
+        if (!PyBytes_CheckExact(k) || PyBytes_GET_SIZE(k) == 0 || (v != Py_None && !PyBytes_CheckExact(v))) {
+            return PyLong_FromLong(-1);
+        }
+        nbytes += PyBytes_GET_SIZE(k) + (v == Py_None ? 0 : PyBytes_GET_SIZE(v));
+    }
+    Py_ssize_t at = PyList_GET_SIZE(ops);
+    if (PyList_SetSlice(ops, at, at, recs) < 0) {
+        return NULL;
+    }
+    return PyLong_FromSsize_t(nbytes);
+}
+
 static PyMethodDef methods[] = {
     {"encode", front_encode, METH_VARARGS, "Front-code sorted keys and their values (None: tombstone)."},
     {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos in [lo, hi) (with index() hints)."},
@@ -932,6 +959,7 @@ static PyMethodDef methods[] = {
     {"bloom_build", bloom_build, METH_VARARGS, "The bit array of a bloom filter over keys (m bits, k probes)."},
     {"bloom_check", (PyCFunction)(void (*)(void))bloom_check, METH_FASTCALL, "Whether key may be in the filter."},
     {"bloom_candidates", (PyCFunction)(void (*)(void))bloom_candidates, METH_FASTCALL, "Positions of the filters that may hold key (None: any)."},
+    {"batch_extend", batch_extend, METH_VARARGS, "WriteBatch.extend's checks and append, for records of exact types (-1: others)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,15 +20,20 @@ from itertools import repeat
 from typing import Any
 from zlib import crc32
 
+from ._env import native_enabled
+
 # The C twins, or None where the module was not built (types: _native.pyi).
 _c_build: Callable[[list[bytes], int, int], bytes] | None
 _c_check: Callable[..., bool] | None
 _c_hashes: Callable[..., bytes] | None
 _c_build_hashed: Callable[[bytes | bytearray, int, int], bytes] | None
 _c_candidates: Callable[[bytes, tuple[tuple[bytes, int] | tuple[bytes, int, int, int] | None, ...]], list[int]] | None
+
 try:        # the C twins (dkv/format/_native.c): the same bits, ~20x faster
     from functools import partial as _partial
 
+    if not native_enabled():        # OBJECTSPACE_NATIVE=0: the reference, with the C one built
+        raise ImportError("native helpers disabled")
     from ._native import bloom_build as _c_build
     from ._native import bloom_build_hashed as _c_build_hashed
     from ._native import bloom_candidates as _c_candidates

@@ -15,7 +15,7 @@ def test_exports_are_pinned():
         "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
         "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError", "NewerCheckpointsError", "LocationError",
         "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
-        "key_prefix", "key_group_of", "prefix_end",
+        "key_prefix", "key_group_of", "prefix_end", "native_enabled",
     ])
     for name in dkv.__all__:
         assert hasattr(dkv, name), name
@@ -283,7 +283,13 @@ def test_instances_and_list_checkpoints():
             assert db.get(b"k") == (ns.encode() or b"root")
 
 
-def test_write_batch_extend_checks_everything_before_adding_anything():
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_write_batch_extend_checks_everything_before_adding_anything(path, monkeypatch):
+    """The same on both paths: records of exact types are appended by the C helper
+    (dkv.format._native.batch_extend, when built), any other list by the Python loop."""
+    from dkv import batch as batch_mod
+    if path == "python":
+        monkeypatch.setattr(batch_mod, "_c_extend", None)
     b = dkv.WriteBatch()
     b.put(b"a", b"1")
     b.extend([(b"b", b"2"), (bytearray(b"c"), None), (b"d", memoryview(b"4"))])
@@ -292,6 +298,8 @@ def test_write_batch_extend_checks_everything_before_adding_anything():
     fast = dkv.WriteBatch()       # tombstones and empty values count as they should
     fast.extend([(b"x", b"12"), (b"y", None), (b"z", b"")])
     assert list(fast) == [(b"x", b"12"), (b"y", None), (b"z", b"")] and fast.nbytes == 5
+    fast.extend(list(fast))
+    assert len(fast) == 6 and fast.nbytes == 10
     for bad in ([(b"e", b"5"), (b"", b"x")], [(b"e", b"5"), ("str", b"x")], [(b"e", 5)],
                 [(b"e", b"5"), (b"f",)], [(b"e", b"5", b"6")], [[b"e", 5]]):
         with pytest.raises((TypeError, ValueError)):

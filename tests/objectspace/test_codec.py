@@ -145,9 +145,11 @@ def test_datetime_fast_path_writes_the_generic_bytes():
 
 
 def test_a_shared_datetime_is_encoded_once_and_never_confused_with_another():
-    """Encodings are memoised per datetime object (rows share timestamp objects); the memo
-    keeps each object alive, so a new object never inherits an old one's bytes."""
+    """The Python codec memoises encodings per datetime object (rows share timestamp
+    objects); the memo keeps each object alive, so a new object never inherits an old one's
+    bytes. (The C codec, objectspace/_native.c, builds the ext without a memo.)"""
     from objectspace import _codec
+    encode, decode = _codec.py_encode, _codec.py_decode
     base = dt.datetime(2024, 5, 1, 12, 0, 0, 123, dt.timezone.utc)
     shared = base + dt.timedelta(0)
     built = []

@@ -1,0 +1,1636 @@
+/* objectspace's native value codec: the C twin of objectspace/_codec.py's msgpack codec
+ * (RFC 0012), the same bytes and the same values for what it handles, the Python codec for
+ * everything else.
+ *
+ * encode(value) -> bytes: msgpack as ``msgpack.Packer(default=_codec._default,
+ * strict_types=True, use_bin_type=True).pack(value)`` writes it, for values made of None,
+ * bool, int (64-bit), float, str, bytes, list and dict (exact types), and datetimes that
+ * are naive or UTC with year >= 256 (objectspace's ext 4, the payload _codec._build_datetime
+ * builds). Any other value (a tuple, a set, a Decimal, a subclass, a registered type, a
+ * numpy scalar, a bigger int, a zoned datetime, nesting deeper than MAX_DEPTH, a str that
+ * does not encode as UTF-8) anywhere inside: the whole value goes to the Python codec.
+ *
+ * decode(data) -> value: ``msgpack.unpackb(data, ext_hook=_codec._ext_hook,
+ * strict_map_key=False, raw=False)`` for data made of nil, bool, int, float, str, bin,
+ * array, map and objectspace's datetime ext (naive or UTC); anything else (another ext,
+ * malformed or trailing bytes, an unhashable map key, a date out of range, nesting deeper
+ * than MAX_DEPTH) goes to the Python codec, which returns the value or raises its error.
+ *
+ * So the C codec never decides an error: what it does not handle exactly, Python does.
+ * tests/objectspace/test_native_codec.py holds both to the same bytes and values. Neither
+ * function runs Python code of the caller's types (exact types only), so nothing can change
+ * a value while it is encoded.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <datetime.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DEPTH 64        /* below msgpack's own limits (511 to pack, 1024 to unpack) */
+#define UNSUPPORTED 1       /* pack(): the value needs the Python codec */
+
+static PyObject *py_encode = NULL, *py_decode = NULL;  /* the Python codec (setup()) */
+static int ext_datetime = -1;                           /* objectspace's datetime ext code */
+
+/* -- encode ------------------------------------------------------------------------------- */
+
+typedef struct {
+    unsigned char *p;
+    Py_ssize_t len, cap;
+} buf;
+
+static int grow(buf *b, Py_ssize_t need) {
+    if (b->len + need <= b->cap) {
+        return 0;
+    }
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + need) {
+        cap *= 2;
+    }
+    unsigned char *q = PyMem_Realloc(b->p, (size_t)cap);
+    if (q == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = q;
+    b->cap = cap;
+    return 0;
+}
+
+static int put(buf *b, const void *data, Py_ssize_t n) {
+    if (grow(b, n) < 0) {
+        return -1;
+    }
+    memcpy(b->p + b->len, data, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static int put1(buf *b, unsigned char c) {
+    return put(b, &c, 1);
+}
+
+/* A byte and an n-byte big-endian unsigned integer. */
+static int put_be(buf *b, unsigned char head, uint64_t v, int n) {
+    unsigned char t[9];
+    t[0] = head;
+    for (int i = 0; i < n; i++) {
+        t[n - i] = (unsigned char)(v >> (8 * i));
+    }
+    return put(b, t, n + 1);
+}
+
+/* Integers as msgpack's packer writes them: the smallest form; positive values unsigned. */
+static int put_uint(buf *b, uint64_t d) {
+    if (d < 0x80) {
+        return put1(b, (unsigned char)d);
+    }
+    if (d <= 0xff) {
+        return put_be(b, 0xcc, d, 1);
+    }
+    if (d <= 0xffff) {
+        return put_be(b, 0xcd, d, 2);
+    }
+    if (d <= 0xffffffffULL) {
+        return put_be(b, 0xce, d, 4);
+    }
+    return put_be(b, 0xcf, d, 8);
+}
+
+static int put_int(buf *b, int64_t d) {
+    if (d >= 0) {
+        return put_uint(b, (uint64_t)d);
+    }
+    if (d >= -32) {
+        return put1(b, (unsigned char)(int8_t)d);
+    }
+    if (d >= -128) {
+        return put_be(b, 0xd0, (uint64_t)d, 1);
+    }
+    if (d >= -32768) {
+        return put_be(b, 0xd1, (uint64_t)d, 2);
+    }
+    if (d >= -2147483648LL) {
+        return put_be(b, 0xd2, (uint64_t)d, 4);
+    }
+    return put_be(b, 0xd3, (uint64_t)d, 8);
+}
+
+/* Header of a str (fix, 8, 16, 32), bin (8, 16, 32), array or map (fix, 16, 32). */
+static int put_len(buf *b, Py_ssize_t n, unsigned char fix, Py_ssize_t fix_max, unsigned char h8,
+                   unsigned char h16, unsigned char h32) {
+    if (n <= fix_max) {
+        return put1(b, (unsigned char)(fix | n));
+    }
+    if (h8 && n <= 0xff) {
+        return put_be(b, h8, (uint64_t)n, 1);
+    }
+    if (n <= 0xffff) {
+        return put_be(b, h16, (uint64_t)n, 2);
+    }
+    if ((uint64_t)n <= 0xffffffffULL) {
+        return put_be(b, h32, (uint64_t)n, 4);
+    }
+    return UNSUPPORTED;     /* msgpack refuses it: Python raises the error */
+}
+
+static int put_ext_head(buf *b, Py_ssize_t n, int code) {
+    int r;
+    switch (n) {
+    case 1: r = put1(b, 0xd4); break;
+    case 2: r = put1(b, 0xd5); break;
+    case 4: r = put1(b, 0xd6); break;
+    case 8: r = put1(b, 0xd7); break;
+    case 16: r = put1(b, 0xd8); break;
+    default:
+        r = n <= 0xff ? put_be(b, 0xc7, (uint64_t)n, 1)
+          : n <= 0xffff ? put_be(b, 0xc8, (uint64_t)n, 2) : put_be(b, 0xc9, (uint64_t)n, 4);
+    }
+    return r < 0 ? r : put1(b, (unsigned char)(int8_t)code);
+}
+
+/* objectspace's datetime ext for a naive or UTC datetime of year >= 256, as
+   _codec._build_datetime makes it: [year, month, day, hour, minute, second, microsecond,
+   offset (nil: naive; 0: UTC), fold] with a uint16 year. */
+static int put_datetime(buf *b, PyObject *o) {
+    PyObject *tz = PyDateTime_DATE_GET_TZINFO(o);
+    int year = PyDateTime_GET_YEAR(o);
+    if ((tz != Py_None && tz != PyDateTime_TimeZone_UTC) || year < 256) {
+        return UNSUPPORTED;
+    }
+    unsigned char t[16];
+    int n = 0, us = PyDateTime_DATE_GET_MICROSECOND(o);
+    t[n++] = 0x99;
+    t[n++] = 0xcd;
+    t[n++] = (unsigned char)(year >> 8);
+    t[n++] = (unsigned char)year;
+    t[n++] = (unsigned char)PyDateTime_GET_MONTH(o);
+    t[n++] = (unsigned char)PyDateTime_GET_DAY(o);
+    t[n++] = (unsigned char)PyDateTime_DATE_GET_HOUR(o);
+    t[n++] = (unsigned char)PyDateTime_DATE_GET_MINUTE(o);
+    t[n++] = (unsigned char)PyDateTime_DATE_GET_SECOND(o);
+    if (us < 128) {
+        t[n++] = (unsigned char)us;
+    } else if (us < 256) {
+        t[n++] = 0xcc;
+        t[n++] = (unsigned char)us;
+    } else if (us < 65536) {
+        t[n++] = 0xcd;
+        t[n++] = (unsigned char)(us >> 8);
+        t[n++] = (unsigned char)us;
+    } else {
+        t[n++] = 0xce;
+        t[n++] = (unsigned char)(us >> 24);
+        t[n++] = (unsigned char)(us >> 16);
+        t[n++] = (unsigned char)(us >> 8);
+        t[n++] = (unsigned char)us;
+    }
+    t[n++] = tz == Py_None ? 0xc0 : 0x00;
+    t[n++] = PyDateTime_DATE_GET_FOLD(o) ? 0x01 : 0x00;
+    int r = put_ext_head(b, n, ext_datetime);
+    return r < 0 ? r : put(b, t, n);
+}
+
+/* 0, -1 (an exception: out of memory), or UNSUPPORTED. */
+static int pack(buf *b, PyObject *o, int depth) {
+    if (depth > MAX_DEPTH) {
+        return UNSUPPORTED;
+    }
+    if (o == Py_None) {
+        return put1(b, 0xc0);
+    }
+    if (o == Py_True) {
+        return put1(b, 0xc3);
+    }
+    if (o == Py_False) {
+        return put1(b, 0xc2);
+    }
+    PyTypeObject *t = Py_TYPE(o);
+    if (t == &PyLong_Type) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow == 0) {
+            if (v == -1 && PyErr_Occurred()) {
+                return -1;
+            }
+            return put_int(b, v);
+        }
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(o);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return UNSUPPORTED;     /* past 64 bits: the Python codec's bigint ext */
+            }
+            return put_uint(b, u);
+        }
+        return UNSUPPORTED;
+    }
+    if (t == &PyUnicode_Type) {
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+        if (s == NULL) {
+            PyErr_Clear();              /* a lone surrogate: Python raises msgpack's error */
+            return UNSUPPORTED;
+        }
+        int r = put_len(b, n, 0xa0, 31, 0xd9, 0xda, 0xdb);
+        return r ? r : put(b, s, n);
+    }
+    if (t == &PyFloat_Type) {
+        double d = PyFloat_AS_DOUBLE(o);
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        return put_be(b, 0xcb, bits, 8);
+    }
+    if (t == &PyBytes_Type) {
+        Py_ssize_t n = PyBytes_GET_SIZE(o);
+        int r = put_len(b, n, 0, -1, 0xc4, 0xc5, 0xc6);
+        return r ? r : put(b, PyBytes_AS_STRING(o), n);
+    }
+    if (t == &PyList_Type) {
+        Py_ssize_t n = PyList_GET_SIZE(o);
+        int r = put_len(b, n, 0x90, 15, 0, 0xdc, 0xdd);
+        for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
+            r = pack(b, PyList_GET_ITEM(o, i), depth + 1);
+        }
+        return r;
+    }
+    if (t == &PyDict_Type) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        int r = put_len(b, PyDict_GET_SIZE(o), 0x80, 15, 0, 0xde, 0xdf);
+        while (r == 0 && PyDict_Next(o, &pos, &k, &v)) {
+            r = pack(b, k, depth + 1);
+            if (r == 0) {
+                r = pack(b, v, depth + 1);
+            }
+        }
+        return r;
+    }
+    if (t == PyDateTimeAPI->DateTimeType && ext_datetime >= 0) {
+        return put_datetime(b, o);
+    }
+    return UNSUPPORTED;
+}
+
+static PyObject *encode(PyObject *self, PyObject *value) {
+    buf b = {NULL, 0, 0};
+    int r = pack(&b, value, 0);
+    PyObject *out = NULL;
+    if (r == 0) {
+        out = PyBytes_FromStringAndSize((const char *)b.p, b.len);
+    } else if (r == UNSUPPORTED) {
+        out = py_encode ? PyObject_CallOneArg(py_encode, value) : NULL;
+        if (py_encode == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "objectspace._native: setup() was not called");
+        }
+    }
+    PyMem_Free(b.p);
+    return out;
+}
+
+/* -- decode ------------------------------------------------------------------------------- */
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t len, pos;
+} reader;
+
+static int take(reader *r, Py_ssize_t n, const unsigned char **out) {
+    if (n < 0 || r->len - r->pos < n) {
+        return -1;
+    }
+    *out = r->p + r->pos;
+    r->pos += n;
+    return 0;
+}
+
+static int be(reader *r, int n, uint64_t *v) {
+    const unsigned char *s;
+    if (take(r, n, &s) < 0) {
+        return -1;
+    }
+    uint64_t x = 0;
+    for (int i = 0; i < n; i++) {
+        x = (x << 8) | s[i];
+    }
+    *v = x;
+    return 0;
+}
+
+static PyObject *unpack(reader *r, int depth);
+
+/* Caches of what rows repeat: the str keys of maps ("user", "ts", ...: msgpack's unpacker
+   interns them, which costs a hash and a lookup each) and the datetimes of ext payloads
+   (the Python codec memoises those by their bytes too, 4,096 of them: rows read back share
+   their datetime objects, whose hash -- a zoned one's costs a call of utcoffset -- is then
+   computed once, e.g. by the output's conversion to Arrow). Direct-mapped by a hash of the
+   bytes; an entry holds a reference to its object. Equal bytes give an equal object, so a
+   hit changes no value. */
+#define KEY_SLOTS 256
+#define DT_SLOTS 4096
+#define CACHE_BYTES 24
+typedef struct {
+    Py_ssize_t len;
+    unsigned char data[CACHE_BYTES];
+    PyObject *obj;
+} cached;
+static cached key_cache[KEY_SLOTS], dt_cache[DT_SLOTS];
+
+static size_t slot_of(const unsigned char *s, Py_ssize_t n, size_t slots) {
+    uint32_t h = 2166136261u;           /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h = (h ^ s[i]) * 16777619u;
+    }
+    return h % slots;
+}
+
+static PyObject *cache_get(cached *c, const unsigned char *s, Py_ssize_t n) {
+    if (c->obj != NULL && c->len == n && memcmp(c->data, s, (size_t)n) == 0) {
+        return Py_NewRef(c->obj);
+    }
+    return NULL;
+}
+
+static void cache_put(cached *c, const unsigned char *s, Py_ssize_t n, PyObject *obj) {
+    Py_XSETREF(c->obj, Py_NewRef(obj));
+    c->len = n;
+    memcpy(c->data, s, (size_t)n);
+}
+
+/* A map key: a short str from the cache, else unpack() (a str key interned, as msgpack's
+   unpacker does). */
+static PyObject *unpack_key(reader *r, int depth) {
+    const unsigned char *at = r->p + r->pos;
+    if (r->pos < r->len && (*at & 0xe0) == 0xa0) {
+        Py_ssize_t n = *at & 0x1f;
+        if (n <= CACHE_BYTES && r->len - r->pos - 1 >= n) {
+            cached *c = &key_cache[slot_of(at + 1, n, KEY_SLOTS)];
+            PyObject *k = cache_get(c, at + 1, n);
+            if (k == NULL) {
+                k = PyUnicode_DecodeUTF8((const char *)at + 1, n, NULL);
+                if (k == NULL) {
+                    return NULL;
+                }
+                PyUnicode_InternInPlace(&k);
+                cache_put(c, at + 1, n, k);
+            }
+            r->pos += 1 + n;
+            return k;
+        }
+    }
+    PyObject *k = unpack(r, depth);
+    if (k != NULL && PyUnicode_CheckExact(k)) {
+        PyUnicode_InternInPlace(&k);
+    }
+    return k;
+}
+
+static PyObject *unpack_array(reader *r, uint64_t n, int depth) {
+    if (n > (uint64_t)(r->len - r->pos)) {
+        return NULL;                    /* each item takes a byte at least */
+    }
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        PyObject *item = unpack(r, depth + 1);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+static PyObject *unpack_map(reader *r, uint64_t n, int depth) {
+    if (n > (uint64_t)(r->len - r->pos) / 2) {
+        return NULL;
+    }
+    PyObject *d = PyDict_New();
+    if (d == NULL) {
+        return NULL;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        PyObject *k = unpack_key(r, depth + 1);
+        if (k == NULL) {
+            Py_DECREF(d);
+            return NULL;
+        }
+        PyObject *v = unpack(r, depth + 1);
+        if (v == NULL || PyDict_SetItem(d, k, v) < 0) {  /* unhashable key: Python's error */
+            Py_DECREF(k);
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+/* An exact int that fits a C int into *out. */
+static int small_int(PyObject *o, int *out) {
+    if (!PyLong_CheckExact(o)) {
+        return -1;
+    }
+    long v = PyLong_AsLong(o);
+    if ((v == -1 && PyErr_Occurred()) || v < INT_MIN || v > INT_MAX) {
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* The payload as the encoders write it for a naive or UTC datetime: 0x99, a uint16 year,
+   five fixints, the microsecond (fixint, uint8, uint16 or uint32), nil or 0, and the fold
+   (0 or 1). 0 with the fields in v[] (v[7]: 1 for UTC), -1 for any other layout. */
+static int datetime_fields(const unsigned char *s, Py_ssize_t n, int v[9]) {
+    if (n < 12 || s[0] != 0x99 || s[1] != 0xcd) {
+        return -1;
+    }
+    v[0] = s[2] << 8 | s[3];
+    for (int i = 0; i < 5; i++) {
+        if (s[4 + i] >= 0x80) {
+            return -1;
+        }
+        v[1 + i] = s[4 + i];
+    }
+    Py_ssize_t at = 9, w;
+    unsigned char c = s[at++];
+    if (c < 0x80) {
+        v[6] = c;
+        w = 0;
+    } else if (c == 0xcc) {
+        w = 1;
+    } else if (c == 0xcd) {
+        w = 2;
+    } else if (c == 0xce) {
+        w = 4;
+    } else {
+        return -1;
+    }
+    if (n != at + w + 2) {
+        return -1;
+    }
+    if (w) {
+        uint32_t x = 0;
+        for (Py_ssize_t i = 0; i < w; i++) {
+            x = x << 8 | s[at + i];
+        }
+        if (x > INT_MAX) {
+            return -1;
+        }
+        v[6] = (int)x;
+        at += w;
+    }
+    if ((s[at] != 0xc0 && s[at] != 0x00) || s[at + 1] > 1) {
+        return -1;
+    }
+    v[7] = s[at] == 0x00;
+    v[8] = s[at + 1];
+    return 0;
+}
+
+/* objectspace's datetime ext (payload: [y, mo, d, h, mi, s, us, offset, fold]) when naive
+   (offset nil) or UTC (offset 0); NULL otherwise (the Python codec decides). */
+static PyObject *unpack_datetime(const unsigned char *data, Py_ssize_t n, int depth) {
+    int v[9];
+    if (n <= CACHE_BYTES && datetime_fields(data, n, v) == 0) {
+        cached *c = &dt_cache[slot_of(data, n, DT_SLOTS)];
+        PyObject *o = cache_get(c, data, n);
+        if (o == NULL) {
+            o = PyDateTimeAPI->DateTime_FromDateAndTimeAndFold(v[0], v[1], v[2], v[3], v[4], v[5], v[6],
+                                                               v[7] ? PyDateTime_TimeZone_UTC : Py_None, v[8],
+                                                               PyDateTimeAPI->DateTimeType);
+            if (o != NULL) {
+                cache_put(c, data, n, o);
+            }
+        }
+        return o;
+    }
+    reader sub = {data, n, 0};
+    PyObject *f = unpack(&sub, depth + 1), *out = NULL;
+    if (f == NULL) {
+        return NULL;
+    }
+    if (sub.pos == n && PyList_CheckExact(f) && PyList_GET_SIZE(f) == 9) {
+        PyObject *tz = PyList_GET_ITEM(f, 7);
+        int ok = 1;
+        for (int i = 0; ok && i < 9; i++) {
+            ok = i == 7 || small_int(PyList_GET_ITEM(f, i), &v[i]) == 0;
+        }
+        if (ok && tz != Py_None) {
+            ok = small_int(tz, &v[7]) == 0 && v[7] == 0;
+            tz = PyDateTime_TimeZone_UTC;
+        }
+        if (ok) {
+            out = PyDateTimeAPI->DateTime_FromDateAndTimeAndFold(v[0], v[1], v[2], v[3], v[4], v[5], v[6], tz, v[8],
+                                                                 PyDateTimeAPI->DateTimeType);
+        }
+    }
+    Py_DECREF(f);
+    return out;
+}
+
+/* A new reference, or NULL (with or without an exception) when the Python codec decides. */
+static PyObject *unpack(reader *r, int depth) {
+    const unsigned char *s;
+    uint64_t n;
+    if (depth > MAX_DEPTH || take(r, 1, &s) < 0) {
+        return NULL;
+    }
+    unsigned char c = *s;
+    if (c < 0x80) {
+        return PyLong_FromLong(c);
+    }
+    if (c >= 0xe0) {
+        return PyLong_FromLong((int8_t)c);
+    }
+    if ((c & 0xe0) == 0xa0) {
+        n = c & 0x1f;
+        goto str;
+    }
+    if ((c & 0xf0) == 0x90) {
+        return unpack_array(r, c & 0x0f, depth);
+    }
+    if ((c & 0xf0) == 0x80) {
+        return unpack_map(r, c & 0x0f, depth);
+    }
+    switch (c) {
+    case 0xc0: Py_RETURN_NONE;
+    case 0xc2: Py_RETURN_FALSE;
+    case 0xc3: Py_RETURN_TRUE;
+    case 0xcc: case 0xcd: case 0xce: case 0xcf:
+        if (be(r, 1 << (c - 0xcc), &n) < 0) {
+            return NULL;
+        }
+        return PyLong_FromUnsignedLongLong(n);
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+        int w = 1 << (c - 0xd0);
+        if (be(r, w, &n) < 0) {
+            return NULL;
+        }
+        int64_t v = w == 8 ? (int64_t)n : w == 4 ? (int32_t)n : w == 2 ? (int16_t)n : (int8_t)n;
+        return PyLong_FromLongLong(v);
+    }
+    case 0xca: {
+        float f;
+        uint32_t bits;
+        if (be(r, 4, &n) < 0) {
+            return NULL;
+        }
+        bits = (uint32_t)n;
+        memcpy(&f, &bits, 4);
+        return PyFloat_FromDouble((double)f);
+    }
+    case 0xcb: {
+        double d;
+        if (be(r, 8, &n) < 0) {
+            return NULL;
+        }
+        memcpy(&d, &n, 8);
+        return PyFloat_FromDouble(d);
+    }
+    case 0xd9: case 0xda: case 0xdb:
+        if (be(r, 1 << (c - 0xd9), &n) < 0) {
+            return NULL;
+        }
+        goto str;
+    case 0xc4: case 0xc5: case 0xc6:
+        if (be(r, 1 << (c - 0xc4), &n) < 0 || take(r, (Py_ssize_t)n, &s) < 0) {
+            return NULL;
+        }
+        return PyBytes_FromStringAndSize((const char *)s, (Py_ssize_t)n);
+    case 0xdc: case 0xdd:
+        if (be(r, c == 0xdc ? 2 : 4, &n) < 0) {
+            return NULL;
+        }
+        return unpack_array(r, n, depth);
+    case 0xde: case 0xdf:
+        if (be(r, c == 0xde ? 2 : 4, &n) < 0) {
+            return NULL;
+        }
+        return unpack_map(r, n, depth);
+    case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+        n = (uint64_t)1 << (c - 0xd4);
+        goto ext;
+    case 0xc7: case 0xc8: case 0xc9:
+        if (be(r, 1 << (c - 0xc7), &n) < 0) {
+            return NULL;
+        }
+        goto ext;
+    default:
+        return NULL;                    /* 0xc1 (never used) */
+    }
+str:
+    if (take(r, (Py_ssize_t)n, &s) < 0) {
+        return NULL;
+    }
+    return PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, NULL);
+ext: {
+        const unsigned char *code;
+        if (take(r, 1, &code) < 0 || take(r, (Py_ssize_t)n, &s) < 0 || (int8_t)*code != ext_datetime) {
+            return NULL;
+        }
+        return unpack_datetime(s, (Py_ssize_t)n, depth);
+    }
+}
+
+static PyObject *decode(PyObject *self, PyObject *data) {
+    Py_buffer view;
+    PyObject *out = NULL;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) == 0) {
+        reader r = {view.buf, view.len, 0};
+        out = unpack(&r, 0);
+        if (out != NULL && r.pos != r.len) {     /* trailing bytes: msgpack's ExtraData */
+            Py_CLEAR(out);
+        }
+        PyBuffer_Release(&view);
+    }
+    if (out == NULL) {
+        PyErr_Clear();
+        if (py_decode == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "objectspace._native: setup() was not called");
+            return NULL;
+        }
+        out = PyObject_CallOneArg(py_decode, data);
+    }
+    return out;
+}
+
+/* -- the save path of slot sequences (RFC 0012 step 2) -------------------------------------
+ *
+ * The C twin of what ObjectSpace.save and on_saved do for each touched list, queue, stack
+ * and array in the common case: PersistedObject._collect and SlotSequence._collect_items
+ * (collect), SlotSequence._promote (promote), SlotSequence._confirm with on_saved's
+ * bookkeeping and ObjectCache.clean (confirm). The state stays in the Python objects: these
+ * functions read and write their __slots__ through the member descriptors' offsets
+ * (save_setup()), so every Python method that reads the state (unsaved(), TTL, reads,
+ * writes) is unchanged. An object is handled here only when its type is one registered at
+ * setup whose hooks are still the ones it had then (checked again whenever the type's
+ * version tag changes: a monkeypatched or subclassed hook goes to Python), and its state is
+ * the common case: not a full save, no index entry or stale keys to write (F_INDEX,
+ * F_REPLACE), not a format-1 object, plain ints, sets and dicts where the Python code has
+ * them. Every other object, and any object whose values do not all encode (the Python
+ * collector then raises its EncodingError, from scratch: the records this one had added
+ * are removed first), goes to its own Python method, in its place in the order, so the
+ * records and their order are the Python path's. The Python code stays the reference:
+ * tests/objectspace/test_native_save.py holds the two to the same records and states. */
+
+#define F_INDEX 1
+#define F_META 2
+#define F_REPLACE 4
+
+enum { X_SPACE, X_NKEY, X_NS, X_ITEMS, X_CODEC, X_FLAGS, X_PFLAGS, X_LISTED, X_DEAD, X_MSAVED, X_MLAST,
+       X_MHEAD, X_OLD, X_VALS, X_DIRTY, X_PENDING, X_HEAD, X_TAIL, X_LO, X_HI, X_SNAP, X_COMPLETE, X_MAXLEN,
+       X_ENCODE, NFIELDS };
+static const char *field_names[NFIELDS] = {
+    "_space", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags", "_listed", "_dead", "_msaved", "_mlast",
+    "_mhead", "_old", "_vals", "_dirty", "_pending", "_head", "_tail", "_lo", "_hi", "_snap", "_complete",
+    "_maxlen", "encode"};
+static Py_ssize_t offs[NFIELDS];
+
+#define GET(o, x) (*(PyObject **)((char *)(o) + offs[x]))
+
+/* Set a slot to v (a new reference, stolen). */
+static void set_steal(PyObject *o, int x, PyObject *v) {
+    PyObject **p = (PyObject **)((char *)o + offs[x]);
+    Py_XSETREF(*p, v);
+}
+
+static void set_ref(PyObject *o, int x, PyObject *v) {
+    Py_XINCREF(v);
+    set_steal(o, x, v);
+}
+
+/* The hooks whose Python code the functions below stand in for, per registered type. */
+enum { H_COLLECT, H_COLLECT_ITEMS, H_META, H_PROMOTE, H_CONFIRM, H_EVICT, H_MEM_ESTIMATE, H_HAS_META,
+       H_HANDLE_BYTES, NHOOKS };
+static const char *hook_names[NHOOKS] = {"_collect", "_collect_items", "_meta", "_promote", "_confirm", "_evict",
+                                         "_mem_estimate", "has_meta", "_handle_bytes"};
+enum { C_PRESSED, C_CLEAN, C_ACCOUNT, NCHOOKS };
+static const char *cache_hook_names[NCHOOKS] = {"pressed", "clean", "_account"};
+
+typedef struct {
+    PyTypeObject *type;
+    int shape;                  /* metadata: 1 [tail], 2 [head, tail], 3 [head, tail, maxlen] */
+    int nhooks;
+    PyObject **names;
+    PyObject *hooks[NHOOKS];    /* what the type's attributes were at setup (references) */
+    unsigned int tag;           /* the type's version tag when last checked (0: check) */
+    int ok;                     /* its hooks were the same then */
+} checked;
+
+#define MAX_KINDS 8
+static checked kinds[MAX_KINDS];
+static int nkinds = 0;
+static checked cache_kind;
+static PyObject *hook_strs[NHOOKS], *cache_hook_strs[NCHOOKS];
+static PyObject *no_slots = NULL, *native_encode = NULL, *codec_type = NULL;
+static PyObject *s_collect, *s_promote, *s_confirm, *s_evict, *s_clean, *s_add, *s_cevict, *s_move_to_end,
+    *s_nbytes, *s_budget, *s_item_bytes, *s_lru, *s_heavy, *s_cost, *s_pressed;
+static int save_ready = 0;
+
+/* Whether c's type still has the attributes it had at setup. O(1) while its version tag
+   stays (any assignment to the type or a base changes it). */
+static int still_same(checked *c) {
+    PyTypeObject *t = c->type;
+    if (c->tag && (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && t->tp_version_tag == c->tag) {
+        return c->ok;
+    }
+    int ok = 1;
+    for (int i = 0; i < c->nhooks; i++) {
+        if (_PyType_Lookup(t, c->names[i]) != c->hooks[i]) {
+            ok = 0;
+        }
+    }
+    c->ok = ok;
+    c->tag = (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? t->tp_version_tag : 0;
+    return ok;
+}
+
+static checked *kind_of(PyObject *o) {
+    PyTypeObject *t = Py_TYPE(o);
+    for (int i = 0; i < nkinds; i++) {
+        if (kinds[i].type == t) {
+            return still_same(&kinds[i]) ? &kinds[i] : NULL;
+        }
+    }
+    return NULL;
+}
+
+/* 0 and *v for an exact int of 64 bits; 1 otherwise (no exception left). */
+static int as_i64(PyObject *o, long long *v) {
+    if (o == NULL || !PyLong_CheckExact(o)) {
+        return 1;
+    }
+    int overflow;
+    *v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (*v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 1;
+    }
+    return 0;
+}
+
+static int anyset_exact(PyObject *o) {
+    return o != NULL && (PySet_CheckExact(o) || PyFrozenSet_CheckExact(o));
+}
+
+/* items prefix + 8-byte big-endian slot (_layout.slot_key). */
+static PyObject *slot_key(PyObject *ip, unsigned long long s) {
+    Py_ssize_t n = PyBytes_GET_SIZE(ip);
+    PyObject *k = PyBytes_FromStringAndSize(NULL, n + 8);
+    if (k == NULL) {
+        return NULL;
+    }
+    char *p = PyBytes_AS_STRING(k);
+    memcpy(p, PyBytes_AS_STRING(ip), (size_t)n);
+    for (int i = 7; i >= 0; i--) {
+        p[n + i] = (char)(s & 0xff);
+        s >>= 8;
+    }
+    return k;
+}
+
+/* Appends (key, value) to out; steals both (value NULL: None). 0 or -1. */
+static int append_rec(PyObject *out, PyObject *key, PyObject *value) {
+    if (key == NULL) {
+        Py_XDECREF(value);
+        return -1;
+    }
+    if (value == NULL) {
+        value = Py_NewRef(Py_None);
+    }
+    PyObject *t = PyTuple_New(2);
+    if (t == NULL) {
+        Py_DECREF(key);
+        Py_DECREF(value);
+        return -1;
+    }
+    PyTuple_SET_ITEM(t, 0, key);
+    PyTuple_SET_ITEM(t, 1, value);
+    int r = PyList_Append(out, t);
+    Py_DECREF(t);
+    return r;
+}
+
+/* A value's record bytes through the object's codec: the C codec inline when that is the
+   codec's encode, else the codec's own function. */
+static PyObject *encode_value(PyObject *enc, PyObject *v, buf *b) {
+    if (enc == native_encode) {
+        b->len = 0;
+        int r = pack(b, v, 0);
+        if (r == 0) {
+            return PyBytes_FromStringAndSize((const char *)b->p, b->len);
+        }
+        if (r < 0) {
+            return NULL;
+        }
+        return PyObject_CallOneArg(py_encode, v);
+    }
+    return PyObject_CallOneArg(enc, v);
+}
+
+typedef struct {
+    long long v;
+    PyObject *o;
+} slot_t;
+
+static int slot_cmp(const void *a, const void *b) {
+    long long x = ((const slot_t *)a)->v, y = ((const slot_t *)b)->v;
+    return (x > y) - (x < y);
+}
+
+/* Gathers the int slots of set s into arr from *n on. 0, or 1 for a slot that is not a
+   64-bit int. Takes references. */
+static int gather_one(PyObject *key, slot_t *arr, Py_ssize_t *n) {
+    long long v;
+    if (as_i64(key, &v) || v < 0) {
+        return 1;
+    }
+    Py_INCREF(key);
+    arr[*n].v = v;
+    arr[*n].o = key;
+    (*n)++;
+    return 0;
+}
+
+static int gather(PyObject *s, slot_t *arr, Py_ssize_t *n) {
+#if PY_VERSION_HEX < 0x030D0000
+    Py_ssize_t pos = 0;
+    PyObject *key;
+    Py_hash_t hash;
+    while (_PySet_NextEntry(s, &pos, &key, &hash)) {    /* no iterator object: sets are small */
+        if (gather_one(key, arr, n)) {
+            return 1;
+        }
+    }
+    return 0;
+#else   /* 3.13 made _PySet_NextEntry internal: the public iterator */
+    PyObject *it = PyObject_GetIter(s), *key;
+    int r = 0;
+    if (it == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    while (r == 0 && (key = PyIter_Next(it)) != NULL) {
+        r = gather_one(key, arr, n);
+        Py_DECREF(key);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        r = 1;
+    }
+    return r;
+#endif
+}
+
+typedef struct {
+    PyObject *codec, *enc;      /* the last codec seen and its encode function */
+} codec_memo;
+
+/* PersistedObject._collect(out, False) with SlotSequence._collect_items for an object of a
+   registered kind: 0 (its records appended), or 1: not the common case, or a failure (no
+   exception left; the caller removes what was appended and calls the Python collector). */
+static int collect_one(checked *k, PyObject *o, PyObject *out, buf *b, codec_memo *cm) {
+    long long fl, pf, head, tail, lo, hi;
+    if (as_i64(GET(o, X_FLAGS), &fl) || as_i64(GET(o, X_PFLAGS), &pf) || GET(o, X_OLD) != Py_False) {
+        return 1;
+    }
+    long long f = fl | pf;
+    if (f & (F_INDEX | F_REPLACE)) {
+        return 1;
+    }
+    PyObject *ip = GET(o, X_ITEMS), *vals = GET(o, X_VALS), *dirty = GET(o, X_DIRTY);
+    PyObject *pending = GET(o, X_PENDING), *codec = GET(o, X_CODEC), *ns = GET(o, X_NS);
+    if (ip == NULL || !PyBytes_CheckExact(ip) || vals == NULL || !PyDict_CheckExact(vals) || !anyset_exact(dirty)
+        || !anyset_exact(pending) || codec == NULL || ns == NULL || !PyBytes_CheckExact(ns)
+        || as_i64(GET(o, X_HEAD), &head) || as_i64(GET(o, X_TAIL), &tail) || as_i64(GET(o, X_LO), &lo)
+        || as_i64(GET(o, X_HI), &hi) || head < 0 || tail < 0 || lo < 0 || hi < 0) {
+        return 1;
+    }
+    if (f & F_META) {
+        PyObject *mhead = GET(o, X_MHEAD);
+        PyObject *m[3] = {GET(o, X_HEAD), GET(o, X_TAIL), k->shape == 3 ? GET(o, X_MAXLEN) : NULL};
+        if (mhead == NULL || !PyBytes_CheckExact(mhead) || (k->shape == 3 && (m[2] == NULL || !PyLong_CheckExact(m[2])))) {
+            return 1;
+        }
+        b->len = 0;
+        int r = put(b, PyBytes_AS_STRING(mhead), PyBytes_GET_SIZE(mhead));
+        r = r ? r : put1(b, (unsigned char)(0x90 | k->shape));
+        if (k->shape == 1) {
+            r = r ? r : pack(b, m[1], 0);
+        } else {
+            for (int i = 0; i < k->shape && r == 0; i++) {
+                r = pack(b, m[i], 0);
+            }
+        }
+        if (r) {
+            PyErr_Clear();
+            return 1;
+        }
+        PyObject *packed = PyBytes_FromStringAndSize((const char *)b->p, b->len);
+        if (packed == NULL) {
+            PyErr_Clear();
+            return 1;
+        }
+        set_ref(o, X_MLAST, packed);
+        PyObject *msaved = GET(o, X_MSAVED);
+        int same = msaved != NULL && PyBytes_CheckExact(msaved) && PyBytes_GET_SIZE(msaved) == b->len
+                   && memcmp(PyBytes_AS_STRING(msaved), b->p, (size_t)b->len) == 0;
+        if (!same || (pf & F_META)) {
+            Py_ssize_t n = PyBytes_GET_SIZE(ns);
+            PyObject *key = PyBytes_FromStringAndSize(NULL, n + 1);
+            if (key != NULL) {
+                memcpy(PyBytes_AS_STRING(key), PyBytes_AS_STRING(ns), (size_t)n);
+                PyBytes_AS_STRING(key)[n] = 0;     /* _layout.META */
+            }
+            if (append_rec(out, key, packed) < 0) {
+                PyErr_Clear();
+                return 1;
+            }
+        } else {
+            Py_DECREF(packed);
+        }
+    }
+    if (lo < head || tail < hi) {           /* stored slots outside [head, tail): delete them */
+        long long end = head < hi ? head : hi;
+        for (long long s = lo; s < end; s++) {
+            if (append_rec(out, slot_key(ip, (unsigned long long)s), NULL) < 0) {
+                PyErr_Clear();
+                return 1;
+            }
+        }
+        for (long long s = tail > lo ? tail : lo; s < hi; s++) {
+            if (append_rec(out, slot_key(ip, (unsigned long long)s), NULL) < 0) {
+                PyErr_Clear();
+                return 1;
+            }
+        }
+    }
+    Py_ssize_t nd = PySet_GET_SIZE(dirty), np = PySet_GET_SIZE(pending), n = 0;
+    if (nd + np == 0) {
+        return 0;
+    }
+    if (codec != cm->codec) {
+        PyObject *enc = Py_IS_TYPE(codec, (PyTypeObject *)codec_type) ? Py_XNewRef(GET(codec, X_ENCODE))
+                                                                      : PyObject_GetAttrString(codec, "encode");
+        if (enc == NULL) {
+            PyErr_Clear();
+            return 1;
+        }
+        Py_XSETREF(cm->enc, enc);
+        Py_INCREF(codec);
+        Py_XSETREF(cm->codec, codec);
+    }
+    PyObject *enc = cm->enc;
+    slot_t small[8], *arr = nd + np <= 8 ? small : PyMem_Malloc(sizeof(slot_t) * (size_t)(nd + np));
+    if (arr == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    int res = gather(dirty, arr, &n) || (np && gather(pending, arr, &n));
+    if (!res && n > 1) {
+        if (n <= 8) {                   /* insertion sort: a batch dirties a few slots */
+            for (Py_ssize_t i = 1; i < n; i++) {
+                slot_t x = arr[i];
+                Py_ssize_t j = i;
+                for (; j > 0 && arr[j - 1].v > x.v; j--) {
+                    arr[j] = arr[j - 1];
+                }
+                arr[j] = x;
+            }
+        } else {
+            qsort(arr, (size_t)n, sizeof(slot_t), slot_cmp);
+        }
+    }
+    Py_INCREF(vals);
+    Py_INCREF(ip);
+    for (Py_ssize_t i = 0; !res && i < n; i++) {
+        long long s = arr[i].v;
+        if ((i && s == arr[i - 1].v) || s < head || s >= tail) {
+            continue;                   /* in both sets, or outside [head, tail) */
+        }
+        PyObject *v = PyDict_GetItemWithError(vals, arr[i].o);
+        if (v == NULL) {
+            res = 1;                    /* Python raises the KeyError */
+            break;
+        }
+        Py_INCREF(v);
+        PyObject *raw = encode_value(enc, v, b);
+        Py_DECREF(v);
+        if (raw == NULL || append_rec(out, slot_key(ip, (unsigned long long)s), raw) < 0) {
+            res = 1;
+        }
+    }
+    if (res) {
+        PyErr_Clear();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_DECREF(arr[i].o);
+    }
+    if (arr != small) {
+        PyMem_Free(arr);
+    }
+    Py_DECREF(vals);
+    Py_DECREF(ip);
+    return res;
+}
+
+/* collect(objs, out) -> the objects handed to their Python collector. */
+static PyObject *save_collect(PyObject *self, PyObject *args) {
+    PyObject *objs, *out;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &objs, &PyList_Type, &out)) {
+        return NULL;
+    }
+    if (!save_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "objectspace._native: save_setup() was not called");
+        return NULL;
+    }
+    PyObject *slow = PyList_New(0);
+    if (slow == NULL) {
+        return NULL;
+    }
+    buf b = {NULL, 0, 0};
+    codec_memo cm = {NULL, NULL};
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs); i++) {
+        PyObject *o = Py_NewRef(PyList_GET_ITEM(objs, i));
+        Py_ssize_t n0 = PyList_GET_SIZE(out);
+        checked *k = kind_of(o);
+        if (k == NULL || collect_one(k, o, out, &b, &cm)) {
+            PyObject *r = NULL;
+            if ((PyList_GET_SIZE(out) == n0 || PyList_SetSlice(out, n0, PY_SSIZE_T_MAX, NULL) == 0)
+                && PyList_Append(slow, o) == 0) {
+                r = PyObject_CallMethodObjArgs(o, s_collect, out, Py_False, NULL);
+            }
+            if (r == NULL) {
+                Py_DECREF(o);
+                Py_CLEAR(slow);
+                break;
+            }
+            Py_DECREF(r);
+        }
+        Py_DECREF(o);
+    }
+    PyMem_Free(b.p);
+    Py_XDECREF(cm.codec);
+    Py_XDECREF(cm.enc);
+    return slow;
+}
+
+/* SlotSequence._promote: 0, or 1 (not the common case: nothing changed). */
+static int promote_one(PyObject *o) {
+    PyObject *flags = GET(o, X_FLAGS), *pflags = GET(o, X_PFLAGS), *dirty = GET(o, X_DIRTY);
+    PyObject *pending = GET(o, X_PENDING), *head = GET(o, X_HEAD), *tail = GET(o, X_TAIL), *hi = GET(o, X_HI);
+    if (flags == NULL || !PyLong_CheckExact(flags) || pflags == NULL || !PyLong_CheckExact(pflags)
+        || !anyset_exact(dirty) || !anyset_exact(pending) || head == NULL || tail == NULL
+        || !PyLong_CheckExact(tail) || hi == NULL || !PyLong_CheckExact(hi)) {
+        return 1;
+    }
+    int merge = PySet_GET_SIZE(pending) > 0;
+    if (merge && !(PySet_CheckExact(pending) && PySet_CheckExact(dirty))) {
+        return 1;
+    }
+    PyObject *nf = PyNumber_Or(pflags, flags);
+    PyObject *snap = PyTuple_Pack(2, head, tail);
+    int grow = PyObject_RichCompareBool(tail, hi, Py_GT);
+    if (nf == NULL || snap == NULL || grow < 0) {
+        Py_XDECREF(nf);
+        Py_XDECREF(snap);
+        PyErr_Clear();
+        return 1;
+    }
+    set_steal(o, X_PFLAGS, nf);
+    set_steal(o, X_FLAGS, PyLong_FromLong(0));
+    if (merge) {
+        PyObject *r = PyNumber_InPlaceOr(pending, dirty);    /* pending |= dirty (the same set) */
+        if (r == NULL) {
+            PyErr_Clear();          /* out of memory: what Python's |= would raise */
+        }
+        Py_XDECREF(r);
+        PySet_Clear(dirty);
+    } else {
+        Py_INCREF(dirty);
+        Py_INCREF(pending);
+        set_steal(o, X_PENDING, dirty);
+        set_steal(o, X_DIRTY, pending);
+    }
+    set_steal(o, X_SNAP, snap);
+    if (grow) {
+        set_ref(o, X_HI, tail);
+    }
+    return 0;
+}
+
+static PyObject *save_promote(PyObject *self, PyObject *objs) {
+    if (!PyList_Check(objs)) {
+        PyErr_SetString(PyExc_TypeError, "promote() takes a list");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs); i++) {
+        PyObject *o = Py_NewRef(PyList_GET_ITEM(objs, i));
+        if (kind_of(o) == NULL || promote_one(o)) {
+            PyObject *r = PyObject_CallMethodNoArgs(o, s_promote);
+            if (r == NULL) {
+                Py_DECREF(o);
+                return NULL;
+            }
+            Py_DECREF(r);
+        }
+        Py_DECREF(o);
+    }
+    Py_RETURN_NONE;
+}
+
+/* What confirm() needs of the cache. nb is the cache's nbytes as last read or written here:
+   valid until Python code runs (forget() after every call into Python). */
+typedef struct {
+    PyObject *cache;
+    int inl;                                    /* an exact ObjectCache with its own methods */
+    PyObject *lru, *heavy, *cost, *item_bytes, *budget, *nb;
+} cache_ctx;
+
+static PyObject *odict_move_to_end = NULL;      /* OrderedDict.move_to_end (the method descriptor) */
+
+static void forget(cache_ctx *c) {
+    Py_CLEAR(c->nb);
+}
+
+static PyObject *call_method1(PyObject *o, PyObject *name, PyObject *arg) {
+    PyObject *args[2] = {o, arg};
+    return PyObject_VectorcallMethod(name, args, (arg ? 2 : 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* od.move_to_end(key): the method itself for an exact OrderedDict (no lookup per call). */
+static int move_to_end(PyObject *od, PyObject *key) {
+    PyObject *args[2] = {od, key}, *r;
+    if (PyODict_CheckExact(od) && odict_move_to_end != NULL) {
+        r = PyObject_Vectorcall(odict_move_to_end, args, 2, NULL);
+    } else {
+        r = PyObject_VectorcallMethod(s_move_to_end, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* The cache's nbytes (borrowed), or NULL (an exception). */
+static PyObject *nbytes_of(cache_ctx *c) {
+    if (c->nb == NULL) {
+        c->nb = PyObject_GetAttr(c->cache, s_nbytes);
+    }
+    return c->nb;
+}
+
+/* cache.nbytes = v (stolen). 0 or -1. */
+static int set_nbytes(cache_ctx *c, PyObject *v) {
+    if (v == NULL || PyObject_SetAttr(c->cache, s_nbytes, v) < 0) {
+        Py_XDECREF(v);
+        forget(c);
+        return -1;
+    }
+    Py_XSETREF(c->nb, v);
+    return 0;
+}
+
+#define SMALL(x) ((x) >= 0 && (x) < (1LL << 56))
+
+/* ObjectCache.pressed(): 1, 0, or -1 (an exception). */
+static int cache_pressed(cache_ctx *c) {
+    if (c->inl) {
+        PyObject *nb = nbytes_of(c);
+        long long n, bud;
+        if (nb == NULL) {
+            return -1;
+        }
+        if (!as_i64(nb, &n) && !as_i64(c->budget, &bud) && SMALL(n) && SMALL(bud)) {
+            return n * 5 >= bud * 4;
+        }
+        PyObject *five = PyLong_FromLong(5), *four = PyLong_FromLong(4);
+        PyObject *x = five ? PyNumber_Multiply(nb, five) : NULL, *y = four ? PyNumber_Multiply(c->budget, four) : NULL;
+        int res = x && y ? PyObject_RichCompareBool(x, y, Py_GE) : -1;
+        Py_XDECREF(five);
+        Py_XDECREF(four);
+        Py_XDECREF(x);
+        Py_XDECREF(y);
+        return res;
+    }
+    PyObject *r = PyObject_CallMethodNoArgs(c->cache, s_pressed);
+    forget(c);
+    if (r == NULL) {
+        return -1;
+    }
+    int res = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return res;
+}
+
+/* base + n * per as ObjectCache._mem_estimate's ints make it (new reference or NULL). */
+static PyObject *estimate(PyObject *base, Py_ssize_t n, PyObject *per) {
+    long long b, p;
+    if (!as_i64(base, &b) && !as_i64(per, &p) && SMALL(b) && SMALL(p) && p < (1LL << 28) && n < (1LL << 28)) {
+        return PyLong_FromLongLong(b + (long long)n * p);
+    }
+    PyObject *nn = PyLong_FromSsize_t(n), *t = nn ? PyNumber_Multiply(nn, per) : NULL;
+    PyObject *r = t ? PyNumber_Add(base, t) : NULL;
+    Py_XDECREF(nn);
+    Py_XDECREF(t);
+    return r;
+}
+
+/* nb + (cost - old), new reference or NULL. */
+static PyObject *add_diff(PyObject *nb, PyObject *cost, PyObject *old) {
+    long long x, y, z;
+    if (!as_i64(nb, &x) && !as_i64(cost, &y) && !as_i64(old, &z) && SMALL(x) && SMALL(y) && SMALL(z)) {
+        return PyLong_FromLongLong(x + (y - z));
+    }
+    PyObject *t = PyNumber_Subtract(cost, old), *r = t ? PyNumber_Add(nb, t) : NULL;
+    Py_XDECREF(t);
+    return r;
+}
+
+/* ObjectCache.clean(o) with _account and SlotSequence._mem_estimate for an object of a
+   registered kind (k; NULL: the Python method). 0 or -1. */
+static int cache_clean(cache_ctx *c, checked *k, PyObject *o) {
+    PyObject *r;
+    if (!c->inl || k == NULL) {
+        r = call_method1(c->cache, s_clean, o);
+        forget(c);
+        Py_XDECREF(r);
+        return r ? 0 : -1;
+    }
+    PyObject *key = PyLong_FromVoidPtr(o), *old, *cost = NULL, *nb2 = NULL;
+    int res = -1;
+    if (key == NULL) {
+        return -1;
+    }
+    old = PyDict_GetItemWithError(c->cost, key);
+    if (old == NULL) {
+        if (!PyErr_Occurred()) {
+            PyObject *args[3] = {c->cache, key, o};
+            r = PyObject_VectorcallMethod(s_add, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            forget(c);
+            Py_XDECREF(r);
+            res = r ? 0 : -1;
+        }
+        Py_DECREF(key);
+        return res;
+    }
+    Py_INCREF(old);
+    if (move_to_end(c->lru, key) < 0) {
+        goto done;
+    }
+    PyObject *vals = GET(o, X_VALS), *hb = k->hooks[H_HANDLE_BYTES], *nb;
+    if (vals == NULL || !PyDict_CheckExact(vals)) {         /* what _mem_estimate does with it */
+        cost = PyObject_CallMethod(o, "_mem_estimate", "O", c->item_bytes);
+        forget(c);
+    } else {
+        cost = estimate(hb, PyDict_GET_SIZE(vals), c->item_bytes);
+    }
+    if (cost == NULL || (nb = nbytes_of(c)) == NULL || set_nbytes(c, nb2 = add_diff(nb, cost, old)) < 0
+        || PyDict_SetItem(c->cost, key, cost) < 0) {
+        nb2 = NULL;     /* set_nbytes took it */
+        goto done;
+    }
+    int heavy = PyObject_RichCompareBool(cost, hb, Py_GT);
+    if (heavy < 0) {
+        goto done;
+    }
+    if (heavy) {            /* _heavy[key] = o (already there: the same object, order kept) */
+        PyObject *cur = PyDict_Check(c->heavy) ? PyDict_GetItemWithError(c->heavy, key) : NULL;
+        if (PyErr_Occurred() || (cur != o && PyObject_SetItem(c->heavy, key, o) < 0)
+            || move_to_end(c->heavy, key) < 0) {
+            goto done;
+        }
+    }
+    int over = PyObject_RichCompareBool(c->nb, c->budget, Py_GT);
+    if (over < 0) {
+        goto done;
+    }
+    if (over) {
+        r = PyObject_CallMethodNoArgs(c->cache, s_cevict);
+        forget(c);
+        if (r == NULL) {
+            goto done;
+        }
+        Py_DECREF(r);
+    }
+    res = 0;
+done:
+    Py_DECREF(key);
+    Py_DECREF(old);
+    Py_XDECREF(cost);
+    return res;
+}
+
+/* SlotSequence._confirm: 1 (clean), 0, -1 (an exception), or 2: not the common case,
+   nothing changed (the caller calls the Python method). */
+static int confirm_one(PyObject *o, cache_ctx *c, Py_ssize_t cache_items, int inplace_none) {
+    long long fl, pf;
+    PyObject *snap = GET(o, X_SNAP), *pending = GET(o, X_PENDING), *vals = GET(o, X_VALS), *r;
+    if (as_i64(GET(o, X_FLAGS), &fl) || as_i64(GET(o, X_PFLAGS), &pf) || snap == NULL || !PyTuple_CheckExact(snap)
+        || PyTuple_GET_SIZE(snap) != 2 || pending == NULL || !PySet_CheckExact(pending) || vals == NULL
+        || !PyDict_CheckExact(vals) || !anyset_exact(GET(o, X_DIRTY)) || GET(o, X_MLAST) == NULL) {
+        return 2;
+    }
+    if (pf & F_META) {
+        set_ref(o, X_MSAVED, GET(o, X_MLAST));
+    }
+    set_steal(o, X_PFLAGS, PyLong_FromLong(0));
+    PySet_Clear(pending);
+    Py_INCREF(snap);
+    set_ref(o, X_LO, PyTuple_GET_ITEM(snap, 0));
+    set_ref(o, X_HI, PyTuple_GET_ITEM(snap, 1));
+    Py_DECREF(snap);
+    int pressed = cache_pressed(c);
+    if (pressed < 0) {
+        return -1;
+    }
+    if (pressed) {                      /* self._evict(0) */
+        if (fl & F_REPLACE) {
+            /* _evict returns at once */
+        } else if (PySet_GET_SIZE(GET(o, X_DIRTY)) == 0 && inplace_none) {
+            PyDict_Clear(vals);     /* in place: a running iterator holds this dict */
+            PyObject *h = GET(o, X_HEAD), *t = GET(o, X_TAIL);
+            if (h == NULL || t == NULL) {
+                PyErr_SetString(PyExc_AttributeError, "_head");
+                return -1;
+            }
+            PyObject *eq = PyObject_RichCompare(h, t, Py_EQ);
+            if (eq == NULL) {
+                return -1;
+            }
+            set_steal(o, X_COMPLETE, eq);
+        } else {
+            PyObject *zero = PyLong_FromLong(0);
+            r = call_method1(o, s_evict, zero);
+            forget(c);
+            Py_DECREF(zero);
+            if (r == NULL) {
+                return -1;
+            }
+            Py_DECREF(r);
+        }
+    } else if (PyDict_GET_SIZE(vals) > cache_items) {
+        r = PyObject_CallMethodNoArgs(o, s_evict);
+        forget(c);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    PyObject *flags = GET(o, X_FLAGS), *dirty = GET(o, X_DIRTY);
+    int busy = flags == NULL ? 1 : PyObject_IsTrue(flags);
+    if (busy < 0) {
+        return -1;
+    }
+    if (busy || dirty == NULL || PyObject_IsTrue(dirty)) {
+        return 0;
+    }
+    if (pressed) {                      /* clean, and on_saved unlists it: its sets go too */
+        set_ref(o, X_DIRTY, no_slots);
+        set_ref(o, X_PENDING, no_slots);
+    }
+    return 1;
+}
+
+/* confirm(objs, touched, cache, cache_items, inplace_is_none): on_saved's loop. */
+static PyObject *save_confirm(PyObject *self, PyObject *args) {
+    PyObject *objs, *touched;
+    Py_ssize_t cache_items;
+    int inplace_none;
+    cache_ctx c = {NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTuple(args, "O!O!Onp", &PyList_Type, &objs, &PyDict_Type, &touched, &c.cache, &cache_items,
+                          &inplace_none)) {
+        return NULL;
+    }
+    if (!save_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "objectspace._native: save_setup() was not called");
+        return NULL;
+    }
+    PyObject *res = NULL;
+    if (Py_IS_TYPE(c.cache, cache_kind.type) && still_same(&cache_kind)) {
+        c.lru = PyObject_GetAttr(c.cache, s_lru);
+        c.heavy = c.lru ? PyObject_GetAttr(c.cache, s_heavy) : NULL;
+        c.cost = c.heavy ? PyObject_GetAttr(c.cache, s_cost) : NULL;
+        c.item_bytes = c.cost ? PyObject_GetAttr(c.cache, s_item_bytes) : NULL;
+        c.budget = c.item_bytes ? PyObject_GetAttr(c.cache, s_budget) : NULL;
+        if (c.budget == NULL) {
+            goto done;
+        }
+        c.inl = PyDict_CheckExact(c.cost);
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs); i++) {
+        PyObject *o = Py_NewRef(PyList_GET_ITEM(objs, i));
+        checked *k = kind_of(o);
+        int ok;
+        if (k != NULL) {            /* a registered kind: its fields by their offsets */
+            PyObject *dead = GET(o, X_DEAD);
+            ok = dead == NULL ? 2 : dead == Py_False ? confirm_one(o, &c, cache_items, inplace_none)
+               : dead == Py_True ? 3 : 2;
+        } else {
+            ok = 2;
+        }
+        if (ok == 2) {              /* on_saved's Python, by attribute */
+            forget(&c);
+            PyObject *dead = PyObject_GetAttrString(o, "_dead");
+            ok = dead == NULL ? -1 : PyObject_IsTrue(dead) ? 3 : 2;
+            Py_XDECREF(dead);
+            if (ok == 2) {
+                PyObject *r = PyObject_CallMethodNoArgs(o, s_confirm);
+                ok = r ? PyObject_IsTrue(r) : -1;
+                Py_XDECREF(r);
+            }
+        }
+        if (ok == 1) {
+            PyObject *nkey = k ? Py_XNewRef(GET(o, X_NKEY)) : PyObject_GetAttrString(o, "_nkey");
+            PyObject *cur = nkey ? PyDict_GetItemWithError(touched, nkey) : NULL;
+            if (nkey == NULL || (cur == o && PyDict_DelItem(touched, nkey) < 0) || PyErr_Occurred()) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_AttributeError, "_nkey");
+                }
+                ok = -1;
+            } else if (k) {
+                set_ref(o, X_LISTED, Py_False);
+            } else if (PyObject_SetAttrString(o, "_listed", Py_False) < 0) {
+                ok = -1;
+            }
+            if (k == NULL) {
+                forget(&c);
+            }
+            Py_XDECREF(nkey);
+            if (ok == 1) {
+                ok = cache_clean(&c, k, o) < 0 ? -1 : 0;
+            }
+        }
+        Py_DECREF(o);
+        if (ok < 0) {
+            goto done;
+        }
+    }
+    res = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(c.lru);
+    Py_XDECREF(c.heavy);
+    Py_XDECREF(c.cost);
+    Py_XDECREF(c.item_bytes);
+    Py_XDECREF(c.budget);
+    Py_XDECREF(c.nb);
+    return res;
+}
+
+static int offset_of(PyObject *descr, Py_ssize_t *off) {
+    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)
+        || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+        PyErr_SetString(PyExc_TypeError, "save_setup: a field is not a __slots__ member");
+        return -1;
+    }
+    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
+    return 0;
+}
+
+static int check_setup(checked *c, PyTypeObject *t, int n, const char **names, PyObject **strs) {
+    c->type = t;
+    c->nhooks = n;
+    c->names = strs;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = _PyType_Lookup(t, strs[i]);
+        if (v == NULL) {
+            PyErr_Format(PyExc_TypeError, "save_setup: %s has no %s", t->tp_name, names[i]);
+            return -1;
+        }
+        c->hooks[i] = Py_NewRef(v);
+    }
+    c->tag = 0;
+    c->ok = 0;
+    still_same(c);
+    return 0;
+}
+
+/* save_setup(fields, kinds, cache_type, codec_type, native_encode, no_slots): fields maps each
+   field name to its member descriptor; kinds is [(type, metadata shape)]. */
+static PyObject *save_setup(PyObject *self, PyObject *args) {
+    PyObject *fields, *kl, *ctype, *ctt, *enc, *ns;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO", &PyDict_Type, &fields, &PyList_Type, &kl, &PyType_Type, &ctype,
+                          &PyType_Type, &ctt, &enc, &ns)) {
+        return NULL;
+    }
+    if (save_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "save_setup() was called already");
+        return NULL;
+    }
+    if (PyList_GET_SIZE(kl) > MAX_KINDS) {
+        PyErr_SetString(PyExc_ValueError, "save_setup: too many kinds");
+        return NULL;
+    }
+    for (int i = 0; i < NFIELDS; i++) {
+        PyObject *d = PyDict_GetItemString(fields, field_names[i]);
+        if (d == NULL) {
+            PyErr_Format(PyExc_KeyError, "save_setup: no field %s", field_names[i]);
+            return NULL;
+        }
+        if (offset_of(d, &offs[i]) < 0) {
+            return NULL;
+        }
+    }
+#define INTERN(var, s) if ((var = PyUnicode_InternFromString(s)) == NULL) return NULL
+    for (int i = 0; i < NHOOKS; i++) {
+        INTERN(hook_strs[i], hook_names[i]);
+    }
+    for (int i = 0; i < NCHOOKS; i++) {
+        INTERN(cache_hook_strs[i], cache_hook_names[i]);
+    }
+    INTERN(s_collect, "_collect");
+    INTERN(s_promote, "_promote");
+    INTERN(s_confirm, "_confirm");
+    INTERN(s_evict, "_evict");
+    INTERN(s_clean, "clean");
+    INTERN(s_add, "_add");
+    INTERN(s_cevict, "_evict");
+    INTERN(s_move_to_end, "move_to_end");
+    INTERN(s_nbytes, "nbytes");
+    INTERN(s_budget, "budget");
+    INTERN(s_item_bytes, "item_bytes");
+    INTERN(s_lru, "_lru");
+    INTERN(s_heavy, "_heavy");
+    INTERN(s_cost, "_cost");
+    INTERN(s_pressed, "pressed");
+#undef INTERN
+    nkinds = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kl); i++) {
+        PyObject *t;
+        int shape;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(kl, i), "O!i", &PyType_Type, &t, &shape)) {
+            return NULL;
+        }
+        if (shape < 1 || shape > 3) {
+            PyErr_SetString(PyExc_ValueError, "save_setup: a metadata shape is 1, 2 or 3");
+            return NULL;
+        }
+        checked *c = &kinds[nkinds];
+        c->shape = shape;
+        if (check_setup(c, (PyTypeObject *)Py_NewRef(t), NHOOKS, hook_names, hook_strs) < 0) {
+            return NULL;
+        }
+        nkinds++;
+    }
+    if (check_setup(&cache_kind, (PyTypeObject *)Py_NewRef(ctype), NCHOOKS, cache_hook_names, cache_hook_strs) < 0) {
+        return NULL;
+    }
+    odict_move_to_end = _PyType_Lookup(&PyODict_Type, s_move_to_end);
+    Py_XINCREF(odict_move_to_end);
+    codec_type = Py_NewRef(ctt);
+    native_encode = Py_NewRef(enc);
+    no_slots = Py_NewRef(ns);
+    save_ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* setup(encode, decode, datetime_code): the Python codec the C one hands values to. */
+static PyObject *setup(PyObject *self, PyObject *args) {
+    PyObject *enc, *dec;
+    int code;
+    if (!PyArg_ParseTuple(args, "OOi", &enc, &dec, &code)) {
+        return NULL;
+    }
+    if (code < -128 || code > 127) {
+        PyErr_SetString(PyExc_ValueError, "ext codes are -128..127");
+        return NULL;
+    }
+    Py_INCREF(enc);
+    Py_INCREF(dec);
+    Py_XSETREF(py_encode, enc);
+    Py_XSETREF(py_decode, dec);
+    ext_datetime = code;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"encode", encode, METH_O, "msgpack bytes of a value (objectspace's msgpack codec; see the module)."},
+    {"decode", decode, METH_O, "The value of msgpack bytes (objectspace's msgpack codec; see the module)."},
+    {"setup", setup, METH_VARARGS, "setup(encode, decode, datetime_code): the Python codec to hand other values to."},
+    {"collect", save_collect, METH_VARARGS,
+     "collect(objs, out) -> objects collected by Python: ObjectSpace.save's collector (see the save path's note)."},
+    {"promote", save_promote, METH_O, "promote(objs): each object's _promote, in C for the common case."},
+    {"confirm", save_confirm, METH_VARARGS,
+     "confirm(objs, touched, cache, cache_items, inplace_is_none): ObjectSpace.on_saved's loop over objs."},
+    {"save_setup", save_setup, METH_VARARGS,
+     "save_setup(fields, kinds, cache_type, codec_type, native_encode, no_slots): see objectspace/_savepath.py."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,58 @@
+"""The save path of slot sequences in C (RFC 0012 step 2): ``ObjectSpace.save`` and
+``on_saved`` hand all their touched objects to one C call each (objectspace/_native.c:
+``collect``, ``promote``, ``confirm``) instead of calling three Python methods per object.
+
+The state stays where it is, in the objects' ``__slots__``; the C functions read and write
+it through the offsets of the classes' member descriptors, given here once. They do what
+``PersistedObject._collect`` with ``SlotSequence._collect_items``, ``SlotSequence._promote``,
+``SlotSequence._confirm`` with ``on_saved``'s bookkeeping, and ``ObjectCache.clean`` do, for
+the objects of the kinds registered below in their common case, and call those Python
+methods for every other object, in its place in the order. So the Python methods stay the
+reference and what runs without the C module or with ``OBJECTSPACE_NATIVE=0``
+(tests/objectspace/test_native_save.py holds both paths to the same records and states).
+
+A kind is registered only while its hooks are the ones the C code stands in for; a hook
+changed later (a subclass is never registered; a monkeypatched method changes its type's
+version tag) sends that kind's objects to Python.
+"""
+from __future__ import annotations
+
+from ._base import PersistedObject
+from ._cache import ObjectCache
+from ._codec import Codec, _native_codec
+from ._list import PersistedList
+from ._queue import PersistedQueue, PersistedStack, _BoundedQueue
+from ._slots import NO_SLOTS, SlotSequence
+from ._value import PersistedArray
+
+# (kind, shape of its metadata list: 1 [tail], 2 [head, tail], 3 [head, tail, maxlen], the _meta it stands for)
+_KINDS = ((PersistedList, 1, SlotSequence._meta), (PersistedStack, 1, SlotSequence._meta),
+          (PersistedArray, 1, SlotSequence._meta), (PersistedQueue, 2, PersistedQueue._meta),
+          (_BoundedQueue, 3, _BoundedQueue._meta))
+_HOOKS = {"_collect": PersistedObject._collect, "_collect_items": SlotSequence._collect_items,
+          "_promote": SlotSequence._promote, "_confirm": SlotSequence._confirm, "_evict": SlotSequence._evict,
+          "_mem_estimate": SlotSequence._mem_estimate}
+
+
+def _fields() -> dict:
+    out = {}
+    for cls in (PersistedObject, SlotSequence, PersistedQueue, Codec):
+        for name in cls.__dict__.get("__slots__", ()):
+            if name != "__weakref__":
+                out[name] = cls.__dict__[name]
+    return out
+
+
+def _load():
+    native = _native_codec
+    if native is None or not hasattr(native, "save_setup"):
+        return None
+    kinds = [(cls, shape) for cls, shape, meta in _KINDS
+             if cls.__dictoffset__ == 0 and cls._meta is meta and cls.has_meta
+             and all(getattr(cls, name) is f for name, f in _HOOKS.items())]
+    native.save_setup(_fields(), kinds, ObjectCache, Codec, native.encode, NO_SLOTS)
+    return native
+
+
+native = _load()
+"""objectspace._native with the save path set up, or None (no C module, or OBJECTSPACE_NATIVE=0)."""
