@@ -204,6 +204,7 @@ class RunContext:
     partitions: int        # shards / shuffle partitions
     state_dir: Path        # where a contender with its own store keeps state (ours)
     key: str               # key column name of the scenario
+    memory: str | None = None  # ours: the shard's memory budget (spark_ops' memory=; None: its default)
 
 
 @dataclass(frozen=True)

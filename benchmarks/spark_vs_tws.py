@@ -11,6 +11,8 @@ K = 100,000, so the peers run only the first --peer-batches batches; the floor a
         --out bench-output/k100k
     scripts/env.sh python benchmarks/spark_vs_tws.py --keys 1000000 --batches 16 --count 20 \\
         --only spark_ops,floor --out bench-output/k1m
+    scripts/env.sh python benchmarks/spark_vs_tws.py --keys 1000000 --batches 8 --count 20 \\
+        --scenarios buffer --only spark_ops,JVM,floor --memory 64m    # spark_ops' budget per shard
     scripts/env.sh python benchmarks/spark_vs_tws.py \\
         --report bench-output/k100k/spark_vs_tws.json,bench-output/k1m/spark_vs_tws.json
 
@@ -122,7 +124,7 @@ def ours_buffer(inputs, ctx):
     import spark_ops
 
     return spark_ops.buffer(inputs, key=ctx.key, count=ctx.count, state=str(ctx.state_dir),
-                            partitions=ctx.partitions)
+                            partitions=ctx.partitions, **({"memory": ctx.memory} if ctx.memory else {}))
 
 
 def runtime_buffer(inputs, ctx):
@@ -185,6 +187,8 @@ def parse_args(argv=None):
     ap.add_argument("--peer-batches", type=int, default=None, metavar="N",
                     help="the peers run only the first N batches (default: all); the floor and ours run all")
     ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--memory", default=None, metavar="SIZE",
+                    help="spark_ops' memory budget per shard (e.g. 64m; default: spark_ops' default)")
     ap.add_argument("--rounds", type=int, default=1, help="runs per contender, taking turns (median reported)")
     ap.add_argument("--scenarios", default="buffer,combine_latest")
     ap.add_argument("--only", default="", help="comma-separated substrings of contender names (or roles) to run")
@@ -270,7 +274,7 @@ def run(args) -> dict:
                     for i, contender in enumerate(contenders):
                         run_dir = work / f"run-{scenario_name}-{keys}-{i}-r{rnd}"
                         ctx = RunContext(keys=keys, count=count, partitions=args.partitions,
-                                         state_dir=run_dir / "state", key=scenario.key)
+                                         state_dir=run_dir / "state", key=scenario.key, memory=args.memory)
                         n = peer_batches if contender.role == "peer" else args.batches
                         log(f"{scenario_name} K={keys:,}: {contender.name}, {n} batches "
                             f"(round {rnd + 1}/{args.rounds}) ...")
