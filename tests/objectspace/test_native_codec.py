@@ -180,7 +180,12 @@ def test_the_same_bytes_and_values_for_each_kind_of_value(value):
 
 
 @needs_c
-@pytest.mark.parametrize("seed", range(30))
+def _seeds(n: int, fast: int) -> list:
+    """Seeds 0..n-1, those from ``fast`` on marked slow (``make test-all`` runs them all)."""
+    return [s if s < fast else pytest.param(s, marks=pytest.mark.slow) for s in range(n)]
+
+
+@pytest.mark.parametrize("seed", _seeds(30, 6))
 def test_random_values_encode_to_the_same_bytes_and_decode_to_the_same_values(seed):
     rng = random.Random(seed)
     for _ in range(40):
@@ -206,7 +211,7 @@ def test_nesting_past_the_c_limit_goes_to_python():
 
 
 @needs_c
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", _seeds(20, 4))
 def test_damaged_or_foreign_bytes_give_the_same_value_or_the_same_error(seed):
     rng = random.Random(1000 + seed)
     for _ in range(30):
