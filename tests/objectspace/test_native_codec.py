@@ -9,20 +9,16 @@ import datetime as dt
 import decimal
 import enum
 import math
-import os
-import pathlib
 import random
-import subprocess
-import sys
 import textwrap
 import uuid
 
 import pytest
 
-from dkv.format import manifest as mf
 from objectspace import _codec, register_type, unregister_type
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from .native_helpers import assert_same_store_on_both_paths
+
 needs_c = pytest.mark.skipif(_codec._c_encode is None, reason="objectspace._native was not built (no compiler), "
                                                                "or OBJECTSPACE_NATIVE=0")
 UTC = dt.timezone.utc
@@ -295,32 +291,6 @@ _WRITER = textwrap.dedent('''
 ''')
 
 
-def _write_store(path: pathlib.Path, codec: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONHASHSEED="0",
-               OBJECTSPACE_NATIVE="0" if codec == "python" else "1")
-    subprocess.run([sys.executable, "-c", _WRITER, str(path), codec], check=True, env=env, timeout=300)
-
-
-def _files(root: pathlib.Path) -> dict:
-    """Every file's bytes; a manifest's with its wall-clock stamp (created_ms) zeroed, the
-    one field two runs of the same writes differ in."""
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            data = p.read_bytes()
-            if p.suffix == ".manifest":
-                m = mf.decode(data)
-                m.created_ms = 0
-                data = mf.encode(m)
-            out[str(p.relative_to(root))] = data
-    return out
-
-
 @needs_c
 def test_a_store_written_through_either_codec_is_the_same_byte_for_byte(tmp_path):
-    _write_store(tmp_path / "c", "c")
-    _write_store(tmp_path / "python", "python")
-    c, p = _files(tmp_path / "c"), _files(tmp_path / "python")
-    assert list(c) == list(p)
-    assert any(name.endswith(".sst") for name in c) and any(name.endswith(".wal") for name in c)
-    assert [name for name in c if c[name] != p[name]] == []
+    assert_same_store_on_both_paths(_WRITER, tmp_path)

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
-import os
-import pathlib
 import random
-import subprocess
-import sys
 import textwrap
 import uuid
 
@@ -27,7 +23,7 @@ from objectspace._slots import NO_SLOTS, SlotSequence
 from objectspace._keycodec import encode_name
 from objectspace.errors import EncodingError
 
-from .test_native_codec import ROOT, _files
+from .native_helpers import assert_same_store_on_both_paths
 
 needs_c = pytest.mark.skipif(_savepath.native is None, reason="objectspace._native was not built (no compiler), "
                                                                "or OBJECTSPACE_NATIVE=0")
@@ -460,16 +456,5 @@ _CHURN = textwrap.dedent('''
 ''')
 
 
-def _write(path: pathlib.Path, path_kind: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONHASHSEED="0",
-               OBJECTSPACE_NATIVE="0" if path_kind == "python" else "1")
-    subprocess.run([sys.executable, "-c", _CHURN, str(path), path_kind], check=True, env=env, timeout=300)
-
-
 def test_a_store_of_churning_sequences_is_the_same_byte_for_byte_on_both_paths(tmp_path):
-    _write(tmp_path / "c", "c")
-    _write(tmp_path / "python", "python")
-    c, p = _files(tmp_path / "c"), _files(tmp_path / "python")
-    assert list(c) == list(p)
-    assert any(name.endswith(".sst") for name in c) and any(name.endswith(".wal") for name in c)
-    assert [name for name in c if c[name] != p[name]] == []
+    assert_same_store_on_both_paths(_CHURN, tmp_path)
