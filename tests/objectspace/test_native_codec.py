@@ -175,12 +175,12 @@ def test_the_same_bytes_and_values_for_each_kind_of_value(value):
     assert same(_codec._c_decode(data), value) or (type(value) is float and math.isnan(value))
 
 
-@needs_c
 def _seeds(n: int, fast: int) -> list:
     """Seeds 0..n-1, those from ``fast`` on marked slow (``make test-all`` runs them all)."""
     return [s if s < fast else pytest.param(s, marks=pytest.mark.slow) for s in range(n)]
 
 
+@needs_c
 @pytest.mark.parametrize("seed", _seeds(30, 6))
 def test_random_values_encode_to_the_same_bytes_and_decode_to_the_same_values(seed):
     rng = random.Random(seed)
