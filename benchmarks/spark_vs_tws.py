@@ -124,7 +124,7 @@ def ours_buffer(inputs, ctx):
     import spark_ops
 
     return spark_ops.buffer(inputs, key=ctx.key, count=ctx.count, state=str(ctx.state_dir),
-                            partitions=ctx.partitions, **({"memory": ctx.memory} if ctx.memory else {}))
+                            partitions=ctx.partitions, memory=ctx.memory)
 
 
 def runtime_buffer(inputs, ctx):
