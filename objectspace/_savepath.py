@@ -62,12 +62,13 @@ native = _load()
 """objectspace._native with the save path set up, or None (no C module, or OBJECTSPACE_NATIVE=0)."""
 
 
-def _load_reload():
+def _load_reload(space_type: type, unread: object):
     """The reload of a handle in C (RFC 0012 step 3): ``ObjectSpace._lookup`` for names that
     encode in C and objects in memory or of the kinds registered above with format-2
     metadata (``_native.lookup``; anything else is handed back to the Python lookup with what
     was read). Set up with the classes it builds, the space's class (its lookup hooks are
-    checked as the kinds' are) and the weak map's classes; None without the save path."""
+    checked as the kinds' are: ``space_type``, given by objectspace/space.py with its
+    ``unread`` sentinel) and the weak map's classes; None without the save path."""
     if native is None or not hasattr(native, "reload_setup"):
         return None
     import weakref
@@ -75,13 +76,12 @@ def _load_reload():
     from . import _layout as L
     from ._codec import CODECS_BY_CODE
     from ._kinds import KIND_CLASSES
-    from .space import _UNREAD, ObjectSpace
     registered = {cls for cls, _ in _registered}
     kinds = []
     for cls, bounded in ((PersistedList, None), (PersistedStack, None), (PersistedArray, None),
                          (PersistedQueue, _BoundedQueue)):
         if cls in registered and (bounded is None or bounded in registered) and KIND_CLASSES.get(cls.kind) is cls:
             kinds.append((L.KIND_CODES[cls.kind], cls.kind, cls, bounded))
-    native.reload_setup(ObjectSpace, KIND_CLASSES, CODECS_BY_CODE, kinds, weakref.WeakValueDictionary,
-                        weakref.KeyedRef, _UNREAD)
+    native.reload_setup(space_type, KIND_CLASSES, CODECS_BY_CODE, kinds, weakref.WeakValueDictionary,
+                        weakref.KeyedRef, unread)
     return native.lookup

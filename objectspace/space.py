@@ -685,4 +685,4 @@ class ObjectSpace(KindMethods):
         self.close()
 
 
-_RELOAD = _savepath._load_reload()
+_RELOAD = _savepath._load_reload(ObjectSpace, _UNREAD)
