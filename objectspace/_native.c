@@ -849,29 +849,47 @@ static int slot_cmp(const void *a, const void *b) {
 
 /* Gathers the int slots of set s into arr from *n on. 0, or 1 for a slot that is not a
    64-bit int. Takes references. */
+static int gather_one(PyObject *key, slot_t *arr, Py_ssize_t *n) {
+    long long v;
+    if (as_i64(key, &v) || v < 0) {
+        return 1;
+    }
+    Py_INCREF(key);
+    arr[*n].v = v;
+    arr[*n].o = key;
+    (*n)++;
+    return 0;
+}
+
 static int gather(PyObject *s, slot_t *arr, Py_ssize_t *n) {
-    PyObject *it = PyObject_GetIter(s), *key;     /* (not _PySet_NextEntry: 3.13 made it internal) */
+#if PY_VERSION_HEX < 0x030D0000
+    Py_ssize_t pos = 0;
+    PyObject *key;
+    Py_hash_t hash;
+    while (_PySet_NextEntry(s, &pos, &key, &hash)) {    /* no iterator object: sets are small */
+        if (gather_one(key, arr, n)) {
+            return 1;
+        }
+    }
+    return 0;
+#else   /* 3.13 made _PySet_NextEntry internal: the public iterator */
+    PyObject *it = PyObject_GetIter(s), *key;
+    int r = 0;
     if (it == NULL) {
         PyErr_Clear();
         return 1;
     }
-    while ((key = PyIter_Next(it)) != NULL) {
-        long long v;
-        if (as_i64(key, &v) || v < 0) {
-            Py_DECREF(key);
-            Py_DECREF(it);
-            return 1;
-        }
-        arr[*n].v = v;
-        arr[*n].o = key;
-        (*n)++;
+    while (r == 0 && (key = PyIter_Next(it)) != NULL) {
+        r = gather_one(key, arr, n);
+        Py_DECREF(key);
     }
     Py_DECREF(it);
     if (PyErr_Occurred()) {
         PyErr_Clear();
-        return 1;
+        r = 1;
     }
-    return 0;
+    return r;
+#endif
 }
 
 typedef struct {
@@ -1092,14 +1110,11 @@ static int promote_one(PyObject *o) {
     set_steal(o, X_PFLAGS, nf);
     set_steal(o, X_FLAGS, PyLong_FromLong(0));
     if (merge) {
-        Py_ssize_t pos = 0;
-        PyObject *key;
-        Py_hash_t hash;
-        while (_PySet_NextEntry(dirty, &pos, &key, &hash)) {
-            if (PySet_Add(pending, key) < 0) {
-                PyErr_Clear();          /* out of memory: what Python's |= would raise */
-            }
+        PyObject *r = PyNumber_InPlaceOr(pending, dirty);    /* pending |= dirty (the same set) */
+        if (r == NULL) {
+            PyErr_Clear();          /* out of memory: what Python's |= would raise */
         }
+        Py_XDECREF(r);
         PySet_Clear(dirty);
     } else {
         Py_INCREF(dirty);
