@@ -1629,7 +1629,11 @@ enum { RH_LOAD, RH_INIT_BASE, RH_INIT_SLOTS, RH_KIND, RH_HAS_META, NRHOOKS };
 static const char *rkind_hook_names[NRHOOKS] = {"_load", "_init_base", "_init_slots", "kind", "has_meta"};
 enum { RC_USE, RC_ADD, NRCHOOKS };
 static const char *rcache_hook_names[NRCHOOKS] = {"use", "_add"};
-static PyObject *space_hook_strs[NSHOOKS], *rkind_hook_strs[NRHOOKS], *rcache_hook_strs[NRCHOOKS];
+/* the weak map's methods the C code stands in for (get, and __setitem__ with its KeyedRef) */
+enum { WH_GET, WH_SETITEM, NWHOOKS };
+static const char *wvd_hook_names[NWHOOKS] = {"get", "__setitem__"};
+static PyObject *space_hook_strs[NSHOOKS], *rkind_hook_strs[NRHOOKS], *rcache_hook_strs[NRCHOOKS],
+    *wvd_hook_strs[NWHOOKS];
 
 #define MAX_KIND_CODE 16
 typedef struct {
@@ -1640,7 +1644,7 @@ typedef struct {
     checked bload;
 } rkind;
 static rkind rkinds[MAX_KIND_CODE];     /* by kind code; name NULL: not handled here */
-static checked space_kind, rcache_kind;
+static checked space_kind, rcache_kind, wvd_kind;
 static PyObject *kind_classes = NULL, *codecs_by_code = NULL, *wvd_type = NULL, *keyedref_type = NULL,
     *unread = NULL, *empty_tuple = NULL, *mheads[MAX_KIND_CODE][256];
 static Py_ssize_t keyedref_key_off = 0;
@@ -1651,6 +1655,17 @@ static int reload_ready = 0;
 /* How a hand-over is returned: (nkey or None, meta or _UNREAD). */
 static PyObject *hand_over(PyObject *nkey, PyObject *meta) {
     return PyTuple_Pack(2, nkey ? nkey : Py_None, meta ? meta : unread);
+}
+
+/* An attribute of the space or its cache that the Python lookup reads too (new reference),
+   or NULL with no exception left: the caller hands over before changing anything, and the
+   Python lookup meets (and raises) whatever made it fail. */
+static PyObject *attr_or_clear(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) {
+        PyErr_Clear();
+    }
+    return v;
 }
 
 /* ---- _keycodec.encode_name for str, bytes and int parts ---- */
@@ -1741,8 +1756,8 @@ static int str_eq(PyObject *a, PyObject *b) {
 
 /* ---- the cache's use() ---- */
 
-/* ObjectCache._add(id(o), o) for a registered kind: 0 or -1. */
-static int cache_add(cache_ctx *c, checked *k, PyObject *o, PyObject *key) {
+/* ObjectCache._add(id(o), o) for a registered kind (mo: the cache's max_objects): 0 or -1. */
+static int cache_add(cache_ctx *c, checked *k, PyObject *o, PyObject *key, PyObject *mo) {
     PyObject *vals = GET(o, X_VALS), *hb = k->hooks[H_HANDLE_BYTES], *cost, *nb, *r;
     if (PyObject_SetItem(c->lru, key, o) < 0) {
         return -1;
@@ -1771,17 +1786,11 @@ static int cache_add(cache_ctx *c, checked *k, PyObject *o, PyObject *key) {
     if (over < 0) {
         goto done;
     }
-    if (!over) {
-        PyObject *mo = PyObject_GetAttr(c->cache, s_max_objects);
-        if (mo == NULL) {
-            goto done;
-        }
-        if (mo != Py_None) {
-            PyObject *n = PyLong_FromSsize_t(PyObject_Length(c->lru));
-            over = n ? PyObject_RichCompareBool(n, mo, Py_GT) : -1;
-            Py_XDECREF(n);
-        }
-        Py_DECREF(mo);
+    if (!over && mo != Py_None) {
+        Py_ssize_t len = PyObject_Length(c->lru);
+        PyObject *n = len < 0 ? NULL : PyLong_FromSsize_t(len);
+        over = n ? PyObject_RichCompareBool(n, mo, Py_GT) : -1;
+        Py_XDECREF(n);
         if (over < 0) {
             goto done;
         }
@@ -1800,12 +1809,17 @@ done:
     return res;
 }
 
-/* ObjectCache.use(o) (k: o's registered kind): 0 or -1. */
+/* ObjectCache.use(o) (k: o's registered kind): 0 or -1. Every attribute of the cache it
+   reads is read before anything changes; if one is missing (or the cache is not an exact
+   ObjectCache with its own methods), the cache's Python use() runs instead, from the start. */
 static int cache_use(PyObject *cache, checked *k, PyObject *o) {
     cache_ctx c = {cache, 0, NULL, NULL, NULL, NULL, NULL, NULL};
-    PyObject *r;
+    PyObject *r, *mo = NULL;
     int res = -1;
-    if (!(Py_IS_TYPE(cache, rcache_kind.type) && still_same(&rcache_kind)) || cache_open(&c) < 0 || !c.inl) {
+    int inl = Py_IS_TYPE(cache, rcache_kind.type) && still_same(&rcache_kind) && cache_open(&c) == 0 && c.inl
+        && nbytes_of(&c) != NULL && (mo = PyObject_GetAttr(cache, s_max_objects)) != NULL;
+    if (!inl) {
+        PyErr_Clear();                  /* (a missing attribute: Python's use() meets it) */
         r = call_method1(cache, rcache_hook_strs[RC_USE], o);
         Py_XDECREF(r);
         res = r ? 0 : -1;
@@ -1820,10 +1834,11 @@ static int cache_use(PyObject *cache, checked *k, PyObject *o) {
         res = cache_clean(&c, k, o);
     } else if (!PyErr_Occurred()) {
         int listed = PyObject_IsTrue(GET(o, X_LISTED) ? GET(o, X_LISTED) : Py_True);
-        res = listed < 0 ? -1 : listed ? 0 : cache_add(&c, k, o, key);
+        res = listed < 0 ? -1 : listed ? 0 : cache_add(&c, k, o, key, mo);
     }
     Py_DECREF(key);
 done:
+    Py_XDECREF(mo);
     cache_close(&c);
     return res;
 }
@@ -1883,25 +1898,16 @@ bad:
 }
 
 /* The handle of a list, queue, stack or array from its metadata ints, as _load builds it
-   (new reference), or NULL: not handled (no exception) or an exception. */
-static PyObject *build_handle(PyObject *space, PyObject *name, PyObject *nkey, checked *k, PyObject *codec,
-                              PyObject *mhead, PyObject **ints, int n) {
+   (new reference; prefix: the space's _obj_prefix, bytes), or NULL: a MemoryError. */
+static PyObject *build_handle(PyObject *space, PyObject *name, PyObject *nkey, PyObject *prefix, checked *k,
+                              PyObject *codec, PyObject *mhead, PyObject **ints, int n) {
     PyTypeObject *t = k->type;
-    PyObject *prefix = PyObject_GetAttr(space, s_obj_prefix);
-    if (prefix == NULL) {
-        return NULL;
-    }
-    if (!PyBytes_CheckExact(prefix)) {
-        Py_DECREF(prefix);
-        return NULL;
-    }
     PyObject *ns = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(prefix) + PyBytes_GET_SIZE(nkey));
     if (ns != NULL) {
         memcpy(PyBytes_AS_STRING(ns), PyBytes_AS_STRING(prefix), (size_t)PyBytes_GET_SIZE(prefix));
         memcpy(PyBytes_AS_STRING(ns) + PyBytes_GET_SIZE(prefix), PyBytes_AS_STRING(nkey),
                (size_t)PyBytes_GET_SIZE(nkey));
     }
-    Py_DECREF(prefix);
     PyObject *items = ns ? PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(ns) + 1) : NULL;
     if (items != NULL) {
         memcpy(PyBytes_AS_STRING(items), PyBytes_AS_STRING(ns), (size_t)PyBytes_GET_SIZE(ns));
@@ -1954,45 +1960,63 @@ static PyObject *build_handle(PyObject *space, PyObject *name, PyObject *nkey, c
     return o;
 }
 
-/* The weak map's entry: live.get(nkey) as a new reference (NULL: none, or an exception). */
-static PyObject *live_get(PyObject *live, PyObject *nkey, int *plain) {
-    *plain = 0;
-    if (!Py_IS_TYPE(live, (PyTypeObject *)wvd_type)) {
+/* The weak map's data dict (new reference) when live is a WeakValueDictionary as setup found
+   it (reload_setup: data a dict, _pending_removals a list, get and __setitem__ its own) with
+   no removals pending, so that live.get(k) is data[k]() and live[k] = o is data[k] =
+   KeyedRef(o, live._remove, k); else NULL, no exception left (the caller uses the
+   WeakValueDictionary's Python methods, or hands over). */
+static PyObject *live_data(PyObject *live) {
+    if (!Py_IS_TYPE(live, (PyTypeObject *)wvd_type) || !still_same(&wvd_kind)) {
         return NULL;
     }
-    PyObject *pend = PyObject_GetAttr(live, s_pending_removals);
-    PyObject *data = pend ? PyObject_GetAttr(live, s_data) : NULL;
-    PyObject *o = NULL;
-    if (data != NULL && PyList_CheckExact(pend) && PyList_GET_SIZE(pend) == 0 && PyDict_CheckExact(data)) {
-        *plain = 1;
-        PyObject *wr = PyDict_GetItemWithError(data, nkey);
-        if (wr != NULL) {
-            o = PyObject_CallNoArgs(wr);
+    PyObject *pend = attr_or_clear(live, s_pending_removals);
+    PyObject *data = pend ? attr_or_clear(live, s_data) : NULL;
+    if (data != NULL && !(PyList_CheckExact(pend) && PyList_GET_SIZE(pend) == 0 && PyDict_CheckExact(data))) {
+        Py_CLEAR(data);
+    }
+    Py_XDECREF(pend);
+    return data;
+}
+
+/* The weak map's entry: live.get(nkey) as a new reference, or NULL: none, or *plain = 0 when
+   the map is not as live_data wants it (then the caller hands over). Leaves no exception. */
+static PyObject *live_get(PyObject *live, PyObject *nkey, int *plain) {
+    PyObject *data = live_data(live), *o = NULL;
+    *plain = data != NULL;
+    if (data != NULL) {
+        PyObject *wr = PyDict_GetItemWithError(data, nkey);      /* nkey: bytes, no error */
+        if (wr != NULL && !PyWeakref_Check(wr)) {
+            *plain = 0;                 /* not what __setitem__ stores: Python's get decides */
+        } else if (wr != NULL) {
+            o = PyObject_CallNoArgs(wr);        /* a weakref's call: its referent or None */
             if (o == Py_None) {
                 Py_CLEAR(o);
             }
         }
+        Py_DECREF(data);
     }
-    Py_XDECREF(pend);
-    Py_XDECREF(data);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_CLEAR(o);
+        *plain = 0;
+    }
     return o;
 }
 
-/* live[nkey] = o as WeakValueDictionary.__setitem__ does it: 0 or -1. */
+/* live[nkey] = o as WeakValueDictionary.__setitem__ does it: 0 or -1 (an exception: Python's
+   own __setitem__'s, called when the map is not as live_data wants it, or a MemoryError). */
 static int live_set(PyObject *live, PyObject *nkey, PyObject *o) {
-    PyObject *pend = PyObject_GetAttr(live, s_pending_removals);
-    PyObject *data = pend ? PyObject_GetAttr(live, s_data) : NULL;
-    PyObject *cb = data ? PyObject_GetAttr(live, s_remove) : NULL;
+    PyObject *data = live_data(live);
+    PyObject *cb = data ? attr_or_clear(live, s_remove) : NULL;
     int res = -1;
-    if (cb == NULL) {
-        goto done;
-    }
-    if (!PyList_CheckExact(pend) || PyList_GET_SIZE(pend) != 0 || !PyDict_CheckExact(data)) {
-        res = PyObject_SetItem(live, nkey, o);
+    if (cb == NULL || !PyCallable_Check(cb)) {
+        res = PyObject_SetItem(live, nkey, o);          /* the map's own __setitem__ */
         goto done;
     }
     PyObject *args = PyTuple_Pack(2, o, cb);
-    PyObject *wr = args ? ((PyTypeObject *)keyedref_type)->tp_base->tp_new((PyTypeObject *)keyedref_type, args, NULL) : NULL;
+    /* ref.__new__(KeyedRef, o, cb) and its key slot, as KeyedRef.__new__ does (its __init__
+       only checks the arguments again) */
+    PyObject *wr = args ? _PyWeakref_RefType.tp_new((PyTypeObject *)keyedref_type, args, NULL) : NULL;
     Py_XDECREF(args);
     if (wr == NULL) {
         goto done;
@@ -2002,7 +2026,6 @@ static int live_set(PyObject *live, PyObject *nkey, PyObject *o) {
     res = PyDict_SetItem(data, nkey, wr);
     Py_DECREF(wr);
 done:
-    Py_XDECREF(pend);
     Py_XDECREF(data);
     Py_XDECREF(cb);
     return res;
@@ -2053,17 +2076,14 @@ static PyObject *reload_lookup(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     PyObject *space = args[0], *name = args[1], *kind = args[2], *codec = args[3], *nkey = args[4];
     PyObject *res = NULL, *live = NULL, *o = NULL, *graves = NULL, *db = NULL, *key = NULL, *meta = NULL,
-        *cache = NULL, *ints[3] = {NULL, NULL, NULL};
+        *cache = NULL, *prefix = NULL, *ints[3] = {NULL, NULL, NULL};
     int n = 0;
     if (!Py_IS_TYPE(space, space_kind.type) || !still_same(&space_kind)) {
         return hand_over(nkey == Py_None ? NULL : nkey, NULL);
     }
-    PyObject *closed = PyObject_GetAttr(space, s_closed);
-    if (closed == NULL) {
-        return NULL;
-    }
-    Py_DECREF(closed);
-    if (closed != Py_False) {
+    PyObject *closed = attr_or_clear(space, s_closed);
+    Py_XDECREF(closed);
+    if (closed != Py_False) {           /* (closed, or no _closed: Python's) */
         return hand_over(nkey == Py_None ? NULL : nkey, NULL);
     }
     if (nkey == Py_None) {
@@ -2076,13 +2096,11 @@ static PyObject *reload_lookup(PyObject *self, PyObject *const *args, Py_ssize_t
     } else {
         Py_INCREF(nkey);
     }
-    int plain;
-    if ((live = PyObject_GetAttr(space, s_live)) == NULL) {
-        goto done;
-    }
-    o = live_get(live, nkey, &plain);
-    if (PyErr_Occurred()) {
-        goto done;
+    /* Until the handle is put in the weak map nothing is changed, and every attribute read
+       that fails hands over (attr_or_clear): the Python lookup reads it again and raises. */
+    int plain = 0;
+    if ((live = attr_or_clear(space, s_live)) != NULL) {
+        o = live_get(live, nkey, &plain);
     }
     if (!plain) {
         res = hand_over(nkey, NULL);
@@ -2090,9 +2108,9 @@ static PyObject *reload_lookup(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     if (o != NULL) {                            /* in memory */
         checked *k = alive_ok(o, kind, codec);
-        if (k == NULL) {
+        if (k == NULL || (cache = attr_or_clear(space, s_cache)) == NULL) {
             res = hand_over(nkey, NULL);
-        } else if ((cache = PyObject_GetAttr(space, s_cache)) != NULL && cache_use(cache, k, o) == 0) {
+        } else if (cache_use(cache, k, o) == 0) {
             res = Py_NewRef(o);
         }
         goto done;
@@ -2102,16 +2120,15 @@ static PyObject *reload_lookup(PyObject *self, PyObject *const *args, Py_ssize_t
         res = hand_over(nkey, NULL);
         goto done;
     }
-    if ((graves = PyObject_GetAttr(space, s_graves)) == NULL) {
-        goto done;
-    }
-    int dead = PyDict_CheckExact(graves) ? PyDict_Contains(graves, nkey) : 1;
+    graves = attr_or_clear(space, s_graves);
+    int dead = graves && PyDict_CheckExact(graves) ? PyDict_Contains(graves, nkey) : 1;     /* bytes: no error */
     if (dead) {
         res = dead < 0 ? NULL : hand_over(nkey, NULL);
         goto done;
     }
-    PyObject *prefix = PyObject_GetAttr(space, s_obj_prefix);
-    if (prefix == NULL) {
+    if ((prefix = attr_or_clear(space, s_obj_prefix)) == NULL || (db = attr_or_clear(space, s_db)) == NULL
+        || (cache = attr_or_clear(space, s_cache)) == NULL) {
+        res = hand_over(nkey, NULL);
         goto done;
     }
     if (PyBytes_CheckExact(prefix)) {
@@ -2123,15 +2140,11 @@ static PyObject *reload_lookup(PyObject *self, PyObject *const *args, Py_ssize_t
             PyBytes_AS_STRING(key)[np + nk] = 0x00;
         }
     } else {
-        key = PyNumber_Add(prefix, nkey);       /* as Python adds them (then META) */
-        if (key != NULL) {
-            PyObject *k2 = PyNumber_Add(key, PyBytes_FromStringAndSize("\x00", 1));
-            Py_SETREF(key, k2);
-        }
+        res = hand_over(nkey, NULL);            /* Python adds them (and raises) */
+        goto done;
     }
-    Py_DECREF(prefix);
-    if (key == NULL || (db = PyObject_GetAttr(space, s_db)) == NULL
-        || (meta = PyObject_CallMethodOneArg(db, s_get, key)) == NULL) {
+    /* db.get by attribute, as Python calls it: its errors are the Python lookup's too */
+    if (key == NULL || (meta = PyObject_CallMethodOneArg(db, s_get, key)) == NULL) {
         goto done;
     }
     /* split_meta for the common case: a format-2 head naming a handled kind and known codec */
@@ -2172,15 +2185,12 @@ static PyObject *reload_lookup(PyObject *self, PyObject *const *args, Py_ssize_t
     if (mhead == NULL && (mhead = mheads[m[2]][m[3]] = PyBytes_FromStringAndSize((const char *)m, 4)) == NULL) {
         goto done;
     }
-    o = build_handle(space, name, nkey, k, codec_obj, mhead, ints, n);
-    if (o == NULL) {
-        if (!PyErr_Occurred()) {
-            res = hand_over(nkey, meta);
-        }
+    o = build_handle(space, name, nkey, prefix, k, codec_obj, mhead, ints, n);
+    if (o == NULL) {                /* a MemoryError: nothing changed */
         goto done;
     }
-    if (live_set(live, nkey, o) < 0 || (cache = PyObject_GetAttr(space, s_cache)) == NULL
-        || cache_use(cache, k, o) < 0) {
+    /* Python's _find: self._live[nkey] = obj; self._remember(obj) (the cache's use) */
+    if (live_set(live, nkey, o) < 0 || cache_use(cache, k, o) < 0) {
         goto done;
     }
     res = Py_NewRef(o);
@@ -2196,12 +2206,66 @@ done:
     Py_XDECREF(key);
     Py_XDECREF(meta);
     Py_XDECREF(cache);
+    Py_XDECREF(prefix);
     return res;
+}
+
+/* Whether KeyedRef is what live_set makes by hand: a direct subclass of weakref.ref whose
+   instances are the ref's struct plus its one __slots__ member, key (an object slot). */
+static int keyedref_fits(PyTypeObject *kr) {
+    PyObject *kd = PyDict_GetItemString(kr->tp_dict, "key");        /* borrowed; str key: no error */
+    if (kr->tp_base != &_PyWeakref_RefType || kd == NULL || !Py_IS_TYPE(kd, &PyMemberDescr_Type)) {
+        return 0;
+    }
+    PyMemberDef *m = ((PyMemberDescrObject *)kd)->d_member;
+    return m->type == T_OBJECT_EX && m->offset >= _PyWeakref_RefType.tp_basicsize
+        && m->offset + (Py_ssize_t)sizeof(PyObject *) <= kr->tp_basicsize && kr->tp_dictoffset == 0
+        && _PyWeakref_RefType.tp_new != NULL;
+}
+
+/* Whether a fresh weak map works with live_get and live_set as with its own methods: a
+   probe object put in by live_set is what the map's get returns, the KeyedRef's key
+   attribute is the key, and the map's own callback takes the entry out when the probe dies.
+   0 or 1, no exception left. */
+static int weakmap_probe(void) {
+    PyObject *w = PyObject_CallNoArgs(wvd_type), *probe = PySet_New(NULL), *k = PyBytes_FromString("probe");
+    PyObject *got = NULL, *data = NULL, *wr = NULL, *wkey = NULL;
+    int ok = 0, plain = 0;
+    if (w == NULL || probe == NULL || k == NULL) {
+        goto done;
+    }
+    got = live_get(w, k, &plain);
+    if (!plain || got != NULL || live_set(w, k, probe) < 0) {
+        goto done;
+    }
+    got = PyObject_CallMethod(w, "get", "O", k);
+    data = got == probe ? live_data(w) : NULL;
+    wr = data ? PyDict_GetItemWithError(data, k) : NULL;
+    wkey = wr && Py_IS_TYPE(wr, (PyTypeObject *)keyedref_type) ? PyObject_GetAttrString(wr, "key") : NULL;
+    if (wkey != k) {
+        goto done;
+    }
+    Py_CLEAR(got);
+    Py_CLEAR(probe);                    /* dies: the map's _remove runs */
+    ok = PyDict_GET_SIZE(data) == 0 && PyObject_Length(w) == 0;
+done:
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        ok = 0;
+    }
+    Py_XDECREF(wkey);
+    Py_XDECREF(data);
+    Py_XDECREF(got);
+    Py_XDECREF(probe);
+    Py_XDECREF(k);
+    Py_XDECREF(w);
+    return ok;
 }
 
 /* reload_setup(space_type, kind_classes, codecs_by_code, kinds, weak_value_dict, keyed_ref, unread):
    kinds is [(kind code, kind name, class, bounded class or None)], each class registered by
-   save_setup. */
+   save_setup. True, or False when the weak map's classes are not as the C code needs them
+   (keyedref_fits, weakmap_probe): then lookup stays off and the Python lookup runs. */
 static PyObject *reload_setup(PyObject *self, PyObject *args) {
     PyObject *st, *kc, *cbc, *kl, *wvd, *kr, *ur;
     if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O", &PyType_Type, &st, &PyDict_Type, &kc, &PyDict_Type, &cbc,
@@ -2212,11 +2276,11 @@ static PyObject *reload_setup(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "reload_setup() needs save_setup() first, once");
         return NULL;
     }
-    PyObject *kd = PyDict_GetItemString(((PyTypeObject *)kr)->tp_dict, "key");
-    if (kd == NULL || offset_of(kd, &keyedref_key_off) < 0) {
-        PyErr_SetString(PyExc_TypeError, "reload_setup: KeyedRef.key is not a __slots__ member");
-        return NULL;
+    if (!keyedref_fits((PyTypeObject *)kr)) {
+        Py_RETURN_FALSE;
     }
+    keyedref_key_off = ((PyMemberDescrObject *)PyDict_GetItemString(((PyTypeObject *)kr)->tp_dict, "key"))
+        ->d_member->offset;
 #define INTERN(var, s) if ((var = PyUnicode_InternFromString(s)) == NULL) return NULL
     for (int i = 0; i < NSHOOKS; i++) {
         INTERN(space_hook_strs[i], space_hook_names[i]);
@@ -2226,6 +2290,9 @@ static PyObject *reload_setup(PyObject *self, PyObject *args) {
     }
     for (int i = 0; i < NRCHOOKS; i++) {
         INTERN(rcache_hook_strs[i], rcache_hook_names[i]);
+    }
+    for (int i = 0; i < NWHOOKS; i++) {
+        INTERN(wvd_hook_strs[i], wvd_hook_names[i]);
     }
     INTERN(s_closed, "_closed");
     INTERN(s_live, "_live");
@@ -2275,6 +2342,10 @@ static PyObject *reload_setup(PyObject *self, PyObject *args) {
                        rcache_hook_strs) < 0) {
         return NULL;
     }
+    if (check_setup(&wvd_kind, (PyTypeObject *)Py_NewRef(wvd), NWHOOKS, wvd_hook_names, wvd_hook_strs) < 0) {
+        PyErr_Clear();                  /* no get or __setitem__: not a WeakValueDictionary */
+        Py_RETURN_FALSE;
+    }
     if ((empty_tuple = PyTuple_New(0)) == NULL) {
         return NULL;
     }
@@ -2283,8 +2354,11 @@ static PyObject *reload_setup(PyObject *self, PyObject *args) {
     wvd_type = Py_NewRef(wvd);
     keyedref_type = Py_NewRef(kr);
     unread = Py_NewRef(ur);
+    if (!weakmap_probe()) {
+        Py_RETURN_FALSE;
+    }
     reload_ready = 1;
-    Py_RETURN_NONE;
+    Py_RETURN_TRUE;
 }
 
 /* setup(encode, decode, datetime_code): the Python codec the C one hands values to. */

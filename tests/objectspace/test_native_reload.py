@@ -256,3 +256,139 @@ def test_a_closed_space_and_a_deleted_name_raise_as_python_does():
         assert tw.run(lambda sp: sp.get_queue("q"))[0] == "error"
     finally:
         tw.close()
+
+
+def test_the_weak_map_is_checked_at_setup():
+    import collections
+    import weakref
+    assert _savepath._weakmap_fits(weakref.WeakValueDictionary, weakref.KeyedRef)
+
+    class Deque(weakref.WeakValueDictionary):
+        def __init__(self):
+            super().__init__()
+            self._pending_removals = collections.deque()
+
+    class Ordered(weakref.WeakValueDictionary):
+        def __init__(self):
+            super().__init__()
+            self.data = collections.OrderedDict()
+
+    class NoRemove(weakref.WeakValueDictionary):
+        def __init__(self):
+            super().__init__()
+            del self._remove
+
+    class Slots(weakref.ref):
+        __slots__ = ("key", "extra")
+
+    class Sub(weakref.KeyedRef):
+        __slots__ = ()
+
+    for wvd in (Deque, Ordered, NoRemove, dict):
+        assert not _savepath._weakmap_fits(wvd, weakref.KeyedRef), wvd
+    for kr in (Slots, Sub, weakref.ref):
+        assert not _savepath._weakmap_fits(weakref.WeakValueDictionary, kr), kr
+
+
+# Each runs in a fresh interpreter (reload_setup runs once, at import): a weak map or
+# KeyedRef that the C code does not know leaves the lookup to Python, which then works.
+_PATCHES = {
+    "deque-pending": """
+class W(weakref.WeakValueDictionary):
+    def __init__(self, *a):
+        super().__init__(*a)
+        self._pending_removals = collections.deque()
+weakref.WeakValueDictionary = W
+""",
+    # passes _weakmap_fits; the C probe finds that a dead handle's entry stays
+    "remove-does-nothing": """
+class W(weakref.WeakValueDictionary):
+    def __init__(self, *a):
+        super().__init__(*a)
+        self._remove = lambda wr: None
+weakref.WeakValueDictionary = W
+""",
+    # passes _weakmap_fits (patched out); KeyedRef's layout fails the C check (not a direct ref subclass)
+    "keyedref-not-a-direct-ref": """
+class B(weakref.ref):
+    __slots__ = ()
+class K(B):
+    __slots__ = ("key",)
+    def __new__(type, ob, callback, key):
+        self = B.__new__(type, ob, callback)
+        self.key = key
+        return self
+    def __init__(self, ob, callback, key):
+        super().__init__(ob, callback)
+weakref.KeyedRef = K
+import objectspace._savepath as sp
+sp._weakmap_fits = lambda *a: True
+""",
+}
+
+
+@pytest.mark.parametrize("patch", list(_PATCHES))
+def test_a_weak_map_unlike_cpythons_leaves_the_lookup_to_python(patch):
+    import subprocess
+    import sys
+    import textwrap
+    code = "import collections, gc, weakref\n" + _PATCHES[patch] + textwrap.dedent("""
+        import dkv
+        from objectspace import ObjectSpace, space
+        assert space._RELOAD is None, space._RELOAD
+        sp = ObjectSpace(dkv.open("memory://x"), cache_objects=2)
+        for i in range(5):
+            sp.get_or_create_queue(("q", i)).append(i)
+        b = sp.save(); sp._db.write(b); sp.on_saved()
+        for _ in range(2):
+            assert [list(sp.get_queue(("q", i))) for i in range(5)] == [[i] for i in range(5)]
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+_BROKEN = {"space": ["_closed", "_live", "_graves", "_obj_prefix", "_db", "_cache"],
+           "cache": ["_lru", "_cost", "nbytes", "max_objects", "budget", "item_bytes"],
+           "live": ["data", "_pending_removals", "_remove"]}
+
+
+@pytest.mark.parametrize("where,attr", [(w, a) for w, attrs in _BROKEN.items() for a in attrs])
+def test_a_missing_attribute_raises_as_python_does(where, attr):
+    """Nothing the C lookup reads leaves it with an AttributeError of its own: it hands over
+    (or calls the Python method), and the result or error is the Python lookup's."""
+    tw = Twin(cache_bytes=256 << 20, cache_objects=2)
+    try:
+        for nm in ("a", "b", "c"):
+            tw.run(lambda sp: sp.get_or_create_queue(nm).append(1))
+        tw.save()
+        for sp in tw.spaces:
+            delattr({"space": sp, "cache": sp._cache, "live": sp._live}[where], attr)
+        for nm in ("c", "a", "b", "a"):        # alive, then reloads (cache_objects=2 evicts)
+            tw.run(lambda sp: sp._lookup(nm, "queue"))
+            tw.run(lambda sp: sp.get_or_create_queue(nm))
+    finally:
+        for sp in tw.spaces:
+            sp._closed = True           # (close() may need what was deleted)
+        for db in tw.dbs:
+            db.close()
+
+
+def test_pending_removals_and_foreign_entries_go_through_the_maps_methods():
+    tw = Twin(cache_bytes=256 << 20)
+    try:
+        for nm in ("a", "b"):
+            tw.run(lambda sp: sp.get_or_create_queue(nm).append(1))
+        tw.save()
+        for sp in tw.spaces:
+            sp._live._pending_removals.append(b"no such key")     # _commit_removals ignores it
+        tw.run(lambda sp: sp.get_queue("a"))
+        tw.same()
+        for sp in tw.spaces:
+            assert not sp._live._pending_removals
+            sp._live.data[encode_name("b")] = lambda: None       # not a KeyedRef: Python's get calls it
+        assert native.lookup(tw.spaces[0], "b", "queue", None, None) == (encode_name("b"), space_mod._UNREAD)
+        tw.run(lambda sp: sp.get_queue("b"))
+        tw.same()
+    finally:
+        tw.close()
