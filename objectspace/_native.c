@@ -2126,8 +2126,7 @@ static PyObject *reload_lookup(PyObject *self, PyObject *const *args, Py_ssize_t
         res = dead < 0 ? NULL : hand_over(nkey, NULL);
         goto done;
     }
-    if ((prefix = attr_or_clear(space, s_obj_prefix)) == NULL || (db = attr_or_clear(space, s_db)) == NULL
-        || (cache = attr_or_clear(space, s_cache)) == NULL) {
+    if ((prefix = attr_or_clear(space, s_obj_prefix)) == NULL || (db = attr_or_clear(space, s_db)) == NULL) {
         res = hand_over(nkey, NULL);
         goto done;
     }
@@ -2189,7 +2188,13 @@ static PyObject *reload_lookup(PyObject *self, PyObject *const *args, Py_ssize_t
     if (o == NULL) {                /* a MemoryError: nothing changed */
         goto done;
     }
-    /* Python's _find: self._live[nkey] = obj; self._remember(obj) (the cache's use) */
+    /* Python's _find: self._live[nkey] = obj; self._remember(obj) (the cache's use), both
+       read after the get, as Python reads them (db.get may be Python code) */
+    Py_SETREF(live, attr_or_clear(space, s_live));
+    if (live == NULL || (cache = attr_or_clear(space, s_cache)) == NULL) {
+        res = hand_over(nkey, meta);
+        goto done;
+    }
     if (live_set(live, nkey, o) < 0 || cache_use(cache, k, o) < 0) {
         goto done;
     }
