@@ -688,11 +688,11 @@ static PyObject *decode(PyObject *self, PyObject *data) {
 
 enum { X_SPACE, X_NKEY, X_NS, X_ITEMS, X_CODEC, X_FLAGS, X_PFLAGS, X_LISTED, X_DEAD, X_MSAVED, X_MLAST,
        X_MHEAD, X_OLD, X_VALS, X_DIRTY, X_PENDING, X_HEAD, X_TAIL, X_LO, X_HI, X_SNAP, X_COMPLETE, X_MAXLEN,
-       X_ENCODE, NFIELDS };
+       X_ENCODE, X_NAME, X_ISUMS, X_VERSION, X_CNAME, NFIELDS };
 static const char *field_names[NFIELDS] = {
     "_space", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags", "_listed", "_dead", "_msaved", "_mlast",
     "_mhead", "_old", "_vals", "_dirty", "_pending", "_head", "_tail", "_lo", "_hi", "_snap", "_complete",
-    "_maxlen", "encode"};
+    "_maxlen", "encode", "_name", "_isums", "_version", "name"};
 static Py_ssize_t offs[NFIELDS];
 
 #define GET(o, x) (*(PyObject **)((char *)(o) + offs[x]))
@@ -1329,6 +1329,31 @@ done:
     return res;
 }
 
+/* The cache's containers when it is an exact ObjectCache with its own methods (c->inl); 0 or -1. */
+static int cache_open(cache_ctx *c) {
+    if (Py_IS_TYPE(c->cache, cache_kind.type) && still_same(&cache_kind)) {
+        c->lru = PyObject_GetAttr(c->cache, s_lru);
+        c->heavy = c->lru ? PyObject_GetAttr(c->cache, s_heavy) : NULL;
+        c->cost = c->heavy ? PyObject_GetAttr(c->cache, s_cost) : NULL;
+        c->item_bytes = c->cost ? PyObject_GetAttr(c->cache, s_item_bytes) : NULL;
+        c->budget = c->item_bytes ? PyObject_GetAttr(c->cache, s_budget) : NULL;
+        if (c->budget == NULL) {
+            return -1;
+        }
+        c->inl = PyDict_CheckExact(c->cost);
+    }
+    return 0;
+}
+
+static void cache_close(cache_ctx *c) {
+    Py_CLEAR(c->lru);
+    Py_CLEAR(c->heavy);
+    Py_CLEAR(c->cost);
+    Py_CLEAR(c->item_bytes);
+    Py_CLEAR(c->budget);
+    Py_CLEAR(c->nb);
+}
+
 /* SlotSequence._confirm: 1 (clean), 0, -1 (an exception), or 2: not the common case,
    nothing changed (the caller calls the Python method). */
 static int confirm_one(PyObject *o, cache_ctx *c, Py_ssize_t cache_items, int inplace_none) {
@@ -1415,16 +1440,8 @@ static PyObject *save_confirm(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *res = NULL;
-    if (Py_IS_TYPE(c.cache, cache_kind.type) && still_same(&cache_kind)) {
-        c.lru = PyObject_GetAttr(c.cache, s_lru);
-        c.heavy = c.lru ? PyObject_GetAttr(c.cache, s_heavy) : NULL;
-        c.cost = c.heavy ? PyObject_GetAttr(c.cache, s_cost) : NULL;
-        c.item_bytes = c.cost ? PyObject_GetAttr(c.cache, s_item_bytes) : NULL;
-        c.budget = c.item_bytes ? PyObject_GetAttr(c.cache, s_budget) : NULL;
-        if (c.budget == NULL) {
-            goto done;
-        }
-        c.inl = PyDict_CheckExact(c.cost);
+    if (cache_open(&c) < 0) {
+        goto done;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs); i++) {
         PyObject *o = Py_NewRef(PyList_GET_ITEM(objs, i));
@@ -1476,12 +1493,7 @@ static PyObject *save_confirm(PyObject *self, PyObject *args) {
     }
     res = Py_NewRef(Py_None);
 done:
-    Py_XDECREF(c.lru);
-    Py_XDECREF(c.heavy);
-    Py_XDECREF(c.cost);
-    Py_XDECREF(c.item_bytes);
-    Py_XDECREF(c.budget);
-    Py_XDECREF(c.nb);
+    cache_close(&c);
     return res;
 }
 
@@ -1592,6 +1604,768 @@ static PyObject *save_setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- The reload of a handle (RFC 0012 step 3) -------------------------------------------
+ *
+ * lookup(space, name, kind, codec, nkey) is ObjectSpace._lookup for the common case: a name
+ * that is a str or a tuple of str, bytes and 64-bit ints (encoded here as
+ * _keycodec.encode_name does), an object alive in the space's weak map (its kind and codec
+ * checked, then the cache's use()), or one whose format-2 metadata record names a list,
+ * queue, stack or array with its plain metadata ([tail], [head, tail], [head, tail, maxlen]
+ * of ints), which is built as the kind's _load builds it, put in the weak map (a KeyedRef
+ * with the map's own callback, as WeakValueDictionary.__setitem__ makes it) and added to the
+ * cache as ObjectCache.use adds it (its _evict stays Python). The metadata is read through
+ * the space's db.get.
+ *
+ * Anything else returns (nkey or None, metadata or the _UNREAD sentinel): the Python lookup
+ * takes over from there, with what was read, and decides every error (a closed space, a
+ * deleted name, a kind or codec mismatch, a missing or unreadable record). Nothing is
+ * changed before that hand-over. A space, cache or kind whose methods changed since setup
+ * (a subclass, a monkeypatched method) goes to Python too. */
+
+enum { SH_LOOKUP, SH_FIND, SH_GET_OR_CREATE, SH_REMEMBER, SH_BUILD, SH_LOAD, SH_MISMATCH, NSHOOKS };
+static const char *space_hook_names[NSHOOKS] = {"_lookup", "_find", "_get_or_create", "_remember", "_build", "_load",
+                                                 "_mismatch"};
+enum { RH_LOAD, RH_INIT_BASE, RH_INIT_SLOTS, RH_KIND, RH_HAS_META, NRHOOKS };
+static const char *rkind_hook_names[NRHOOKS] = {"_load", "_init_base", "_init_slots", "kind", "has_meta"};
+enum { RC_USE, RC_ADD, NRCHOOKS };
+static const char *rcache_hook_names[NRCHOOKS] = {"use", "_add"};
+/* the weak map's methods the C code stands in for (get, and __setitem__ with its KeyedRef) */
+enum { WH_GET, WH_SETITEM, NWHOOKS };
+static const char *wvd_hook_names[NWHOOKS] = {"get", "__setitem__"};
+static PyObject *space_hook_strs[NSHOOKS], *rkind_hook_strs[NRHOOKS], *rcache_hook_strs[NRCHOOKS],
+    *wvd_hook_strs[NWHOOKS];
+
+#define MAX_KIND_CODE 16
+typedef struct {
+    PyObject *name;             /* the kind's name ("queue") */
+    checked *save;              /* its entry in kinds[] (the cache's hooks: _mem_estimate, _handle_bytes) */
+    checked load;               /* its _load and the methods that builds it with */
+    checked *bounded;           /* queue: the class of [head, tail, maxlen] (its kinds[] entry) */
+    checked bload;
+} rkind;
+static rkind rkinds[MAX_KIND_CODE];     /* by kind code; name NULL: not handled here */
+static checked space_kind, rcache_kind, wvd_kind;
+static PyObject *kind_classes = NULL, *codecs_by_code = NULL, *wvd_type = NULL, *keyedref_type = NULL,
+    *unread = NULL, *empty_tuple = NULL, *mheads[MAX_KIND_CODE][256];
+static Py_ssize_t keyedref_key_off = 0;
+static PyObject *s_closed, *s_live, *s_graves, *s_obj_prefix, *s_db, *s_get, *s_cache, *s_data, *s_pending_removals,
+    *s_remove, *s_max_objects;
+static int reload_ready = 0;
+
+/* How a hand-over is returned: (nkey or None, meta or _UNREAD). */
+static PyObject *hand_over(PyObject *nkey, PyObject *meta) {
+    return PyTuple_Pack(2, nkey ? nkey : Py_None, meta ? meta : unread);
+}
+
+/* An attribute of the space or its cache that the Python lookup reads too (new reference),
+   or NULL with no exception left: the caller hands over before changing anything, and the
+   Python lookup meets (and raises) whatever made it fail. */
+static PyObject *attr_or_clear(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) {
+        PyErr_Clear();
+    }
+    return v;
+}
+
+/* ---- _keycodec.encode_name for str, bytes and int parts ---- */
+
+static int put_escaped(buf *b, unsigned char tag, const char *s, Py_ssize_t n) {
+    if (put1(b, tag) < 0) {
+        return -1;
+    }
+    const char *z = memchr(s, 0, (size_t)n);
+    if (z == NULL) {
+        if (put(b, s, n) < 0) {
+            return -1;
+        }
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (put1(b, (unsigned char)s[i]) < 0 || (s[i] == 0 && put1(b, 0xff) < 0)) {
+                return -1;
+            }
+        }
+    }
+    return put(b, "\x00\x01", 2);
+}
+
+/* 0: encoded; 1: not handled here (no exception); -1: an exception. */
+static int enc_part(buf *b, PyObject *p) {
+    if (PyUnicode_CheckExact(p)) {
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(p, &n);
+        if (s == NULL) {            /* a lone surrogate: Python's surrogatepass */
+            PyErr_Clear();
+            return 1;
+        }
+        return put_escaped(b, 0x50, s, n);
+    }
+    if (PyBytes_CheckExact(p)) {
+        return put_escaped(b, 0x40, PyBytes_AS_STRING(p), PyBytes_GET_SIZE(p));
+    }
+    if (PyLong_CheckExact(p)) {
+        long long v;
+        if (as_i64(p, &v) || v == LLONG_MIN) {
+            return 1;
+        }
+        unsigned long long m = v < 0 ? (unsigned long long)(-v) : (unsigned long long)v;
+        int len = 0;
+        for (unsigned long long t = m; t; t >>= 8) {
+            len++;
+        }
+        unsigned char out[10];
+        out[0] = 0x20;
+        if (v >= 0) {
+            out[1] = (unsigned char)(0x80 + len);
+        } else {
+            out[1] = (unsigned char)(0x7f - len);
+            m = (len == 8 ? ~0ULL : ((1ULL << (8 * len)) - 1)) - m;
+        }
+        for (int i = len - 1; i >= 0; i--) {
+            out[2 + i] = (unsigned char)(m & 0xff);
+            m >>= 8;
+        }
+        return put(b, out, 2 + len);
+    }
+    return 1;
+}
+
+/* The encoded name (new reference), or NULL: not handled (no exception) or an exception. */
+static PyObject *encode_name_c(PyObject *name) {
+    buf b = {NULL, 0, 0};
+    int r = 1;
+    if (PyUnicode_CheckExact(name) && PyUnicode_GET_LENGTH(name) > 0) {
+        r = enc_part(&b, name);
+    } else if (PyTuple_CheckExact(name) && PyTuple_GET_SIZE(name) > 0) {
+        r = put1(&b, 0x60);
+        for (Py_ssize_t i = 0; r == 0 && i < PyTuple_GET_SIZE(name); i++) {
+            r = enc_part(&b, PyTuple_GET_ITEM(name, i));
+        }
+        if (r == 0) {
+            r = put1(&b, 0x00);
+        }
+    }
+    PyObject *out = r == 0 ? PyBytes_FromStringAndSize((const char *)b.p, b.len) : NULL;
+    PyMem_Free(b.p);
+    return out;
+}
+
+static int str_eq(PyObject *a, PyObject *b) {
+    return a == b || (PyUnicode_Check(a) && PyUnicode_Check(b) && PyUnicode_Compare(a, b) == 0);
+}
+
+/* ---- the cache's use() ---- */
+
+/* ObjectCache._add(id(o), o) for a registered kind (mo: the cache's max_objects): 0 or -1. */
+static int cache_add(cache_ctx *c, checked *k, PyObject *o, PyObject *key, PyObject *mo) {
+    PyObject *vals = GET(o, X_VALS), *hb = k->hooks[H_HANDLE_BYTES], *cost, *nb, *r;
+    if (PyObject_SetItem(c->lru, key, o) < 0) {
+        return -1;
+    }
+    if (vals == NULL || !PyDict_CheckExact(vals)) {
+        cost = PyObject_CallMethod(o, "_mem_estimate", "O", c->item_bytes);
+        forget(c);
+    } else {
+        cost = estimate(hb, PyDict_GET_SIZE(vals), c->item_bytes);
+    }
+    if (cost == NULL) {
+        return -1;
+    }
+    int res = -1;
+    if (PyDict_SetItem(c->cost, key, cost) < 0) {
+        goto done;
+    }
+    int heavy = PyObject_RichCompareBool(cost, hb, Py_GT);
+    if (heavy < 0 || (heavy && PyObject_SetItem(c->heavy, key, o) < 0)) {
+        goto done;
+    }
+    if ((nb = nbytes_of(c)) == NULL || set_nbytes(c, PyNumber_Add(nb, cost)) < 0) {
+        goto done;
+    }
+    int over = PyObject_RichCompareBool(c->nb, c->budget, Py_GT);
+    if (over < 0) {
+        goto done;
+    }
+    if (!over && mo != Py_None) {
+        Py_ssize_t len = PyObject_Length(c->lru);
+        PyObject *n = len < 0 ? NULL : PyLong_FromSsize_t(len);
+        over = n ? PyObject_RichCompareBool(n, mo, Py_GT) : -1;
+        Py_XDECREF(n);
+        if (over < 0) {
+            goto done;
+        }
+    }
+    if (over) {
+        r = PyObject_CallMethodNoArgs(c->cache, s_cevict);
+        forget(c);
+        if (r == NULL) {
+            goto done;
+        }
+        Py_DECREF(r);
+    }
+    res = 0;
+done:
+    Py_DECREF(cost);
+    return res;
+}
+
+/* ObjectCache.use(o) (k: o's registered kind): 0 or -1. Every attribute of the cache it
+   reads is read before anything changes; if one is missing (or the cache is not an exact
+   ObjectCache with its own methods), the cache's Python use() runs instead, from the start. */
+static int cache_use(PyObject *cache, checked *k, PyObject *o) {
+    cache_ctx c = {cache, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+    PyObject *r, *mo = NULL;
+    int res = -1;
+    int inl = Py_IS_TYPE(cache, rcache_kind.type) && still_same(&rcache_kind) && cache_open(&c) == 0 && c.inl
+        && nbytes_of(&c) != NULL && (mo = PyObject_GetAttr(cache, s_max_objects)) != NULL;
+    if (!inl) {
+        PyErr_Clear();                  /* (a missing attribute: Python's use() meets it) */
+        r = call_method1(cache, rcache_hook_strs[RC_USE], o);
+        Py_XDECREF(r);
+        res = r ? 0 : -1;
+        goto done;
+    }
+    PyObject *key = PyLong_FromVoidPtr(o);
+    if (key == NULL) {
+        goto done;
+    }
+    PyObject *old = PyDict_GetItemWithError(c.cost, key);
+    if (old != NULL) {
+        res = cache_clean(&c, k, o);
+    } else if (!PyErr_Occurred()) {
+        int listed = PyObject_IsTrue(GET(o, X_LISTED) ? GET(o, X_LISTED) : Py_True);
+        res = listed < 0 ? -1 : listed ? 0 : cache_add(&c, k, o, key, mo);
+    }
+    Py_DECREF(key);
+done:
+    Py_XDECREF(mo);
+    cache_close(&c);
+    return res;
+}
+
+/* ---- the metadata ---- */
+
+/* msgpack ints of a fixarray of 1 to 3 of them filling s[0:n]: their count, or 0. */
+static int meta_ints(const unsigned char *s, Py_ssize_t n, PyObject **out) {
+    if (n < 1 || (s[0] & 0xf0) != 0x90 || (s[0] & 0x0f) == 0 || (s[0] & 0x0f) > 3) {
+        return 0;
+    }
+    int cnt = s[0] & 0x0f, got = 0;
+    Py_ssize_t pos = 1;
+    while (got < cnt) {
+        if (pos >= n) {
+            goto bad;
+        }
+        unsigned char h = s[pos++];
+        PyObject *v;
+        if (h <= 0x7f) {
+            v = PyLong_FromLong(h);
+        } else if (h >= 0xe0) {
+            v = PyLong_FromLong((long)(signed char)h);
+        } else if (h >= 0xcc && h <= 0xd3) {
+            int w = 1 << ((h - 0xcc) & 3);
+            if (pos + w > n) {
+                goto bad;
+            }
+            uint64_t u = 0;
+            for (int i = 0; i < w; i++) {
+                u = (u << 8) | s[pos + i];
+            }
+            pos += w;
+            if (h <= 0xcf) {
+                v = PyLong_FromUnsignedLongLong(u);
+            } else {
+                int64_t x = w == 1 ? (int8_t)u : w == 2 ? (int16_t)u : w == 4 ? (int32_t)u : (int64_t)u;
+                v = PyLong_FromLongLong(x);
+            }
+        } else {
+            goto bad;
+        }
+        if (v == NULL) {
+            PyErr_Clear();
+            goto bad;
+        }
+        out[got++] = v;
+    }
+    if (pos == n) {
+        return cnt;
+    }
+bad:
+    for (int i = 0; i < got; i++) {
+        Py_DECREF(out[i]);
+    }
+    return 0;
+}
+
+/* The handle of a list, queue, stack or array from its metadata ints, as _load builds it
+   (new reference; prefix: the space's _obj_prefix, bytes), or NULL: a MemoryError. */
+static PyObject *build_handle(PyObject *space, PyObject *name, PyObject *nkey, PyObject *prefix, checked *k,
+                              PyObject *codec, PyObject *mhead, PyObject **ints, int n) {
+    PyTypeObject *t = k->type;
+    PyObject *ns = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(prefix) + PyBytes_GET_SIZE(nkey));
+    if (ns != NULL) {
+        memcpy(PyBytes_AS_STRING(ns), PyBytes_AS_STRING(prefix), (size_t)PyBytes_GET_SIZE(prefix));
+        memcpy(PyBytes_AS_STRING(ns) + PyBytes_GET_SIZE(prefix), PyBytes_AS_STRING(nkey),
+               (size_t)PyBytes_GET_SIZE(nkey));
+    }
+    PyObject *items = ns ? PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(ns) + 1) : NULL;
+    if (items != NULL) {
+        memcpy(PyBytes_AS_STRING(items), PyBytes_AS_STRING(ns), (size_t)PyBytes_GET_SIZE(ns));
+        PyBytes_AS_STRING(items)[PyBytes_GET_SIZE(ns)] = 0x01;
+    }
+    PyObject *vals = items ? PyDict_New() : NULL;
+    PyObject *head = n == 1 ? PyLong_FromLong(0) : Py_NewRef(ints[0]), *tail = ints[n == 1 ? 0 : 1];
+    PyObject *snap = vals && head ? PyTuple_Pack(2, head, tail) : NULL;
+    int eq = snap ? PyObject_RichCompareBool(head, tail, Py_EQ) : -1;
+    PyObject *o = eq >= 0 ? t->tp_new(t, empty_tuple, NULL) : NULL;
+    if (o == NULL) {
+        Py_XDECREF(ns);
+        Py_XDECREF(items);
+        Py_XDECREF(vals);
+        Py_XDECREF(head);
+        Py_XDECREF(snap);
+        return NULL;
+    }
+    /* PersistedObject._init_base(fresh=False) */
+    set_ref(o, X_SPACE, space);
+    set_ref(o, X_NAME, name);
+    set_ref(o, X_NKEY, nkey);
+    set_steal(o, X_NS, ns);
+    set_steal(o, X_ITEMS, items);
+    set_ref(o, X_CODEC, codec);
+    set_steal(o, X_FLAGS, PyLong_FromLong(0));
+    set_steal(o, X_PFLAGS, PyLong_FromLong(0));
+    set_ref(o, X_LISTED, Py_False);
+    set_ref(o, X_DEAD, Py_False);
+    set_ref(o, X_MSAVED, Py_None);
+    set_ref(o, X_MLAST, Py_None);
+    set_ref(o, X_MHEAD, mhead);
+    set_ref(o, X_OLD, Py_False);
+    set_ref(o, X_ISUMS, Py_None);
+    /* SlotSequence._init_slots(head, tail, fresh=False) */
+    set_steal(o, X_VALS, vals);
+    set_ref(o, X_DIRTY, no_slots);
+    set_ref(o, X_PENDING, no_slots);
+    set_ref(o, X_HEAD, head);
+    set_ref(o, X_TAIL, tail);
+    set_ref(o, X_LO, head);
+    set_ref(o, X_HI, tail);
+    set_steal(o, X_SNAP, snap);
+    set_ref(o, X_COMPLETE, eq ? Py_True : Py_False);
+    set_steal(o, X_VERSION, PyLong_FromLong(0));
+    if (n > 1) {            /* PersistedQueue._load: _maxlen */
+        set_ref(o, X_MAXLEN, n == 3 ? ints[2] : Py_None);
+    }
+    Py_DECREF(head);
+    return o;
+}
+
+/* The weak map's data dict (new reference) when live is a WeakValueDictionary as setup found
+   it (reload_setup: data a dict, _pending_removals a list, get and __setitem__ its own) with
+   no removals pending, so that live.get(k) is data[k]() and live[k] = o is data[k] =
+   KeyedRef(o, live._remove, k); else NULL, no exception left (the caller uses the
+   WeakValueDictionary's Python methods, or hands over). */
+static PyObject *live_data(PyObject *live) {
+    if (!Py_IS_TYPE(live, (PyTypeObject *)wvd_type) || !still_same(&wvd_kind)) {
+        return NULL;
+    }
+    PyObject *pend = attr_or_clear(live, s_pending_removals);
+    PyObject *data = pend ? attr_or_clear(live, s_data) : NULL;
+    if (data != NULL && !(PyList_CheckExact(pend) && PyList_GET_SIZE(pend) == 0 && PyDict_CheckExact(data))) {
+        Py_CLEAR(data);
+    }
+    Py_XDECREF(pend);
+    return data;
+}
+
+/* The weak map's entry: live.get(nkey) as a new reference, or NULL: none, or *plain = 0 when
+   the map is not as live_data wants it (then the caller hands over). Leaves no exception. */
+static PyObject *live_get(PyObject *live, PyObject *nkey, int *plain) {
+    PyObject *data = live_data(live), *o = NULL;
+    *plain = data != NULL;
+    if (data != NULL) {
+        PyObject *wr = PyDict_GetItemWithError(data, nkey);      /* nkey: bytes, no error */
+        if (wr != NULL && !PyWeakref_Check(wr)) {
+            *plain = 0;                 /* not what __setitem__ stores: Python's get decides */
+        } else if (wr != NULL) {
+            o = PyObject_CallNoArgs(wr);        /* a weakref's call: its referent or None */
+            if (o == Py_None) {
+                Py_CLEAR(o);
+            }
+        }
+        Py_DECREF(data);
+    }
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_CLEAR(o);
+        *plain = 0;
+    }
+    return o;
+}
+
+/* live[nkey] = o as WeakValueDictionary.__setitem__ does it: 0 or -1 (an exception: Python's
+   own __setitem__'s, called when the map is not as live_data wants it, or a MemoryError). */
+static int live_set(PyObject *live, PyObject *nkey, PyObject *o) {
+    PyObject *data = live_data(live);
+    PyObject *cb = data ? attr_or_clear(live, s_remove) : NULL;
+    int res = -1;
+    if (cb == NULL || !PyCallable_Check(cb)) {
+        res = PyObject_SetItem(live, nkey, o);          /* the map's own __setitem__ */
+        goto done;
+    }
+    PyObject *args = PyTuple_Pack(2, o, cb);
+    /* ref.__new__(KeyedRef, o, cb) and its key slot, as KeyedRef.__new__ does (its __init__
+       only checks the arguments again) */
+    PyObject *wr = args ? _PyWeakref_RefType.tp_new((PyTypeObject *)keyedref_type, args, NULL) : NULL;
+    Py_XDECREF(args);
+    if (wr == NULL) {
+        goto done;
+    }
+    PyObject **slot = (PyObject **)((char *)wr + keyedref_key_off);
+    Py_XSETREF(*slot, Py_NewRef(nkey));
+    res = PyDict_SetItem(data, nkey, wr);
+    Py_DECREF(wr);
+done:
+    Py_XDECREF(data);
+    Py_XDECREF(cb);
+    return res;
+}
+
+static rkind *rkind_named(PyObject *kind) {
+    for (int i = 0; i < MAX_KIND_CODE; i++) {
+        if (rkinds[i].name != NULL && str_eq(rkinds[i].name, kind)) {
+            return &rkinds[i];
+        }
+    }
+    return NULL;
+}
+
+/* The registered kind of an alive object with the kind and codec asked for, or NULL. */
+static checked *alive_ok(PyObject *o, PyObject *kind, PyObject *codec) {
+    checked *k = kind_of(o);
+    if (k == NULL) {
+        return NULL;
+    }
+    rkind *rk = NULL;
+    for (int i = 0; i < MAX_KIND_CODE && rk == NULL; i++) {
+        if (rkinds[i].name != NULL && (rkinds[i].save == k || rkinds[i].bounded == k)) {
+            rk = &rkinds[i];
+        }
+    }
+    if (rk == NULL || (kind != Py_None && !str_eq(rk->name, kind))) {
+        return NULL;
+    }
+    if (codec != Py_None) {
+        PyObject *c = GET(o, X_CODEC);
+        if (c == NULL || !Py_IS_TYPE(c, (PyTypeObject *)codec_type) || GET(c, X_CNAME) == NULL
+            || !str_eq(GET(c, X_CNAME), codec)) {
+            return NULL;
+        }
+    }
+    return k;
+}
+
+static PyObject *reload_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "lookup(space, name, kind, codec, nkey)");
+        return NULL;
+    }
+    if (!reload_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "objectspace._native: reload_setup() was not called");
+        return NULL;
+    }
+    PyObject *space = args[0], *name = args[1], *kind = args[2], *codec = args[3], *nkey = args[4];
+    PyObject *res = NULL, *live = NULL, *o = NULL, *graves = NULL, *db = NULL, *key = NULL, *meta = NULL,
+        *cache = NULL, *prefix = NULL, *ints[3] = {NULL, NULL, NULL};
+    int n = 0;
+    if (!Py_IS_TYPE(space, space_kind.type) || !still_same(&space_kind)) {
+        return hand_over(nkey == Py_None ? NULL : nkey, NULL);
+    }
+    PyObject *closed = attr_or_clear(space, s_closed);
+    Py_XDECREF(closed);
+    if (closed != Py_False) {           /* (closed, or no _closed: Python's) */
+        return hand_over(nkey == Py_None ? NULL : nkey, NULL);
+    }
+    if (nkey == Py_None) {
+        nkey = encode_name_c(name);
+        if (nkey == NULL) {
+            return PyErr_Occurred() ? NULL : hand_over(NULL, NULL);
+        }
+    } else if (!PyBytes_CheckExact(nkey)) {
+        return hand_over(nkey, NULL);
+    } else {
+        Py_INCREF(nkey);
+    }
+    /* Until the handle is put in the weak map nothing is changed, and every attribute read
+       that fails hands over (attr_or_clear): the Python lookup reads it again and raises. */
+    int plain = 0;
+    if ((live = attr_or_clear(space, s_live)) != NULL) {
+        o = live_get(live, nkey, &plain);
+    }
+    if (!plain) {
+        res = hand_over(nkey, NULL);
+        goto done;
+    }
+    if (o != NULL) {                            /* in memory */
+        checked *k = alive_ok(o, kind, codec);
+        if (k == NULL || (cache = attr_or_clear(space, s_cache)) == NULL) {
+            res = hand_over(nkey, NULL);
+        } else if (cache_use(cache, k, o) == 0) {
+            res = Py_NewRef(o);
+        }
+        goto done;
+    }
+    rkind *want = NULL;
+    if (kind != Py_None && (want = rkind_named(kind)) == NULL) {      /* another kind: Python's */
+        res = hand_over(nkey, NULL);
+        goto done;
+    }
+    graves = attr_or_clear(space, s_graves);
+    int dead = graves && PyDict_CheckExact(graves) ? PyDict_Contains(graves, nkey) : 1;     /* bytes: no error */
+    if (dead) {
+        res = dead < 0 ? NULL : hand_over(nkey, NULL);
+        goto done;
+    }
+    if ((prefix = attr_or_clear(space, s_obj_prefix)) == NULL || (db = attr_or_clear(space, s_db)) == NULL) {
+        res = hand_over(nkey, NULL);
+        goto done;
+    }
+    if (PyBytes_CheckExact(prefix)) {
+        Py_ssize_t np = PyBytes_GET_SIZE(prefix), nk = PyBytes_GET_SIZE(nkey);
+        key = PyBytes_FromStringAndSize(NULL, np + nk + 1);
+        if (key != NULL) {
+            memcpy(PyBytes_AS_STRING(key), PyBytes_AS_STRING(prefix), (size_t)np);
+            memcpy(PyBytes_AS_STRING(key) + np, PyBytes_AS_STRING(nkey), (size_t)nk);
+            PyBytes_AS_STRING(key)[np + nk] = 0x00;
+        }
+    } else {
+        res = hand_over(nkey, NULL);            /* Python adds them (and raises) */
+        goto done;
+    }
+    /* db.get by attribute, as Python calls it: its errors are the Python lookup's too */
+    if (key == NULL || (meta = PyObject_CallMethodOneArg(db, s_get, key)) == NULL) {
+        goto done;
+    }
+    /* split_meta for the common case: a format-2 head naming a handled kind and known codec */
+    if (!PyBytes_CheckExact(meta) || PyBytes_GET_SIZE(meta) <= 4) {
+        res = hand_over(nkey, meta);
+        goto done;
+    }
+    const unsigned char *m = (const unsigned char *)PyBytes_AS_STRING(meta);
+    rkind *rk = m[0] == 0xC1 && m[1] == 2 && m[2] < MAX_KIND_CODE && rkinds[m[2]].name ? &rkinds[m[2]] : NULL;
+    if (rk == NULL || (want != NULL && want != rk)) {
+        res = hand_over(nkey, meta);
+        goto done;
+    }
+    PyObject *code = PyLong_FromLong(m[3]);
+    PyObject *codec_obj = code ? PyDict_GetItemWithError(codecs_by_code, code) : NULL;
+    Py_XDECREF(code);
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (codec_obj == NULL || !Py_IS_TYPE(codec_obj, (PyTypeObject *)codec_type) || GET(codec_obj, X_CNAME) == NULL
+        || (codec != Py_None && !str_eq(GET(codec_obj, X_CNAME), codec))) {
+        res = hand_over(nkey, meta);
+        goto done;
+    }
+    n = meta_ints(m + 4, PyBytes_GET_SIZE(meta) - 4, ints);
+    checked *k = n == 0 ? NULL : n == 3 ? rk->bounded : rk->save;
+    checked *kl = n == 3 ? &rk->bload : &rk->load;
+    PyObject *cls = PyDict_GetItemWithError(kind_classes, rk->name);
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (k == NULL || (rk->bounded == NULL) != (n == 1) || cls != (PyObject *)rk->save->type
+        || !still_same(k) || !still_same(kl)) {
+        res = hand_over(nkey, meta);
+        goto done;
+    }
+    PyObject *mhead = mheads[m[2]][m[3]];
+    if (mhead == NULL && (mhead = mheads[m[2]][m[3]] = PyBytes_FromStringAndSize((const char *)m, 4)) == NULL) {
+        goto done;
+    }
+    o = build_handle(space, name, nkey, prefix, k, codec_obj, mhead, ints, n);
+    if (o == NULL) {                /* a MemoryError: nothing changed */
+        goto done;
+    }
+    /* Python's _find: self._live[nkey] = obj; self._remember(obj) (the cache's use), both
+       read after the get, as Python reads them (db.get may be Python code) */
+    Py_SETREF(live, attr_or_clear(space, s_live));
+    if (live == NULL || (cache = attr_or_clear(space, s_cache)) == NULL) {
+        res = hand_over(nkey, meta);
+        goto done;
+    }
+    if (live_set(live, nkey, o) < 0 || cache_use(cache, k, o) < 0) {
+        goto done;
+    }
+    res = Py_NewRef(o);
+done:
+    for (int i = 0; i < n; i++) {
+        Py_XDECREF(ints[i]);
+    }
+    Py_XDECREF(nkey);
+    Py_XDECREF(live);
+    Py_XDECREF(o);
+    Py_XDECREF(graves);
+    Py_XDECREF(db);
+    Py_XDECREF(key);
+    Py_XDECREF(meta);
+    Py_XDECREF(cache);
+    Py_XDECREF(prefix);
+    return res;
+}
+
+/* Whether KeyedRef is what live_set makes by hand: a direct subclass of weakref.ref whose
+   instances are the ref's struct plus its one __slots__ member, key (an object slot). */
+static int keyedref_fits(PyTypeObject *kr) {
+    PyObject *kd = PyDict_GetItemString(kr->tp_dict, "key");        /* borrowed; str key: no error */
+    if (kr->tp_base != &_PyWeakref_RefType || kd == NULL || !Py_IS_TYPE(kd, &PyMemberDescr_Type)) {
+        return 0;
+    }
+    PyMemberDef *m = ((PyMemberDescrObject *)kd)->d_member;
+    return m->type == T_OBJECT_EX && m->offset >= _PyWeakref_RefType.tp_basicsize
+        && m->offset + (Py_ssize_t)sizeof(PyObject *) <= kr->tp_basicsize && kr->tp_dictoffset == 0
+        && _PyWeakref_RefType.tp_new != NULL;
+}
+
+/* Whether a fresh weak map works with live_get and live_set as with its own methods: a
+   probe object put in by live_set is what the map's get returns, the KeyedRef's key
+   attribute is the key, and the map's own callback takes the entry out when the probe dies.
+   0 or 1, no exception left. */
+static int weakmap_probe(void) {
+    PyObject *w = PyObject_CallNoArgs(wvd_type), *probe = PySet_New(NULL), *k = PyBytes_FromString("probe");
+    PyObject *got = NULL, *data = NULL, *wr = NULL, *wkey = NULL;
+    int ok = 0, plain = 0;
+    if (w == NULL || probe == NULL || k == NULL) {
+        goto done;
+    }
+    got = live_get(w, k, &plain);
+    if (!plain || got != NULL || live_set(w, k, probe) < 0) {
+        goto done;
+    }
+    got = PyObject_CallMethod(w, "get", "O", k);
+    data = got == probe ? live_data(w) : NULL;
+    wr = data ? PyDict_GetItemWithError(data, k) : NULL;
+    wkey = wr && Py_IS_TYPE(wr, (PyTypeObject *)keyedref_type) ? PyObject_GetAttrString(wr, "key") : NULL;
+    if (wkey != k) {
+        goto done;
+    }
+    Py_CLEAR(got);
+    Py_CLEAR(probe);                    /* dies: the map's _remove runs */
+    ok = PyDict_GET_SIZE(data) == 0 && PyObject_Length(w) == 0;
+done:
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        ok = 0;
+    }
+    Py_XDECREF(wkey);
+    Py_XDECREF(data);
+    Py_XDECREF(got);
+    Py_XDECREF(probe);
+    Py_XDECREF(k);
+    Py_XDECREF(w);
+    return ok;
+}
+
+/* reload_setup(space_type, kind_classes, codecs_by_code, kinds, weak_value_dict, keyed_ref, unread):
+   kinds is [(kind code, kind name, class, bounded class or None)], each class registered by
+   save_setup. True, or False when the weak map's classes are not as the C code needs them
+   (keyedref_fits, weakmap_probe): then lookup stays off and the Python lookup runs. */
+static PyObject *reload_setup(PyObject *self, PyObject *args) {
+    PyObject *st, *kc, *cbc, *kl, *wvd, *kr, *ur;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O", &PyType_Type, &st, &PyDict_Type, &kc, &PyDict_Type, &cbc,
+                          &PyList_Type, &kl, &PyType_Type, &wvd, &PyType_Type, &kr, &ur)) {
+        return NULL;
+    }
+    if (!save_ready || reload_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "reload_setup() needs save_setup() first, once");
+        return NULL;
+    }
+    if (!keyedref_fits((PyTypeObject *)kr)) {
+        Py_RETURN_FALSE;
+    }
+    keyedref_key_off = ((PyMemberDescrObject *)PyDict_GetItemString(((PyTypeObject *)kr)->tp_dict, "key"))
+        ->d_member->offset;
+#define INTERN(var, s) if ((var = PyUnicode_InternFromString(s)) == NULL) return NULL
+    for (int i = 0; i < NSHOOKS; i++) {
+        INTERN(space_hook_strs[i], space_hook_names[i]);
+    }
+    for (int i = 0; i < NRHOOKS; i++) {
+        INTERN(rkind_hook_strs[i], rkind_hook_names[i]);
+    }
+    for (int i = 0; i < NRCHOOKS; i++) {
+        INTERN(rcache_hook_strs[i], rcache_hook_names[i]);
+    }
+    for (int i = 0; i < NWHOOKS; i++) {
+        INTERN(wvd_hook_strs[i], wvd_hook_names[i]);
+    }
+    INTERN(s_closed, "_closed");
+    INTERN(s_live, "_live");
+    INTERN(s_graves, "_graves");
+    INTERN(s_obj_prefix, "_obj_prefix");
+    INTERN(s_db, "_db");
+    INTERN(s_get, "get");
+    INTERN(s_cache, "_cache");
+    INTERN(s_data, "data");
+    INTERN(s_pending_removals, "_pending_removals");
+    INTERN(s_remove, "_remove");
+    INTERN(s_max_objects, "max_objects");
+#undef INTERN
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kl); i++) {
+        int code;
+        PyObject *kname, *cls, *bcls;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(kl, i), "iUOO", &code, &kname, &cls, &bcls)) {
+            return NULL;
+        }
+        if (code < 0 || code >= MAX_KIND_CODE) {
+            PyErr_SetString(PyExc_ValueError, "reload_setup: kind code out of range");
+            return NULL;
+        }
+        rkind *rk = &rkinds[code];
+        rk->save = rk->bounded = NULL;
+        for (int j = 0; j < nkinds; j++) {
+            if ((PyObject *)kinds[j].type == cls) {
+                rk->save = &kinds[j];
+            }
+            if ((PyObject *)kinds[j].type == bcls) {
+                rk->bounded = &kinds[j];
+            }
+        }
+        if (rk->save == NULL || (bcls != Py_None && rk->bounded == NULL)) {
+            PyErr_SetString(PyExc_ValueError, "reload_setup: a class not registered by save_setup");
+            return NULL;
+        }
+        if (check_setup(&rk->load, rk->save->type, NRHOOKS, rkind_hook_names, rkind_hook_strs) < 0
+            || (rk->bounded && check_setup(&rk->bload, rk->bounded->type, NRHOOKS, rkind_hook_names,
+                                           rkind_hook_strs) < 0)) {
+            return NULL;
+        }
+        rk->name = Py_NewRef(kname);
+    }
+    if (check_setup(&space_kind, (PyTypeObject *)Py_NewRef(st), NSHOOKS, space_hook_names, space_hook_strs) < 0
+        || check_setup(&rcache_kind, (PyTypeObject *)Py_NewRef(cache_kind.type), NRCHOOKS, rcache_hook_names,
+                       rcache_hook_strs) < 0) {
+        return NULL;
+    }
+    if (check_setup(&wvd_kind, (PyTypeObject *)Py_NewRef(wvd), NWHOOKS, wvd_hook_names, wvd_hook_strs) < 0) {
+        PyErr_Clear();                  /* no get or __setitem__: not a WeakValueDictionary */
+        Py_RETURN_FALSE;
+    }
+    if ((empty_tuple = PyTuple_New(0)) == NULL) {
+        return NULL;
+    }
+    kind_classes = Py_NewRef(kc);
+    codecs_by_code = Py_NewRef(cbc);
+    wvd_type = Py_NewRef(wvd);
+    keyedref_type = Py_NewRef(kr);
+    unread = Py_NewRef(ur);
+    if (!weakmap_probe()) {
+        Py_RETURN_FALSE;
+    }
+    reload_ready = 1;
+    Py_RETURN_TRUE;
+}
+
 /* setup(encode, decode, datetime_code): the Python codec the C one hands values to. */
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *enc, *dec;
@@ -1620,6 +2394,10 @@ static PyMethodDef methods[] = {
     {"promote", save_promote, METH_O, "promote(objs): each object's _promote, in C for the common case."},
     {"confirm", save_confirm, METH_VARARGS,
      "confirm(objs, touched, cache, cache_items, inplace_is_none): ObjectSpace.on_saved's loop over objs."},
+    {"lookup", (PyCFunction)(void (*)(void))reload_lookup, METH_FASTCALL,
+     "lookup(space, name, kind, codec, nkey) -> the object, or (nkey, metadata read) for Python's lookup."},
+    {"reload_setup", reload_setup, METH_VARARGS,
+     "reload_setup(space_type, kind_classes, codecs_by_code, kinds, weak_value_dict, keyed_ref, unread)."},
     {"save_setup", save_setup, METH_VARARGS,
      "save_setup(fields, kinds, cache_type, codec_type, native_encode, no_slots): see objectspace/_savepath.py."},
     {NULL, NULL, 0, NULL},

@@ -17,6 +17,9 @@ version tag) sends that kind's objects to Python.
 """
 from __future__ import annotations
 
+import types
+import weakref
+
 from ._base import PersistedObject
 from ._cache import ObjectCache
 from ._codec import Codec, _native_codec
@@ -43,6 +46,9 @@ def _fields() -> dict:
     return out
 
 
+_registered: list = []       # (class, metadata shape) the C save path handles
+
+
 def _load():
     native = _native_codec
     if native is None or not hasattr(native, "save_setup"):
@@ -51,8 +57,58 @@ def _load():
              if cls.__dictoffset__ == 0 and cls._meta is meta and cls.has_meta
              and all(getattr(cls, name) is f for name, f in _HOOKS.items())]
     native.save_setup(_fields(), kinds, ObjectCache, Codec, native.encode, NO_SLOTS)
+    _registered.extend(kinds)
     return native
 
 
 native = _load()
 """objectspace._native with the save path set up, or None (no C module, or OBJECTSPACE_NATIVE=0)."""
+
+
+def _load_reload(space_type: type, unread: object):
+    """The reload of a handle in C (RFC 0012 step 3): ``ObjectSpace._lookup`` for names that
+    encode in C and objects in memory or of the kinds registered above with format-2
+    metadata (``_native.lookup``; anything else is handed back to the Python lookup with what
+    was read). Set up with the classes it builds, the space's class (its lookup hooks are
+    checked as the kinds' are: ``space_type``, given by objectspace/space.py with its
+    ``unread`` sentinel) and the weak map's classes; None without the save path, or when the
+    weak map is not the one the C code reads and writes (``_weakmap_fits`` here; the C
+    checks of KeyedRef's layout and a probe of a fresh map in ``reload_setup``)."""
+    if native is None or not hasattr(native, "reload_setup"):
+        return None
+    from . import _layout as L
+    from ._codec import CODECS_BY_CODE
+    from ._kinds import KIND_CLASSES
+    registered = {cls for cls, _ in _registered}
+    kinds = []
+    for cls, bounded in ((PersistedList, None), (PersistedStack, None), (PersistedArray, None),
+                         (PersistedQueue, _BoundedQueue)):
+        if cls in registered and (bounded is None or bounded in registered) and KIND_CLASSES.get(cls.kind) is cls:
+            kinds.append((L.KIND_CODES[cls.kind], cls.kind, cls, bounded))
+    wvd, keyed_ref = weakref.WeakValueDictionary, weakref.KeyedRef
+    if not _weakmap_fits(wvd, keyed_ref):
+        return None
+    # False: the C checks of KeyedRef's layout, or its probe of a map, failed (see _native.c)
+    if not native.reload_setup(space_type, KIND_CLASSES, CODECS_BY_CODE, kinds, wvd, keyed_ref, unread):
+        return None
+    return native.lookup
+
+
+def _weakmap_fits(wvd: type, keyed_ref: type) -> bool:
+    """Whether a fresh ``wvd()`` is the WeakValueDictionary the C lookup reads and writes
+    without its methods (the same in CPython 3.10 to 3.13, Lib/weakref.py): its entries in a
+    dict ``data`` of KeyedRefs, removals deferred while iterating in a list
+    ``_pending_removals`` (``get`` and ``__setitem__`` commit them first; C hands over
+    unless it is empty), ``_remove`` the callable each KeyedRef is made with, and KeyedRef a
+    ``weakref.ref`` with one ``__slots__`` member, ``key``. Anything else: the Python lookup."""
+    try:
+        m = wvd()
+        attrs = vars(m)
+    except Exception:  # noqa: BLE001 - any failure means "not the map C knows"
+        return False
+    return (type(attrs.get("data")) is dict and not attrs["data"]
+            and type(attrs.get("_pending_removals")) is list and not attrs["_pending_removals"]
+            and callable(attrs.get("_remove"))
+            and keyed_ref.__bases__ == (weakref.ref,)
+            and keyed_ref.__dict__.get("__slots__") in (("key",), "key")
+            and isinstance(keyed_ref.__dict__.get("key"), types.MemberDescriptorType))

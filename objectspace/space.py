@@ -76,6 +76,9 @@ NOTEBOOK_INLINE_BYTES = 4 << 10       # ObjectSpace.open's default inline_segmen
 _SAVE = _savepath.native
 """The C save path (objectspace/_savepath.py: one call per save over all touched objects for
 collect, promote and confirm), or None: the Python loops below, the reference. Tests flip it."""
+_RELOAD = None
+"""The C lookup (``objectspace._native.lookup``, set up at the end of this module), or None:
+``_lookup``'s Python, the reference. Tests flip it."""
 
 
 class ObjectSpace(KindMethods):
@@ -210,6 +213,18 @@ class ObjectSpace(KindMethods):
         """The object called name, checking kind and codec. O(1) when in memory, else one
         point read (the metadata, which names kind and codec), or two for a kind without
         metadata, a format-1 object or a name not stored (index entry)."""
+        meta = _UNREAD
+        if _RELOAD is not None:
+            # The common case in C (objectspace/_savepath.py); anything else comes back as
+            # (nkey or None, the metadata record if it read it) and goes on below.
+            obj = _RELOAD(self, name, kind, codec, nkey)
+            if type(obj) is not tuple:
+                return obj
+            nkey, meta = obj
+        return self._find(name, kind, codec, nkey, meta)
+
+    def _find(self, name, kind: str | None, codec: str | None, nkey: bytes | None, meta):
+        """``_lookup`` in Python; ``meta``: the metadata record if read already, else _UNREAD."""
         if self._closed:
             self._check_open()
         if nkey is None:
@@ -218,9 +233,9 @@ class ObjectSpace(KindMethods):
         if obj is None:
             if nkey in self._graves:
                 raise ObjectNotFoundError(f"no object named {name!r} in the space")
-            meta = _UNREAD
             if kind not in L.KINDS_WITHOUT_META:
-                meta = self._db.get(self._obj_prefix + nkey + L.META)
+                if meta is _UNREAD:
+                    meta = self._db.get(self._obj_prefix + nkey + L.META)
                 if meta is not None and meta[:1] == L.META_HEAD_BYTE:
                     found, code, meta = L.split_meta(meta, name)
                     obj = self._build(name, nkey, found, code, kind, codec, meta, False)
@@ -275,9 +290,16 @@ class ObjectSpace(KindMethods):
         return self._db.get(self._index_prefix + nkey) is not None
 
     def _get_or_create(self, name, kind: str, codec: str, create):
-        nkey = encode_name(name)
+        meta, nkey = _UNREAD, None
+        if _RELOAD is not None:         # see _lookup
+            obj = _RELOAD(self, name, kind, codec, None)
+            if type(obj) is not tuple:
+                return obj
+            nkey, meta = obj
+        if nkey is None:
+            nkey = encode_name(name)
         try:
-            return self._lookup(name, kind, codec, nkey)
+            return self._find(name, kind, codec, nkey, meta)
         except ObjectNotFoundError:
             self._known_absent = (name, nkey)    # spares create() the encoding and a point read
             try:
@@ -661,3 +683,6 @@ class ObjectSpace(KindMethods):
             exc.add_note(f"objectspace: leaving the with block drops the unsaved changes to {n} object(s) "
                          f"(nothing after the last checkpoint() is kept)")
         self.close()
+
+
+_RELOAD = _savepath._load_reload(ObjectSpace, _UNREAD)
