@@ -116,6 +116,8 @@ def _open_clipped(opts, groups, rng_seed):
             a.checkpoint(4).wait()
             for _ in range(40):                                 # only in the WAL: clipped Deltas
                 a.put(key(rng.randrange(256), rng.randrange(40)), b"wal")
+            for g in range(0, 256, 3):
+                a.put(g.to_bytes(2, "big"), b"wal bare %d" % g)
             a.checkpoint(5).wait()
         dbs.append(dkv.open(store, instance="b", sources=[("a", 5)], key_group_range=groups, **opts))
     return Twin(dbs)
