@@ -288,6 +288,8 @@ def summarize(batches: list[dict], warmup: int, memory: dict | None = None, skip
         "manifest_bytes_max": None if manifest[0] is None else max(manifest),
         "peak_rss": {cls: v["sum"] for cls, v in peak.items() if v.get("n")},
         "peak_rss_max": {cls: v["max"] for cls, v in peak.items() if v.get("n")},
+        "steady_peak_rss_max": {cls: v["max"] for cls, v in (memory or {}).get("steady_peak", {}).items()
+                                if v.get("n")},
         "rss_at_start": {cls: v["sum"] for cls, v in (memory or {}).get("at_start", {}).items() if v.get("n")},
         "rows_out": sum(b["rows_out"] for b in steady),
     }
@@ -362,6 +364,7 @@ class ProcessSampler:
         self.reset_ok = True
         self.at_start: dict = {}
         self._cpu0: dict[int, float] = {}    # CPU seconds of the processes there at the start
+        self.steady = False                 # begin_steady() was called: peaks also kept as "steady"
 
     def processes(self) -> dict[int, tuple[str, object]]:
         psutil = self._psutil
@@ -455,6 +458,18 @@ class ProcessSampler:
             c["n"], c["sum"], c["max"] = c["n"] + 1, c["sum"] + rss, max(c["max"], rss)
         self.at_start = at_start
 
+    def begin_steady(self) -> None:
+        """After the warm-up batches: reset the peaks (VmHWM) of the processes taking part, so
+        that from here on each also has a steady peak (the warm-up's input left out)."""
+        for pid in self.peaks:
+            try:
+                with open(f"/proc/{pid}/clear_refs", "w") as f:
+                    f.write("5")
+            except OSError:
+                self.reset_ok = False
+                return
+        self.steady = True
+
     def sample(self) -> dict:
         """Current RSS per class ({"n", "sum", "max"} bytes) of the processes taking part in
         the run; updates their peaks."""
@@ -471,6 +486,8 @@ class ProcessSampler:
             hwm = max(rss, hwm * 1024) if hwm is not None else rss
             entry = self.peaks.setdefault(pid, {"pid": pid, "class": cls, "peak": 0, "cmd": cmd[-120:]})
             entry["peak"] = max(entry["peak"], hwm)
+            if self.steady:
+                entry["steady"] = max(entry.get("steady", 0), hwm)
             c = out[cls]
             c["n"] += 1
             c["sum"] += rss
@@ -479,12 +496,15 @@ class ProcessSampler:
 
     def report(self) -> dict:
         peak = {cls: {"n": 0, "sum": 0, "max": 0} for cls in CLASSES}
+        steady = {cls: {"n": 0, "sum": 0, "max": 0} for cls in CLASSES}
         for e in self.peaks.values():
-            c = peak[e["class"]]
-            c["n"] += 1
-            c["sum"] += e["peak"]
-            c["max"] = max(c["max"], e["peak"])
-        return {"peak": peak, "processes": sorted(self.peaks.values(), key=lambda e: (e["class"], e["pid"])),
+            for into, v in ((peak, e["peak"]), (steady, e.get("steady"))):
+                if v is not None:
+                    c = into[e["class"]]
+                    c["n"] += 1
+                    c["sum"] += v
+                    c["max"] = max(c["max"], v)
+        return {"peak": peak, "steady_peak": steady if self.steady else {}, "processes": sorted(self.peaks.values(), key=lambda e: (e["class"], e["pid"])),
                 "at_start": self.at_start, "peak_reset": self.reset_ok}
 
 
@@ -524,10 +544,12 @@ def _clean_jvm(spark) -> None:
 
 
 def run_contender(spark, contender: Contender, scenario: Scenario, source: Path, work: Path,
-                  ctx: RunContext, events_by_batch: list[int], digest: bool = True) -> RunResult:
+                  ctx: RunContext, events_by_batch: list[int], digest: bool = True, warmup: int = 0) -> RunResult:
     """Run one contender over the prepared source (every file of the folder, one per batch);
     one RunResult with a BatchStat per batch. `events_by_batch`: the rows of each batch file.
-    `digest`: also a digest of each batch's output rows (not for the floor: a pass-through)."""
+    `digest`: also a digest of each batch's output rows (not for the floor: a pass-through).
+    `warmup`: the processes' peaks are also taken over the batches after the first `warmup`
+    (the steady peaks: a warm-up batch's input can be many times a steady one's)."""
     from pyspark.sql import functions as F
 
     result = RunResult(contender.name, contender.role, scenario.name, ctx.keys, count=ctx.count)
@@ -562,6 +584,8 @@ def run_contender(spark, contender: Contender, scenario: Scenario, source: Path,
         seen.update(now)
         meta = [s for p, s in written.items() if metadata_file(p, contender.role)]
         rss = sampler.sample()
+        if warmup and batch_id == warmup - 1:
+            sampler.begin_steady()
         stats[batch_id] = BatchStat(batch_id, rows_out=rows_out,
                                     digest=f"{(row['h'] or 0) & (2**64 - 1):016x}" if digest else None,
                                     state_bytes=sum(written.values()),

@@ -279,7 +279,8 @@ def run(args) -> dict:
                         log(f"{scenario_name} K={keys:,}: {contender.name}, {n} batches "
                             f"(round {rnd + 1}/{args.rounds}) ...")
                         result = common.run_contender(spark, contender, scenario, common.source_view(source, n),
-                                                      run_dir, ctx, events, digest=args.check)
+                                                      run_dir, ctx, events, digest=args.check,
+                                                      warmup=args.warmup)
                         result.round, result.warmup = rnd, args.warmup
                         log(f"    {result.skipped or _short(result.summary())}")
                         results.append(result)
@@ -312,7 +313,9 @@ def _short(s: dict) -> str:
     rss = ", ".join(f"{cls} {v / 2**20:,.0f} MB" for cls, v in s["peak_rss"].items())
     return (f"{s['events_per_s']:,.0f} events/s, {s['ms_per_batch']:,.0f} ms/batch, "
             f"state {s['state_bytes_mean'] / 1024:,.1f} KB/batch (max {s['state_bytes_max'] / 1024:,.1f}), "
-            f"{s['objects_mean']:,.1f} objects/batch" + (f", peak RSS {rss}" if rss else ""))
+            f"{s['objects_mean']:,.1f} objects/batch" + (f", peak RSS {rss}" if rss else "")
+            + "".join(f", steady peak (largest) {cls} {v / 2**20:,.0f} MB"
+                      for cls, v in (s.get("steady_peak_rss_max") or {}).items() if cls == "hosts"))
 
 
 # ---------------------------------------------------------------- reporting
@@ -482,6 +485,12 @@ def table(report: dict, per_batch: bool = False) -> str:
             checks.append(f"{name}, K = {keys:,}: slowest steady batch {s['ms_max']:,.0f} ms, {over:.2f}x the median "
                          f"{s['ms_median']:,.0f} ms (target: none above {SPIKE_TARGET:g}x: "
                          f"{'met' if over <= SPIKE_TARGET else 'MISSED'})")
+    for scenario, keys, name, s in spikes:
+        steady = s.get("steady_peak_rss_max") or {}
+        if steady:
+            checks.append(f"{name}, K = {keys:,}: peak RSS of the largest process over the steady batches: "
+                          + ", ".join(f"{cls} {_mb(v)} MB" for cls, v in steady.items())
+                          + " (the table's peaks include the warm-up batches)")
     if checks:
         lines += ["", *checks]
     lines += ["", "steady: batches after the warm-up. time/floor: ms per batch over the floor's (with rounds: the "

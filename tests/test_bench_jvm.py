@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import _spark_common as common  # noqa: E402
 import _spark_jvm as jvm  # noqa: E402
 
 needs_javac = pytest.mark.skipif(jvm.javac() is None, reason="no javac (a JDK 17+)")
@@ -102,3 +103,19 @@ def test_output_check_compares_digests_within_a_schema_and_rows_across():
     by_name["JVM"].append(_run("peer", "s1", same, 1))
     assert "JVM's rounds differ at batch(es) 1" in bench._output_check(by_name)[0]
     assert bench._output_check({"floor": by_name["floor"]}) == []
+
+
+def test_steady_peaks_leave_the_warm_up_out():
+    sampler = common.ProcessSampler(hosts=True)
+    sampler.peaks = {1: {"pid": 1, "class": "hosts", "peak": 500 << 20, "steady": 200 << 20},
+                     2: {"pid": 2, "class": "hosts", "peak": 400 << 20, "steady": 250 << 20},
+                     3: {"pid": 3, "class": "workers", "peak": 300 << 20}}
+    assert sampler.report()["steady_peak"] == {}        # begin_steady() not called: no steady figures
+    sampler.steady = True
+    report = sampler.report()
+    assert report["peak"]["hosts"] == {"n": 2, "sum": 900 << 20, "max": 500 << 20}
+    assert report["steady_peak"]["hosts"] == {"n": 2, "sum": 450 << 20, "max": 250 << 20}
+    assert report["steady_peak"]["workers"]["n"] == 0    # it took part in the warm-up only
+    s = common.summarize([{"batch_id": 0, "events": 1, "ms": 1.0, "state_bytes": 0, "state_files": 0,
+                           "rows_out": 0}], 0, report)
+    assert s["steady_peak_rss_max"] == {"hosts": 250 << 20}
