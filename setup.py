@@ -1,7 +1,7 @@
 """Build configuration beyond pyproject.toml: the optional C helpers (RFC 0005, RFC 0012).
 
 * ``dkv.format._native`` (dkv/format/_native.c): front coding and bloom filters, the twin of
-  dkv/format/_front.py and dkv/format/bloom.py;
+  dkv/format/_front.py and dkv/format/bloom.py, and ``DB.get``'s read (dkv/_getpath.py);
 * ``objectspace._native`` (objectspace/_native.c): the msgpack value codec, the twin of
   objectspace/_codec.py's.
 

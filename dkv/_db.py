@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from . import _locate, _locks, _paths, _recovery
+from . import _getpath, _locate, _locks, _paths, _recovery
 from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
 from ._flush import FlushMixin
 from ._lanes import Lanes
@@ -35,6 +35,10 @@ from .format.manifest import ALL_KEY_GROUPS
 from .storage import ObjectStore
 
 log = logging.getLogger(__name__)
+
+_GET = _getpath.db_get
+"""The C twin of DB.get (``dkv.format._native.db_get``, dkv/_getpath.py), or None."""
+_RETRY = _getpath.RETRY
 
 
 class DB(CheckpointMixin, FlushMixin, RefreshMixin):
@@ -319,6 +323,11 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         (skipped by key range and bloom filter), then L0 newest first and one table per
         deeper level; stops at the first hit. O(1) in the active memtable, else
         O(sources * (k + log n)) plus a block decode on a cache miss."""
+        if _GET is not None:
+            # The common case in C (dkv/_getpath.py); NO_RECORD: anything else, below, whole.
+            got = _GET(self, key)
+            if got is not NO_RECORD:
+                return got if got is not _RETRY else self.get(key)
         if type(key) is not bytes or not key:
             key = check_key(key)
         if self._closed:

@@ -25,6 +25,11 @@ ITEM_BYTES = 100          # per cached item, besides the value's own estimate
 DEFAULT_ITEM = 400        # per-item cost before any save has been seen
 SAMPLE = 32               # records sampled per save to learn the item cost
 
+_EVICT = None
+"""``objectspace._native.evict``, the C twin of ``ObjectCache._evict`` (set by objectspace/_savepath.py
+with the save path), or None: it returns False, having done nothing, for a cache it does not
+handle (a subclass, attributes of other types), and ``_evict``'s Python runs."""
+
 
 class ObjectCache:
     """LRU of clean objects under a byte budget (and an optional count limit).
@@ -120,6 +125,8 @@ class ObjectCache:
         """Down to 80% of the budget: first the cached items of the least recently used
         objects (their handles stay: a handle is small, and reloading one costs a point
         read and a new handle, more than an item), then, if that is not enough, the handles."""
+        if _EVICT is not None and _EVICT(self):     # the common case in C (RFC 0012 step 3)
+            return
         target = self.budget * 4 // 5
         cap = self.max_objects
         lru, heavy, cost, item_bytes = self._lru, self._heavy, self._cost, self.item_bytes

@@ -710,9 +710,9 @@ static void set_ref(PyObject *o, int x, PyObject *v) {
 
 /* The hooks whose Python code the functions below stand in for, per registered type. */
 enum { H_COLLECT, H_COLLECT_ITEMS, H_META, H_PROMOTE, H_CONFIRM, H_EVICT, H_MEM_ESTIMATE, H_HAS_META,
-       H_HANDLE_BYTES, NHOOKS };
+       H_HANDLE_BYTES, H_EVICT_CLEAN, NHOOKS };
 static const char *hook_names[NHOOKS] = {"_collect", "_collect_items", "_meta", "_promote", "_confirm", "_evict",
-                                         "_mem_estimate", "has_meta", "_handle_bytes"};
+                                         "_mem_estimate", "has_meta", "_handle_bytes", "_evict_clean"};
 enum { C_PRESSED, C_CLEAN, C_ACCOUNT, NCHOOKS };
 static const char *cache_hook_names[NCHOOKS] = {"pressed", "clean", "_account"};
 
@@ -1497,6 +1497,273 @@ done:
     return res;
 }
 
+/* ---- ObjectCache._evict (RFC 0012 step 3) -----------------------------------------------------
+ *
+ * evict(cache) is the twin of ObjectCache._evict, which calls it first: the items of the least
+ * recently used objects holding some (_heavy) dropped, then, while the budget or the count
+ * limit is exceeded, the least recently used handles (_lru) forgotten. An object of a kind
+ * registered by save_setup whose hooks are unchanged (with _evict_clean, SlotSequence's) has
+ * its _evict_clean and _mem_estimate done here in the common case (clean: no dirty or pending
+ * slots, not F_REPLACE, the space's _inplace None); any other object has its own Python
+ * methods called, in their place. It returns False, having done nothing, when the cache is not
+ * an exact ObjectCache or an attribute it reads is missing or not of the common types (the
+ * containers OrderedDicts and a dict, the numbers ints): then _evict's Python runs, whole.
+ * Every number is read and written back as the Python code does, each time (other Python
+ * code may run in between: an object's own methods, a weak map's callback as a handle dies). */
+
+static PyObject *odict_popitem = NULL;
+static PyObject *s_evict_clean, *s_mem_estimate, *s_inplace, *s_evictions, *s_cap, *s_listed, *s_dead, *one = NULL;
+
+/* od.popitem(last=False) of an exact OrderedDict: a (key, value) tuple (last passed by
+   position, which OrderedDict.popitem takes: no keyword to parse). */
+static PyObject *pop_first(PyObject *od) {
+    PyObject *args[2] = {od, Py_False};
+    return PyObject_Vectorcall(odict_popitem, args, 2, NULL);
+}
+
+/* The truth of o's field x: by its offset for a registered kind (k), else its attribute. */
+static int field_true(PyObject *o, checked *k, int x, PyObject *name) {
+    PyObject *v = k != NULL ? GET(o, x) : NULL;
+    if (v != NULL) {
+        return v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
+    }
+    if ((v = PyObject_GetAttr(o, name)) == NULL) {
+        return -1;
+    }
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* o._evict_clean(): SlotSequence's, in C for a registered kind in the common case (see above),
+   else the object's own method. 0 or -1. */
+static int evict_clean(PyObject *o, checked *k) {
+    if (k != NULL) {
+        long long fl, pf;
+        PyObject *space = GET(o, X_SPACE), *dirty = GET(o, X_DIRTY), *pending = GET(o, X_PENDING),
+            *vals = GET(o, X_VALS), *head = GET(o, X_HEAD), *tail = GET(o, X_TAIL), *listed = GET(o, X_LISTED);
+        if (!as_i64(GET(o, X_FLAGS), &fl) && !as_i64(GET(o, X_PFLAGS), &pf) && !((fl | pf) & F_REPLACE)
+            && space != NULL && anyset_exact(dirty) && PySet_GET_SIZE(dirty) == 0 && anyset_exact(pending)
+            && PySet_GET_SIZE(pending) == 0 && vals != NULL && PyDict_CheckExact(vals) && head != NULL
+            && PyLong_CheckExact(head) && tail != NULL && PyLong_CheckExact(tail)
+            && (listed == Py_False || listed == Py_True)) {
+            PyObject *inplace = PyObject_GetAttr(space, s_inplace);
+            if (inplace == NULL) {
+                PyErr_Clear();          /* the Python method reads it again, and raises */
+            } else if (inplace == Py_None) {
+                Py_DECREF(inplace);
+                /* _evict(0): self._vals.clear(); self._complete = self._head == self._tail */
+                Py_INCREF(vals);
+                Py_INCREF(head);
+                Py_INCREF(tail);
+                PyDict_Clear(vals);
+                PyObject *eq = PyObject_RichCompare(head, tail, Py_EQ);
+                Py_DECREF(vals);
+                Py_DECREF(head);
+                Py_DECREF(tail);
+                if (eq == NULL) {
+                    return -1;
+                }
+                set_steal(o, X_COMPLETE, eq);
+                if (listed == Py_False) {       /* the cache drops only clean objects: the sets go too */
+                    set_ref(o, X_DIRTY, no_slots);
+                    set_ref(o, X_PENDING, no_slots);
+                }
+                return 0;
+            } else {
+                Py_DECREF(inplace);
+            }
+        }
+    }
+    PyObject *r = PyObject_CallMethodNoArgs(o, s_evict_clean);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* o._mem_estimate(item_bytes): SlotSequence's for a registered kind, else its own method. */
+static PyObject *mem_estimate(PyObject *o, checked *k, PyObject *ib) {
+    PyObject *vals = k != NULL ? GET(o, X_VALS) : NULL;
+    if (vals != NULL && PyDict_CheckExact(vals)) {
+        return estimate(k->hooks[H_HANDLE_BYTES], PyDict_GET_SIZE(vals), ib);
+    }
+    return PyObject_CallMethodOneArg(o, s_mem_estimate, ib);
+}
+
+/* a > b (b an int): 1, 0, -1. */
+static int greater(PyObject *a, PyObject *b) {
+    long long x, y;
+    if (!as_i64(a, &x) && !as_i64(b, &y)) {
+        return x > y;
+    }
+    return PyObject_RichCompareBool(a, b, Py_GT);
+}
+
+/* self.<name> = f(self.<name>, a, b): op 0 is += a - b, 1 is -= a, 2 is += 1. 0 or -1. */
+static int update_number(PyObject *cache, PyObject *name, int op, PyObject *a, PyObject *b) {
+    PyObject *v = PyObject_GetAttr(cache, name), *t = NULL, *r = NULL;
+    long long x, y, z;
+    if (v == NULL) {
+        return -1;
+    }
+    if (!as_i64(v, &x) && SMALL(x) && (op == 2 || (!as_i64(a, &y) && SMALL(y)))
+        && (op != 0 || (!as_i64(b, &z) && SMALL(z)))) {
+        r = PyLong_FromLongLong(op == 0 ? x + (y - z) : op == 1 ? x - y : x + 1);
+    } else if (op == 0) {
+        t = PyNumber_Subtract(a, b);
+        r = t ? PyNumber_InPlaceAdd(v, t) : NULL;
+    } else {
+        r = op == 1 ? PyNumber_InPlaceSubtract(v, a) : PyNumber_InPlaceAdd(v, one);
+    }
+    int res = r != NULL && PyObject_SetAttr(cache, name, r) == 0 ? 0 : -1;
+    Py_DECREF(v);
+    Py_XDECREF(t);
+    Py_XDECREF(r);
+    return res;
+}
+
+/* The cache's attribute name (a new reference), or NULL with no exception left. */
+static PyObject *attr_quiet(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) {
+        PyErr_Clear();
+    }
+    return v;
+}
+
+/* evict(cache) -> True (done), or False: nothing was done, ObjectCache._evict's Python runs. */
+static PyObject *cache_evict(PyObject *self, PyObject *cache) {
+    if (!save_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "objectspace._native: save_setup() was not called");
+        return NULL;
+    }
+    if (!Py_IS_TYPE(cache, cache_kind.type)) {
+        Py_RETURN_FALSE;
+    }
+    PyObject *res = NULL, *budget = NULL, *cap = NULL, *lru = NULL, *heavy = NULL, *cost = NULL, *ib = NULL,
+        *nb = NULL, *ev = NULL, *target = NULL, *item = NULL, *key = NULL, *o = NULL, *c = NULL, *nw = NULL;
+    long long bud, capv = 0, x;
+    /* the attributes _evict reads, in its order (nbytes and evictions later, in its loops) */
+    if ((budget = attr_quiet(cache, s_budget)) == NULL || (cap = attr_quiet(cache, s_cap)) == NULL
+        || (lru = attr_quiet(cache, s_lru)) == NULL || (heavy = attr_quiet(cache, s_heavy)) == NULL
+        || (cost = attr_quiet(cache, s_cost)) == NULL || (ib = attr_quiet(cache, s_item_bytes)) == NULL
+        || (nb = attr_quiet(cache, s_nbytes)) == NULL || (ev = attr_quiet(cache, s_evictions)) == NULL
+        || as_i64(budget, &bud) || !SMALL(bud) || (cap != Py_None && as_i64(cap, &capv))
+        || !PyODict_CheckExact(lru) || !PyODict_CheckExact(heavy) || !PyDict_CheckExact(cost)
+        || as_i64(nb, &x) || as_i64(ev, &x)) {
+        res = Py_NewRef(Py_False);
+        goto done;
+    }
+    Py_CLEAR(nb);
+    if ((target = PyLong_FromLongLong(bud * 4 / 5)) == NULL) {
+        goto done;
+    }
+    /* the cached items of the least recently used objects */
+    while (PyDict_GET_SIZE(heavy) > 0) {
+        int over = (nb = PyObject_GetAttr(cache, s_nbytes)) == NULL ? -1 : greater(nb, target);
+        Py_CLEAR(nb);
+        if (over <= 0) {
+            if (over < 0) {
+                goto done;
+            }
+            break;
+        }
+        if ((item = pop_first(heavy)) == NULL) {
+            goto done;
+        }
+        key = Py_NewRef(PyTuple_GET_ITEM(item, 0));
+        o = Py_NewRef(PyTuple_GET_ITEM(item, 1));
+        Py_CLEAR(item);
+        checked *k = kind_of(o);
+        int skip = field_true(o, k, X_LISTED, s_listed);
+        if (skip == 0) {
+            skip = field_true(o, k, X_DEAD, s_dead);
+        }
+        if (skip < 0) {
+            goto done;
+        }
+        if (!skip) {        /* dirty or dead: its items stay */
+            if ((c = PyDict_GetItemWithError(cost, key)) == NULL) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetObject(PyExc_KeyError, key);
+                }
+                goto done;
+            }
+            Py_INCREF(c);
+            if (evict_clean(o, k) < 0 || (nw = mem_estimate(o, k, ib)) == NULL || PyDict_SetItem(cost, key, nw) < 0
+                || update_number(cache, s_nbytes, 0, nw, c) < 0) {
+                goto done;
+            }
+            Py_CLEAR(c);
+            Py_CLEAR(nw);
+        }
+        Py_CLEAR(key);
+        Py_CLEAR(o);
+    }
+    /* then the least recently used handles */
+    while (PyDict_GET_SIZE(lru) > 0) {
+        int over = (nb = PyObject_GetAttr(cache, s_nbytes)) == NULL ? -1 : greater(nb, target);
+        Py_CLEAR(nb);
+        if (over == 0 && cap != Py_None) {
+            over = PyDict_GET_SIZE(lru) > capv;
+        }
+        if (over <= 0) {
+            if (over < 0) {
+                goto done;
+            }
+            break;
+        }
+        if ((item = pop_first(lru)) == NULL) {
+            goto done;
+        }
+        key = Py_NewRef(PyTuple_GET_ITEM(item, 0));
+        o = Py_NewRef(PyTuple_GET_ITEM(item, 1));
+        Py_CLEAR(item);
+        int has = PyDict_Contains(heavy, key);          /* heavy.pop(key, None) */
+        if (has < 0 || (has && PyObject_DelItem(heavy, key) < 0)) {
+            goto done;
+        }
+        if ((c = PyDict_GetItemWithError(cost, key)) == NULL) {         /* cost.pop(key) */
+            if (!PyErr_Occurred()) {
+                PyErr_SetObject(PyExc_KeyError, key);
+            }
+            goto done;
+        }
+        Py_INCREF(c);
+        if (PyDict_DelItem(cost, key) < 0 || update_number(cache, s_nbytes, 1, c, NULL) < 0
+            || update_number(cache, s_evictions, 2, NULL, NULL) < 0) {
+            goto done;
+        }
+        Py_CLEAR(c);
+        checked *k = kind_of(o);
+        int skip = field_true(o, k, X_LISTED, s_listed);
+        if (skip == 0) {
+            skip = field_true(o, k, X_DEAD, s_dead);
+        }
+        if (skip < 0 || (!skip && evict_clean(o, k) < 0)) {
+            goto done;
+        }
+        Py_CLEAR(key);
+        Py_CLEAR(o);            /* (a handle that dies here: the weak map's callback runs) */
+    }
+    res = Py_NewRef(Py_True);
+done:
+    Py_XDECREF(budget);
+    Py_XDECREF(cap);
+    Py_XDECREF(lru);
+    Py_XDECREF(heavy);
+    Py_XDECREF(cost);
+    Py_XDECREF(ib);
+    Py_XDECREF(nb);
+    Py_XDECREF(ev);
+    Py_XDECREF(target);
+    Py_XDECREF(item);
+    Py_XDECREF(key);
+    Py_XDECREF(o);
+    Py_XDECREF(c);
+    Py_XDECREF(nw);
+    return res;
+}
+
 static int offset_of(PyObject *descr, Py_ssize_t *off) {
     if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)
         || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
@@ -1573,7 +1840,27 @@ static PyObject *save_setup(PyObject *self, PyObject *args) {
     INTERN(s_heavy, "_heavy");
     INTERN(s_cost, "_cost");
     INTERN(s_pressed, "pressed");
+    INTERN(s_evict_clean, "_evict_clean");
+    INTERN(s_mem_estimate, "_mem_estimate");
+    INTERN(s_inplace, "_inplace");
+    INTERN(s_evictions, "evictions");
+    INTERN(s_cap, "max_objects");
+    INTERN(s_listed, "_listed");
+    INTERN(s_dead, "_dead");
 #undef INTERN
+    if ((one = PyLong_FromLong(1)) == NULL) {
+        return NULL;
+    }
+    {
+        PyObject *pop = PyUnicode_InternFromString("popitem");
+        odict_popitem = pop ? _PyType_Lookup(&PyODict_Type, pop) : NULL;
+        Py_XDECREF(pop);
+        if (odict_popitem == NULL) {
+            PyErr_SetString(PyExc_TypeError, "save_setup: no OrderedDict.popitem");
+            return NULL;
+        }
+        Py_INCREF(odict_popitem);
+    }
     nkinds = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kl); i++) {
         PyObject *t;
@@ -2398,6 +2685,8 @@ static PyMethodDef methods[] = {
      "lookup(space, name, kind, codec, nkey) -> the object, or (nkey, metadata read) for Python's lookup."},
     {"reload_setup", reload_setup, METH_VARARGS,
      "reload_setup(space_type, kind_classes, codecs_by_code, kinds, weak_value_dict, keyed_ref, unread)."},
+    {"evict", cache_evict, METH_O,
+     "evict(cache) -> True, or False (nothing done): ObjectCache._evict for the common case (see the note)."},
     {"save_setup", save_setup, METH_VARARGS,
      "save_setup(fields, kinds, cache_type, codec_type, native_encode, no_slots): see objectspace/_savepath.py."},
     {NULL, NULL, 0, NULL},

@@ -21,6 +21,7 @@ import types
 import weakref
 
 from ._base import PersistedObject
+from . import _cache
 from ._cache import ObjectCache
 from ._codec import Codec, _native_codec
 from ._list import PersistedList
@@ -34,7 +35,7 @@ _KINDS = ((PersistedList, 1, SlotSequence._meta), (PersistedStack, 1, SlotSequen
           (_BoundedQueue, 3, _BoundedQueue._meta))
 _HOOKS = {"_collect": PersistedObject._collect, "_collect_items": SlotSequence._collect_items,
           "_promote": SlotSequence._promote, "_confirm": SlotSequence._confirm, "_evict": SlotSequence._evict,
-          "_mem_estimate": SlotSequence._mem_estimate}
+          "_mem_estimate": SlotSequence._mem_estimate, "_evict_clean": SlotSequence._evict_clean}
 
 
 def _fields() -> dict:
@@ -58,6 +59,7 @@ def _load():
              and all(getattr(cls, name) is f for name, f in _HOOKS.items())]
     native.save_setup(_fields(), kinds, ObjectCache, Codec, native.encode, NO_SLOTS)
     _registered.extend(kinds)
+    _cache._EVICT = native.evict        # ObjectCache._evict's C twin (RFC 0012 step 3)
     return native
 
 

@@ -15,9 +15,13 @@
  * Bloom filter: m bits, k probes; probe i of a key sets bit (h1 + i*h2) mod m where
  * h1 = crc32(key) and h2 = crc32(key, 0x9E3779B9) | 1 (zlib's CRC-32, the IEEE polynomial),
  * bit p being bit (p & 7) of byte (p >> 3). See dkv/format/bloom.py.
+ *
+ * And DB.get's read (db_get, RFC 0012 step 3): the twin of dkv/_db.py's DB.get with the
+ * Table, Delta and Version methods it calls, set up by dkv/_getpath.py (see its section).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -522,14 +526,15 @@ static PyObject *front_decode(PyObject *self, PyObject *args) {
     return r;
 }
 
-/* The exact lookup of key, resuming after hint e (NULL: from the first record). */
-static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, const hint *e,
-                           const unsigned char *hblob, const unsigned char *key, Py_ssize_t lkey) {
+/* The exact lookup of key, resuming after hint e (NULL: from the first record): 1 and *value (a new
+   reference: the bytes, None for a tombstone), 0 when absent, -1 with an exception. */
+static int find_core(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, const hint *e,
+                     const unsigned char *hblob, const unsigned char *key, Py_ssize_t lkey, PyObject **value) {
     size_t n, klen, plen = 0, i0 = 0;
     scratch sc = {NULL, 0};
-    PyObject *result = NULL;
+    int result = -1;
     if (read_header(buf, len, &pos, &n, &klen) < 0) {
-        return NULL;
+        return -1;
     }
     Py_ssize_t kend = pos + (Py_ssize_t)klen, kp = pos, vp = kend;
     if (e != NULL && resume(e, hblob, n, pos, kend, len, &sc, &plen, &kp, &vp, &i0) < 0) {
@@ -549,7 +554,7 @@ static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t 
         }
     }
     if (target == n) {
-        result = Py_BuildValue("(OO)", Py_False, Py_None);
+        result = 0;
         goto done;
     }
     plen = 0;
@@ -566,14 +571,8 @@ static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t 
             goto done;
         }
         if (i == target) {
-            if (tomb) {
-                result = Py_BuildValue("(OO)", Py_True, Py_None);
-            } else {
-                PyObject *v = PyBytes_FromStringAndSize((const char *)sc.p, (Py_ssize_t)plen);
-                if (v != NULL) {
-                    result = Py_BuildValue("(ON)", Py_True, v);
-                }
-            }
+            *value = tomb ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)sc.p, (Py_ssize_t)plen);
+            result = *value == NULL ? -1 : 1;
             goto done;
         }
     }
@@ -581,6 +580,17 @@ static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t 
 done:
     PyMem_Free(sc.p);
     return result;
+}
+
+/* The exact lookup of key, resuming after hint e (NULL: from the first record): (found, value). */
+static PyObject *find_from(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, const hint *e,
+                           const unsigned char *hblob, const unsigned char *key, Py_ssize_t lkey) {
+    PyObject *value = NULL;
+    int found = find_core(buf, len, pos, e, hblob, key, lkey, &value);
+    if (found < 0) {
+        return NULL;
+    }
+    return found ? Py_BuildValue("(ON)", Py_True, value) : Py_BuildValue("(OO)", Py_False, Py_None);
 }
 
 /* find(data, key, pos=0, hints=None) -> (found, value): value None for a tombstone or when
@@ -856,43 +866,28 @@ static PyObject *bloom_check(PyObject *self, PyObject *const *args, Py_ssize_t n
     return PyBool_FromLong(all_probes(bits, h1, h2, m, k));
 }
 
-/* bloom_candidates(key: bytes, filters: tuple) -> list[int]: the positions i of filters
- * (each None, or a (bits: bytes, k: int) pair as bloom_check takes them, or (bits, k, tag, n)
- * for a filter of stripped entries) whose filter may contain key; None may contain anything.
- * The key's hashes are computed once for all (twice with a strip rule: whole and stripped):
- * a get over many sealed segments probes them all in one call. */
-static PyObject *bloom_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "bloom_candidates(key: bytes, filters: tuple)");
-        return NULL;
-    }
-    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    Py_ssize_t len = PyBytes_GET_SIZE(args[0]);
+/* The positions i of filters (an exact tuple) whose filter may hold the key s[0:len], into out
+   (room for every filter); their count, or -1 with an exception (a malformed filter: nothing
+   is written to out then that a caller may use). */
+static Py_ssize_t candidates_of(const unsigned char *s, Py_ssize_t len, PyObject *filters, Py_ssize_t *out) {
     uint64_t h1 = crc32_of(0, s, len), h2 = crc32_of(SEED2, s, len) | 1u;
     Py_ssize_t slen = -1;       /* the stripped length the hashes sh1, sh2 are of */
     uint64_t sh1 = 0, sh2 = 0;
-    PyObject *filters = args[1];
-    Py_ssize_t count = PyTuple_GET_SIZE(filters);
-    PyObject *out = PyList_New(0);
-    if (out == NULL) {
-        return NULL;
-    }
+    Py_ssize_t count = PyTuple_GET_SIZE(filters), nout = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *f = PyTuple_GET_ITEM(filters, i);
         int may = 1;
         if (f != Py_None) {
             Py_ssize_t fn = PyTuple_CheckExact(f) ? PyTuple_GET_SIZE(f) : 0;
             if ((fn != 2 && fn != 4) || !PyBytes_CheckExact(PyTuple_GET_ITEM(f, 0))) {
-                Py_DECREF(out);
                 PyErr_SetString(PyExc_TypeError, "bloom_candidates: a filter is None, (bits: bytes, k: int) "
                                 "or (bits, k, tag: int, n: int)");
-                return NULL;
+                return -1;
             }
             long k = PyLong_AsLong(PyTuple_GET_ITEM(f, 1)), tag = -1, n = 0;
             if ((k == -1 && PyErr_Occurred())
                 || (fn == 4 && strip_rule(PyTuple_GET_ITEM(f, 2), PyTuple_GET_ITEM(f, 3), &tag, &n) < 0)) {
-                Py_DECREF(out);
-                return NULL;
+                return -1;
             }
             PyObject *b = PyTuple_GET_ITEM(f, 0);
             const unsigned char *bits = (const unsigned char *)PyBytes_AS_STRING(b);
@@ -910,14 +905,40 @@ static PyObject *bloom_candidates(PyObject *self, PyObject *const *args, Py_ssiz
             }
         }
         if (may) {
-            PyObject *v = PyLong_FromSsize_t(i);
-            if (v == NULL || PyList_Append(out, v) < 0) {
-                Py_XDECREF(v);
-                Py_DECREF(out);
-                return NULL;
-            }
-            Py_DECREF(v);
+            out[nout++] = i;
         }
+    }
+    return nout;
+}
+
+/* bloom_candidates(key: bytes, filters: tuple) -> list[int]: the positions i of filters
+ * (each None, or a (bits: bytes, k: int) pair as bloom_check takes them, or (bits, k, tag, n)
+ * for a filter of stripped entries) whose filter may contain key; None may contain anything.
+ * The key's hashes are computed once for all (twice with a strip rule: whole and stripped):
+ * a get over many sealed segments probes them all in one call. */
+static PyObject *bloom_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bloom_candidates(key: bytes, filters: tuple)");
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(args[1]), small[64];
+    Py_ssize_t *pos = count <= 64 ? small : PyMem_New(Py_ssize_t, (size_t)count);
+    if (pos == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t n = candidates_of((const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]),
+                                 args[1], pos);
+    PyObject *out = n < 0 ? NULL : PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *v = PyLong_FromSsize_t(pos[i]);
+        if (v == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    if (pos != small) {
+        PyMem_Free(pos);
     }
     return out;
 }
@@ -949,6 +970,787 @@ static PyObject *batch_extend(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(nbytes);
 }
 
+/* -- DB.get in C (RFC 0012 step 3) --------------------------------------------------------
+ *
+ * db_get(db, key) is the twin of dkv/_db.py's DB.get for the common case, with what it calls:
+ * the active memtable's dict, the bloom filters of the sealed sources (candidates_of above, as
+ * bloom.candidates), each candidate memtable's dict or segment's Table.get_probed, then
+ * Version.get over L0 and the levels with Table.get, Table.owns, Table._find and _hints of
+ * dkv/_table.py down to the block search (find_core, as front_find). get_setup (called by
+ * dkv/_getpath.py) gives it the classes and functions the Python code uses.
+ *
+ * A read that is not the common case returns NO_RECORD before anything changed, and DB.get's
+ * Python goes on from the start: a key that is not non-empty bytes, a DB whose _closed is not
+ * False, whose _active is not an exact Memtable (with its own slots) holding a dict, whose
+ * _view is not a pair of a tuple of sources and something, or whose _probe is not the filters
+ * of that tuple (DB.get's Python computes them). Past that point the C code does what the
+ * Python code does, step by step, with the same side effects (a cached block's _ref set and
+ * the block cache's hits counted, a missing block read by the table's Python _fetch, a block's
+ * restart hints built on its second lookup): a source or table whose class is not exactly
+ * Table or Delta, or whose class's methods or slots changed since setup (get, get_probed,
+ * _find, owns, a slot), and a Version of another class or with another get, gets its own
+ * Python method called in its place; a block that is not a front-coded list entry goes to the
+ * Python _hints and _list_get. When the levels raise ObjectMissingError (a compaction's
+ * collected file), the error propagates if the DB's view is still the one read, and
+ * otherwise RETRY is returned: DB.get's Python then calls self.get(key) again, as it does. */
+
+#define G_MAXHOOKS 16
+typedef struct {
+    PyTypeObject *type;
+    int n;
+    PyObject *names[G_MAXHOOKS];
+    PyObject *hooks[G_MAXHOOKS];    /* what the type's attributes were at setup (references) */
+    unsigned int tag;               /* the type's version tag when last checked (0: check) */
+    int ok;
+} gkind;
+
+static gkind g_memtable, g_table, g_delta, g_version;
+enum { T_MIN, T_MAX, T_CLIP_LO, T_CLIP_HI, T_META, T_FIRST, T_BLOCKS, T_REF, T_CACHE, T_BLOOM, NT };
+static const char *t_slot_names[NT] = {"min_key", "max_key", "clip_lo", "clip_hi", "_meta", "_first", "_blocks",
+                                       "_ref", "_cache", "_bloom"};
+static Py_ssize_t toff[NT], mem_data_off, v_l0_off, v_levels_off, v_maxkeys_off;
+static PyObject *t_slot_strs[NT];
+static PyObject *g_no_record, *g_retry, *g_missing, *g_once, *g_maybe, *g_py_hints, *g_py_list_get, *g_bisect_left,
+    *g_bisect_right, *g_every, *g_one;
+static PyObject *gs_closed, *gs_active, *gs_view, *gs_probe, *gs_get, *gs_get_probed, *gs_meta, *gs_fetch, *gs_hits,
+    *gs_data, *gs_l0, *gs_levels, *gs_maxkeys;
+static int get_ready = 0;
+
+/* Whether c's type still has the attributes it had at setup: O(1) while its version tag stays
+   (an assignment to the type or a base changes it). */
+static int gkind_same(gkind *c) {
+    PyTypeObject *t = c->type;
+    if (c->tag && (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && t->tp_version_tag == c->tag) {
+        return c->ok;
+    }
+    int ok = 1;
+    for (int i = 0; i < c->n; i++) {
+        if (_PyType_Lookup(t, c->names[i]) != c->hooks[i]) {
+            ok = 0;
+        }
+    }
+    c->ok = ok;
+    c->tag = (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? t->tp_version_tag : 0;
+    return ok;
+}
+
+/* A table whose Python methods the C code stands in for: exactly Table or Delta, unchanged. */
+static int plain_table(PyObject *t) {
+    PyTypeObject *tp = Py_TYPE(t);
+    return (tp == g_delta.type && gkind_same(&g_delta)) || (tp == g_table.type && gkind_same(&g_table));
+}
+
+/* o's slot at off (a new reference), or, when it is empty, its attribute: the AttributeError
+   Python's read raises. */
+static PyObject *slot_or_attr(PyObject *o, Py_ssize_t off, PyObject *name) {
+    PyObject *v = *(PyObject **)((char *)o + off);
+    return v != NULL ? Py_NewRef(v) : PyObject_GetAttr(o, name);
+}
+
+/* a <op> b as Python's comparison and truth test: 1, 0 or -1; exact bytes compared here. */
+static int compare(PyObject *a, PyObject *b, int op) {
+    if (PyBytes_CheckExact(a) && PyBytes_CheckExact(b)) {
+        int c = cmp((const unsigned char *)PyBytes_AS_STRING(a), (size_t)PyBytes_GET_SIZE(a),
+                    (const unsigned char *)PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
+        switch (op) {
+        case Py_LT: return c < 0;
+        case Py_LE: return c <= 0;
+        case Py_GT: return c > 0;
+        case Py_GE: return c >= 0;
+        case Py_EQ: return c == 0;
+        default: return c != 0;
+        }
+    }
+    return PyObject_RichCompareBool(a, b, op);
+}
+
+/* seq[i] as Python's subscript (a new reference). */
+static PyObject *item_at(PyObject *seq, Py_ssize_t i) {
+    if (PyTuple_CheckExact(seq)) {
+        if (i < PyTuple_GET_SIZE(seq)) {
+            return Py_NewRef(PyTuple_GET_ITEM(seq, i));
+        }
+        PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+        return NULL;
+    }
+    if (PyList_CheckExact(seq)) {
+        if (i < PyList_GET_SIZE(seq)) {
+            return Py_NewRef(PyList_GET_ITEM(seq, i));
+        }
+        PyErr_SetString(PyExc_IndexError, "list index out of range");
+        return NULL;
+    }
+    PyObject *ix = PyLong_FromSsize_t(i), *r = ix ? PyObject_GetItem(seq, ix) : NULL;
+    Py_XDECREF(ix);
+    return r;
+}
+
+/* bisect_right(a, x) (right) or bisect_left(a, x) into *out: 0 or -1. The loop of the bisect
+   module's C for a list; the module's function for anything else. */
+static int bisect(PyObject *a, PyObject *x, int right, Py_ssize_t *out) {
+    if (!PyList_CheckExact(a)) {
+        PyObject *r = PyObject_CallFunctionObjArgs(right ? g_bisect_right : g_bisect_left, a, x, NULL);
+        if (r == NULL) {
+            return -1;
+        }
+        *out = PyLong_AsSsize_t(r);
+        Py_DECREF(r);
+        return *out == -1 && PyErr_Occurred() ? -1 : 0;
+    }
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(a);
+    while (lo < hi) {
+        Py_ssize_t mid = (Py_ssize_t)(((size_t)lo + (size_t)hi) / 2);
+        if (mid >= PyList_GET_SIZE(a)) {        /* (a comparison's Python code shrank it) */
+            PyErr_SetString(PyExc_IndexError, "list index out of range");
+            return -1;
+        }
+        PyObject *item = Py_NewRef(PyList_GET_ITEM(a, mid));
+        int c = right ? compare(x, item, Py_LT) : compare(item, x, Py_LT);
+        Py_DECREF(item);
+        if (c < 0) {
+            return -1;
+        }
+        if (right ? c : !c) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    *out = lo;
+    return 0;
+}
+
+/* A record a Python method returned: 0 for NO_RECORD, else 1 and *value = rec[1]; -1. */
+static int rec_value(PyObject *rec, PyObject **value) {
+    if (rec == NULL) {
+        return -1;
+    }
+    int r = 0;
+    if (rec != g_no_record) {
+        *value = PyObject_GetItem(rec, g_one);
+        r = *value == NULL ? -1 : 1;
+    }
+    Py_DECREF(rec);
+    return r;
+}
+
+/* _hints(blk) of an exact list blk of at least 3 items (a new reference). */
+static PyObject *hints_of(PyObject *blk) {
+    if (PyList_GET_SIZE(blk) == 3) {
+        return PyList_Append(blk, g_once) < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *h = item_at(blk, 3);
+    if (h != g_once) {
+        return h;
+    }
+    Py_DECREF(h);
+    PyObject *args = PyTuple_Pack(3, PyList_GET_ITEM(blk, 0), PyList_GET_ITEM(blk, 1), g_every);
+    h = args ? front_index(NULL, args) : NULL;
+    Py_XDECREF(args);
+    if (h != NULL && PyList_SetItem(blk, 3, Py_NewRef(h)) < 0) {
+        Py_CLEAR(h);
+    }
+    return h;
+}
+
+/* The rest of Table._find for the block blk (a reference, stolen): 1 and *value, 0, -1. */
+static int block_find(PyObject *blk, PyObject *key, PyObject **value) {
+    int r = -1;
+    PyObject *raw = NULL, *pos = NULL, *hints = NULL, *found = NULL, *tail = NULL;
+    if (PyList_CheckExact(blk) && PyList_GET_SIZE(blk) >= 3) {
+        raw = Py_NewRef(PyList_GET_ITEM(blk, 0));
+        if (PyBytes_CheckExact(raw)) {
+            pos = Py_NewRef(PyList_GET_ITEM(blk, 1));
+            hints = hints_of(blk);
+        }
+    } else {
+        raw = item_at(blk, 0);
+        if (raw != NULL && PyBytes_CheckExact(raw)) {
+            pos = item_at(blk, 1);
+            hints = pos ? PyObject_CallOneArg(g_py_hints, blk) : NULL;
+        }
+    }
+    if (raw == NULL) {
+        goto done;
+    }
+    if (!PyBytes_CheckExact(raw)) {             /* a format-1 block: _list_get */
+        r = rec_value(PyObject_CallFunctionObjArgs(g_py_list_get, blk, key, NULL), value);
+        goto done;
+    }
+    if (hints == NULL) {
+        goto done;
+    }
+    /* found, value = front_find(blk[0], key, blk[1], hints) */
+    Py_ssize_t p = PyLong_CheckExact(pos) ? PyLong_AsSsize_t(pos) : -1;
+    int hit;
+    if (p >= 0 && (hints == Py_None || PyBytes_Check(hints))) {
+        const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(key), *hblob = NULL;
+        const hint *e = NULL;
+        if (pick_hint(hints, k, PyBytes_GET_SIZE(key), &e, &hblob) < 0) {
+            goto done;
+        }
+        hit = find_core((const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), p, e, hblob, k,
+                        PyBytes_GET_SIZE(key), value);
+    } else {
+        PyErr_Clear();                          /* (an int past Py_ssize_t: find()'s error below) */
+        PyObject *args = PyTuple_Pack(4, raw, key, pos, hints);
+        found = args ? front_find(NULL, args) : NULL;
+        Py_XDECREF(args);
+        if (found == NULL) {
+            goto done;
+        }
+        hit = PyObject_IsTrue(PyTuple_GET_ITEM(found, 0));
+        if (hit > 0) {
+            *value = Py_NewRef(PyTuple_GET_ITEM(found, 1));
+        }
+    }
+    if (hit > 0) {                              /* (blk[2], value) */
+        tail = item_at(blk, 2);
+        if (tail == NULL) {
+            Py_CLEAR(*value);
+            hit = -1;
+        }
+    }
+    r = hit;
+done:
+    Py_DECREF(blk);
+    Py_XDECREF(raw);
+    Py_XDECREF(pos);
+    Py_XDECREF(hints);
+    Py_XDECREF(found);
+    Py_XDECREF(tail);
+    return r;
+}
+
+/* Table._find(key) of a plain table: 1 and *value (the record's value), 0, -1. */
+static int t_find(PyObject *t, PyObject *key, PyObject **value) {
+    PyObject *first = slot_or_attr(t, toff[T_FIRST], t_slot_strs[T_FIRST]), *blocks, *blk;
+    Py_ssize_t i;
+    if (first == NULL) {
+        return -1;
+    }
+    int r = bisect(first, key, 1, &i);
+    Py_DECREF(first);
+    if (r < 0) {
+        return -1;
+    }
+    if (--i < 0) {
+        return 0;
+    }
+    if ((blocks = slot_or_attr(t, toff[T_BLOCKS], t_slot_strs[T_BLOCKS])) == NULL) {
+        return -1;
+    }
+    blk = item_at(blocks, i);
+    Py_DECREF(blocks);
+    if (blk == NULL) {
+        return -1;
+    }
+    if (blk == Py_None) {                       /* a miss: the table's Python _fetch */
+        Py_DECREF(blk);
+        PyObject *ix = PyLong_FromSsize_t(i);
+        blk = ix ? PyObject_CallMethodOneArg(t, gs_fetch, ix) : NULL;
+        Py_XDECREF(ix);
+        if (blk == NULL) {
+            return -1;
+        }
+    } else {                                    /* self._ref[i] = 1; self._cache.hits += 1 */
+        PyObject *ref = slot_or_attr(t, toff[T_REF], t_slot_strs[T_REF]), *cache = NULL, *h = NULL, *h2 = NULL;
+        int ok = ref != NULL;
+        if (ok && PyByteArray_CheckExact(ref)) {
+            if (i < PyByteArray_GET_SIZE(ref)) {
+                PyByteArray_AS_STRING(ref)[i] = 1;
+            } else {
+                PyErr_SetString(PyExc_IndexError, "bytearray index out of range");
+                ok = 0;
+            }
+        } else if (ok) {
+            PyObject *ix = PyLong_FromSsize_t(i);
+            ok = ix != NULL && PyObject_SetItem(ref, ix, g_one) == 0;
+            Py_XDECREF(ix);
+        }
+        ok = ok && (cache = slot_or_attr(t, toff[T_CACHE], t_slot_strs[T_CACHE])) != NULL
+            && (h = PyObject_GetAttr(cache, gs_hits)) != NULL && (h2 = PyNumber_InPlaceAdd(h, g_one)) != NULL
+            && PyObject_SetAttr(cache, gs_hits, h2) == 0;
+        Py_XDECREF(ref);
+        Py_XDECREF(cache);
+        Py_XDECREF(h);
+        Py_XDECREF(h2);
+        if (!ok) {
+            Py_DECREF(blk);
+            return -1;
+        }
+    }
+    return block_find(blk, key, value);
+}
+
+/* Table.owns(key) of a plain table: 1, 0, -1. */
+static int t_owns(PyObject *t, PyObject *key) {
+    PyObject *lo = slot_or_attr(t, toff[T_CLIP_LO], t_slot_strs[T_CLIP_LO]), *hi;
+    if (lo == NULL) {
+        return -1;
+    }
+    int r = lo == Py_None ? 1 : compare(key, lo, Py_GE);
+    Py_DECREF(lo);
+    if (r <= 0) {
+        return r;
+    }
+    if ((hi = slot_or_attr(t, toff[T_CLIP_HI], t_slot_strs[T_CLIP_HI])) == NULL) {
+        return -1;
+    }
+    r = hi == Py_None ? 1 : compare(key, hi, Py_LT);
+    Py_DECREF(hi);
+    return r;
+}
+
+/* Table.get(key) (probed 0) or Table.get_probed(key) (probed 1): 1 and *value, 0, -1. A plain
+   table here, any other through its Python method. */
+static int t_get(PyObject *t, PyObject *key, int probed, PyObject **value) {
+    if (!plain_table(t)) {
+        return rec_value(PyObject_CallMethodOneArg(t, probed ? gs_get_probed : gs_get, key), value);
+    }
+    PyObject *lo = slot_or_attr(t, toff[T_CLIP_LO], t_slot_strs[T_CLIP_LO]), *meta;
+    if (lo == NULL) {
+        return -1;
+    }
+    int r = lo == Py_None ? 1 : t_owns(t, key);
+    Py_DECREF(lo);
+    if (r <= 0) {
+        return r;
+    }
+    if ((meta = slot_or_attr(t, toff[T_META], t_slot_strs[T_META])) == NULL) {
+        return -1;
+    }
+    if (meta == Py_None) {
+        Py_DECREF(meta);
+        meta = PyObject_CallMethodNoArgs(t, gs_meta);
+        if (meta == NULL) {
+            return -1;
+        }
+    }
+    Py_DECREF(meta);
+    if (!probed) {
+        PyObject *bloom = slot_or_attr(t, toff[T_BLOOM], t_slot_strs[T_BLOOM]);
+        if (bloom == NULL) {
+            return -1;
+        }
+        if (bloom != g_maybe) {                 /* _maybe: True for every key */
+            PyObject *may = PyObject_CallOneArg(bloom, key);
+            r = may ? PyObject_IsTrue(may) : -1;
+            Py_XDECREF(may);
+        }
+        Py_DECREF(bloom);
+        if (r <= 0) {
+            return r;
+        }
+    }
+    return t_find(t, key, value);
+}
+
+/* o.min_key <= key <= o.max_key: 1, 0, -1. */
+static int in_range(PyObject *o, int plain, PyObject *key) {
+    PyObject *lo = plain ? slot_or_attr(o, toff[T_MIN], t_slot_strs[T_MIN]) : PyObject_GetAttr(o, t_slot_strs[T_MIN]);
+    if (lo == NULL) {
+        return -1;
+    }
+    int r = compare(lo, key, Py_LE);
+    Py_DECREF(lo);
+    if (r <= 0) {
+        return r;
+    }
+    PyObject *hi = plain ? slot_or_attr(o, toff[T_MAX], t_slot_strs[T_MAX]) : PyObject_GetAttr(o, t_slot_strs[T_MAX]);
+    if (hi == NULL) {
+        return -1;
+    }
+    r = compare(key, hi, Py_LE);
+    Py_DECREF(hi);
+    return r;
+}
+
+/* One level of Version.get: the tables of run from bisect_left(maxkeys, key) on. */
+static int level_get(PyObject *run, PyObject *maxkeys, PyObject *key, PyObject **value) {
+    Py_ssize_t i;
+    if (bisect(maxkeys, key, 0, &i) < 0) {
+        return -1;
+    }
+    for (;; i++) {
+        Py_ssize_t n = PyTuple_CheckExact(run) ? PyTuple_GET_SIZE(run) : PyObject_Length(run);
+        if (n < 0) {
+            return -1;
+        }
+        if (i >= n) {
+            return 0;
+        }
+        PyObject *t = item_at(run, i), *x;
+        if (t == NULL) {
+            return -1;
+        }
+        int plain = plain_table(t), r = -1;
+        x = plain ? slot_or_attr(t, toff[T_MIN], t_slot_strs[T_MIN]) : PyObject_GetAttr(t, t_slot_strs[T_MIN]);
+        int c = x ? compare(x, key, Py_GT) : -1;        /* if t.min_key > key: break */
+        Py_XDECREF(x);
+        if (c != 0) {
+            Py_DECREF(t);
+            return c < 0 ? -1 : 0;
+        }
+        r = t_get(t, key, 0, value);
+        if (r != 0) {
+            Py_DECREF(t);
+            return r;
+        }
+        /* if t.clip_hi is None or key < t.clip_hi: break */
+        x = plain ? slot_or_attr(t, toff[T_CLIP_HI], t_slot_strs[T_CLIP_HI])
+                  : PyObject_GetAttr(t, t_slot_strs[T_CLIP_HI]);
+        Py_DECREF(t);
+        c = x == NULL ? -1 : x == Py_None ? 1 : compare(key, x, Py_LT);
+        Py_XDECREF(x);
+        if (c != 0) {
+            return c < 0 ? -1 : 0;
+        }
+    }
+}
+
+/* The L0 part of Version.get: each table t of l0 with t.min_key <= key <= t.max_key, newest
+   first, until one has a record. */
+static int l0_get(PyObject *t, PyObject *key, PyObject **value) {
+    int c = in_range(t, plain_table(t), key);
+    return c <= 0 ? c : t_get(t, key, 0, value);
+}
+
+/* Version.get(key): 1 and *value, 0 (NO_RECORD), -1. */
+static int v_get(PyObject *v, PyObject *key, PyObject **value) {
+    if (!Py_IS_TYPE(v, g_version.type) || !gkind_same(&g_version)) {
+        return rec_value(PyObject_CallMethodOneArg(v, gs_get, key), value);
+    }
+    int r = -1;
+    PyObject *l0 = slot_or_attr(v, v_l0_off, gs_l0), *it = NULL, *t, *levels = NULL, *maxkeys = NULL,
+        *ita = NULL, *itb = NULL;
+    if (l0 == NULL) {
+        goto done;
+    }
+    if (PyTuple_CheckExact(l0)) {               /* for t in self.l0 */
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(l0); i++) {
+            t = Py_NewRef(PyTuple_GET_ITEM(l0, i));
+            r = l0_get(t, key, value);
+            Py_DECREF(t);
+            if (r != 0) {
+                goto done;
+            }
+        }
+    } else {
+        if ((it = PyObject_GetIter(l0)) == NULL) {
+            goto done;
+        }
+        while ((t = PyIter_Next(it)) != NULL) {
+            r = l0_get(t, key, value);
+            Py_DECREF(t);
+            if (r != 0) {
+                goto done;
+            }
+        }
+        if (PyErr_Occurred()) {
+            r = -1;
+            goto done;
+        }
+    }
+    r = -1;
+    if ((levels = slot_or_attr(v, v_levels_off, gs_levels)) == NULL
+        || (maxkeys = slot_or_attr(v, v_maxkeys_off, gs_maxkeys)) == NULL) {
+        goto done;
+    }
+    if (PyTuple_CheckExact(levels) && PyTuple_CheckExact(maxkeys)) {    /* zip(self.levels, self._maxkeys) */
+        Py_ssize_t n = PyTuple_GET_SIZE(levels) < PyTuple_GET_SIZE(maxkeys) ? PyTuple_GET_SIZE(levels)
+                                                                            : PyTuple_GET_SIZE(maxkeys);
+        r = 0;
+        for (Py_ssize_t i = 0; i < n && r == 0; i++) {
+            r = level_get(PyTuple_GET_ITEM(levels, i), PyTuple_GET_ITEM(maxkeys, i), key, value);
+        }
+        goto done;
+    }
+    if ((ita = PyObject_GetIter(levels)) == NULL || (itb = PyObject_GetIter(maxkeys)) == NULL) {
+        goto done;
+    }
+    for (;;) {
+        PyObject *run = PyIter_Next(ita), *mk = run ? PyIter_Next(itb) : NULL;
+        if (mk == NULL) {
+            Py_XDECREF(run);
+            r = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+        r = level_get(run, mk, key, value);
+        Py_DECREF(run);
+        Py_DECREF(mk);
+        if (r != 0) {
+            goto done;
+        }
+    }
+done:
+    Py_XDECREF(l0);
+    Py_XDECREF(it);
+    Py_XDECREF(levels);
+    Py_XDECREF(maxkeys);
+    Py_XDECREF(ita);
+    Py_XDECREF(itb);
+    return r;
+}
+
+/* The sealed sources' part of DB.get (sources and filters exact tuples): 1 and *value, 0, -1. */
+static int sealed_get(PyObject *sources, PyObject *filters, PyObject *key, PyObject **value) {
+    Py_ssize_t count = PyTuple_GET_SIZE(filters), small[64];
+    Py_ssize_t *pos = count <= 64 ? small : PyMem_New(Py_ssize_t, (size_t)count);
+    if (pos == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int r = 0;
+    Py_ssize_t n = candidates_of((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), filters, pos);
+    if (n < 0) {
+        r = -1;
+    }
+    for (Py_ssize_t j = 0; j < n && r == 0; j++) {
+        if (pos[j] >= PyTuple_GET_SIZE(sources)) {
+            PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+            r = -1;
+            break;
+        }
+        PyObject *src = PyTuple_GET_ITEM(sources, pos[j]);
+        if (Py_IS_TYPE(src, g_memtable.type)) {     /* src.data.get(key, NO_RECORD) */
+            PyObject *data = gkind_same(&g_memtable) ? slot_or_attr(src, mem_data_off, gs_data)
+                                                     : PyObject_GetAttr(src, gs_data);
+            if (data == NULL) {
+                r = -1;
+            } else if (PyDict_CheckExact(data)) {
+                PyObject *v = PyDict_GetItemWithError(data, key);
+                if (v != NULL) {
+                    *value = Py_NewRef(v);
+                    r = 1;
+                } else if (PyErr_Occurred()) {
+                    r = -1;
+                }
+            } else {
+                PyObject *v = PyObject_CallMethod(data, "get", "OO", key, g_no_record);
+                if (v == NULL) {
+                    r = -1;
+                } else if (v != g_no_record) {
+                    *value = v;
+                    r = 1;
+                } else {
+                    Py_DECREF(v);
+                }
+            }
+            Py_XDECREF(data);
+            continue;
+        }
+        Py_INCREF(src);
+        int c = in_range(src, plain_table(src), key);
+        r = c <= 0 ? c : t_get(src, key, 1, value);
+        Py_DECREF(src);
+    }
+    if (pos != small) {
+        PyMem_Free(pos);
+    }
+    return r;
+}
+
+/* Make the exception (et, ev, tb) the __context__ of the one being raised (an error while
+   handling it, as Python's except block chains it). Steals the three. */
+static void chain_context(PyObject *et, PyObject *ev, PyObject *tb) {
+    PyObject *t2, *v2, *tb2;
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (tb != NULL && ev != NULL) {
+        PyException_SetTraceback(ev, tb);
+    }
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&t2, &v2, &tb2);
+    if (v2 != NULL && ev != NULL) {
+        PyException_SetContext(v2, ev);     /* steals ev */
+        ev = NULL;
+    }
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    PyErr_Restore(t2, v2, tb2);
+}
+
+/* db_get(db, key) -> the value, None, NO_RECORD (not the common case: nothing was done, DB.get's
+   Python runs) or RETRY (the view changed under an ObjectMissingError: DB.get calls itself). */
+static PyObject *db_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "db_get(db, key)");
+        return NULL;
+    }
+    if (!get_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "dkv.format._native: get_setup() was not called");
+        return NULL;
+    }
+    PyObject *db = args[0], *key = args[1], *res = NULL, *closed = NULL, *active = NULL, *data = NULL, *view = NULL,
+        *probe = NULL, *value = NULL;
+    if (!PyBytes_CheckExact(key) || PyBytes_GET_SIZE(key) == 0) {
+        return Py_NewRef(g_no_record);
+    }
+    /* Until the sealed sources are read nothing changes: an attribute that cannot be read, or
+       is not the common case, hands over (DB.get's Python reads it again and raises). */
+    if ((closed = PyObject_GetAttr(db, gs_closed)) == NULL || closed != Py_False
+        || (active = PyObject_GetAttr(db, gs_active)) == NULL || !Py_IS_TYPE(active, g_memtable.type)
+        || !gkind_same(&g_memtable) || (data = *(PyObject **)((char *)active + mem_data_off)) == NULL
+        || !PyDict_CheckExact(data)) {
+        goto hand_over;
+    }
+    PyObject *v = PyDict_GetItemWithError(data, key);
+    if (v != NULL || PyErr_Occurred()) {
+        res = Py_XNewRef(v);
+        goto done;
+    }
+    if ((view = PyObject_GetAttr(db, gs_view)) == NULL || !PyTuple_CheckExact(view) || PyTuple_GET_SIZE(view) != 2
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(view, 0))) {
+        goto hand_over;
+    }
+    PyObject *sources = PyTuple_GET_ITEM(view, 0), *version = PyTuple_GET_ITEM(view, 1);
+    if (PyTuple_GET_SIZE(sources) > 0) {
+        if ((probe = PyObject_GetAttr(db, gs_probe)) == NULL || !PyTuple_CheckExact(probe)
+            || PyTuple_GET_SIZE(probe) != 2 || PyTuple_GET_ITEM(probe, 0) != sources
+            || !PyTuple_CheckExact(PyTuple_GET_ITEM(probe, 1))) {
+            goto hand_over;
+        }
+        int r = sealed_get(sources, PyTuple_GET_ITEM(probe, 1), key, &value);
+        if (r != 0) {
+            res = r > 0 ? value : NULL;
+            goto done;
+        }
+    }
+    int r = v_get(version, key, &value);
+    if (r > 0) {
+        res = value;
+    } else if (r == 0) {
+        res = Py_NewRef(Py_None);
+    } else if (PyErr_ExceptionMatches(g_missing)) {
+        /* except ObjectMissingError: if self._view[1] is version: raise; return self.get(key) */
+        PyObject *et, *ev, *tb, *now = NULL;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *cur = PyObject_GetAttr(db, gs_view);
+        now = cur ? PyObject_GetItem(cur, g_one) : NULL;
+        Py_XDECREF(cur);
+        if (now == NULL) {
+            chain_context(et, ev, tb);
+        } else if (now == version) {
+            PyErr_Restore(et, ev, tb);
+        } else {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            res = Py_NewRef(g_retry);
+        }
+        Py_XDECREF(now);
+    }
+    goto done;
+hand_over:
+    PyErr_Clear();
+    res = Py_NewRef(g_no_record);
+done:
+    Py_XDECREF(closed);
+    Py_XDECREF(active);
+    Py_XDECREF(view);
+    Py_XDECREF(probe);
+    return res;
+}
+
+/* A member descriptor's offset (a __slots__ member): 0, or -1 with a TypeError. */
+static int member_offset(PyTypeObject *t, const char *name, Py_ssize_t *off) {
+    PyObject *d = PyDict_GetItemString(t->tp_dict, name);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)
+        || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "get_setup: %s.%s is not a __slots__ member", t->tp_name, name);
+        return -1;
+    }
+    *off = ((PyMemberDescrObject *)d)->d_member->offset;
+    return 0;
+}
+
+static int gkind_setup(gkind *c, PyObject *type, const char **names, int n) {
+    c->type = (PyTypeObject *)Py_NewRef(type);
+    c->n = n;
+    for (int i = 0; i < n; i++) {
+        if ((c->names[i] = PyUnicode_InternFromString(names[i])) == NULL) {
+            return -1;
+        }
+        PyObject *v = _PyType_Lookup(c->type, c->names[i]);
+        if (v == NULL) {
+            PyErr_Format(PyExc_TypeError, "get_setup: %s has no %s", c->type->tp_name, names[i]);
+            return -1;
+        }
+        c->hooks[i] = Py_NewRef(v);
+    }
+    c->tag = 0;
+    gkind_same(c);
+    return 0;
+}
+
+/* get_setup(Memtable, Table, Delta, Version, NO_RECORD, RETRY, ObjectMissingError, _ONCE, _maybe,
+   _hints, _list_get, bisect_left, bisect_right, HINT_EVERY): see dkv/_getpath.py. */
+static PyObject *get_setup(PyObject *self, PyObject *args) {
+    PyObject *mt, *tt, *dt, *vt, *every;
+    if (get_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "get_setup() was called already");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOOOOOOOO!", &PyType_Type, &mt, &PyType_Type, &tt, &PyType_Type, &dt,
+                          &PyType_Type, &vt, &g_no_record, &g_retry, &g_missing, &g_once, &g_maybe, &g_py_hints,
+                          &g_py_list_get, &g_bisect_left, &g_bisect_right, &PyLong_Type, &every)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)dt, (PyTypeObject *)tt)) {
+        PyErr_SetString(PyExc_TypeError, "get_setup: Delta is not a Table");
+        return NULL;
+    }
+    static const char *mem_hooks[] = {"data"};
+    static const char *table_hooks[] = {"get", "get_probed", "_find", "owns", "min_key", "max_key", "clip_lo",
+                                        "clip_hi", "_meta", "_first", "_blocks", "_ref", "_cache", "_bloom"};
+    static const char *version_hooks[] = {"get", "l0", "levels", "_maxkeys"};
+    if (gkind_setup(&g_memtable, mt, mem_hooks, 1) < 0 || gkind_setup(&g_table, tt, table_hooks, 14) < 0
+        || gkind_setup(&g_delta, dt, table_hooks, 14) < 0 || gkind_setup(&g_version, vt, version_hooks, 4) < 0
+        || member_offset((PyTypeObject *)mt, "data", &mem_data_off) < 0
+        || member_offset((PyTypeObject *)vt, "l0", &v_l0_off) < 0
+        || member_offset((PyTypeObject *)vt, "levels", &v_levels_off) < 0
+        || member_offset((PyTypeObject *)vt, "_maxkeys", &v_maxkeys_off) < 0) {
+        return NULL;
+    }
+    for (int i = 0; i < NT; i++) {
+        if (member_offset((PyTypeObject *)tt, t_slot_names[i], &toff[i]) < 0
+            || (t_slot_strs[i] = PyUnicode_InternFromString(t_slot_names[i])) == NULL) {
+            return NULL;
+        }
+    }
+#define INTERN(var, s) if ((var = PyUnicode_InternFromString(s)) == NULL) return NULL
+    INTERN(gs_closed, "_closed");
+    INTERN(gs_active, "_active");
+    INTERN(gs_view, "_view");
+    INTERN(gs_probe, "_probe");
+    INTERN(gs_get, "get");
+    INTERN(gs_get_probed, "get_probed");
+    INTERN(gs_meta, "meta");
+    INTERN(gs_fetch, "_fetch");
+    INTERN(gs_hits, "hits");
+    INTERN(gs_data, "data");
+    INTERN(gs_l0, "l0");
+    INTERN(gs_levels, "levels");
+    INTERN(gs_maxkeys, "_maxkeys");
+#undef INTERN
+    if ((g_one = PyLong_FromLong(1)) == NULL) {
+        return NULL;
+    }
+    Py_INCREF(g_no_record);
+    Py_INCREF(g_retry);
+    Py_INCREF(g_missing);
+    Py_INCREF(g_once);
+    Py_INCREF(g_maybe);
+    Py_INCREF(g_py_hints);
+    Py_INCREF(g_py_list_get);
+    Py_INCREF(g_bisect_left);
+    Py_INCREF(g_bisect_right);
+    g_every = Py_NewRef(every);
+    get_ready = 1;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"encode", front_encode, METH_VARARGS, "Front-code sorted keys and their values (None: tombstone)."},
     {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos in [lo, hi) (with index() hints)."},
@@ -959,6 +1761,8 @@ static PyMethodDef methods[] = {
     {"bloom_build", bloom_build, METH_VARARGS, "The bit array of a bloom filter over keys (m bits, k probes)."},
     {"bloom_check", (PyCFunction)(void (*)(void))bloom_check, METH_FASTCALL, "Whether key may be in the filter."},
     {"bloom_candidates", (PyCFunction)(void (*)(void))bloom_candidates, METH_FASTCALL, "Positions of the filters that may hold key (None: any)."},
+    {"db_get", (PyCFunction)(void (*)(void))db_get, METH_FASTCALL, "DB.get for the common case (NO_RECORD: DB.get's Python; RETRY: again)."},
+    {"get_setup", get_setup, METH_VARARGS, "get_setup(...): the classes and functions db_get stands in for (dkv/_getpath.py)."},
     {"batch_extend", batch_extend, METH_VARARGS, "WriteBatch.extend's checks and append, for records of exact types (-1: others)."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,5 +1,6 @@
 """Types of the C module ``_native.c`` (built with the package when a compiler is there):
-the twins of ``_front.py``'s codec and of ``bloom.py``'s filters, same bytes."""
+the twins of ``_front.py``'s codec and of ``bloom.py``'s filters, same bytes, and of
+``DB.get``'s read (``db_get``, set up by ``dkv/_getpath.py``)."""
 from typing import overload
 
 from typing_extensions import Buffer
@@ -22,3 +23,7 @@ def bloom_check(bits: bytes, k: int, tag: int, n: int, key: bytes, /) -> bool: .
 def bloom_candidates(key: bytes, filters: tuple[tuple[bytes, int] | tuple[bytes, int, int, int] | None, ...],
                      /) -> list[int]: ...
 def batch_extend(ops: list[tuple[bytes, bytes | None]], records: list, /) -> int: ...
+def db_get(db: object, key: object, /) -> object: ...
+def get_setup(memtable: type, table: type, delta: type, version: type, no_record: object, retry: object,
+              missing: type, once: object, maybe: object, hints: object, list_get: object, bisect_left: object,
+              bisect_right: object, every: int, /) -> None: ...

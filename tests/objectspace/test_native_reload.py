@@ -1,8 +1,8 @@
 """The C lookup of a handle (``objectspace._native.lookup``, RFC 0012 step 3) against
 ``ObjectSpace._lookup``'s Python, its reference: the same random operations on two spaces
 in one process, one looking its objects up (and reloading them) through C and the other
-through Python (``space._RELOAD`` and ``space._SAVE`` flipped around each call), under
-budgets that evict handles, so most lookups are reloads; every result and error, every
+through Python (``space._RELOAD``, ``space._SAVE`` and ``_cache._EVICT`` flipped around each
+call), under budgets that evict handles, so most lookups are reloads; every result and error, every
 live object's state, the weak map and the cache's LRU order, costs and evictions compared
 after each step. Names the C encoder takes are held to ``encode_name`` one by one."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 import dkv
 from dkv.batch import WriteBatch
-from objectspace import ObjectSpace, _savepath
+from objectspace import ObjectSpace, _cache, _savepath
 from objectspace import _layout as L
 from objectspace import space as space_mod
 from objectspace._keycodec import encode_name
@@ -46,15 +46,15 @@ class Twin:
     def run(self, fn):
         outs = []
         for i, sp in enumerate(self.spaces):
-            saved = space_mod._RELOAD, space_mod._SAVE
-            space_mod._RELOAD, space_mod._SAVE = (saved if i == 0 else (None, None))
+            saved = space_mod._RELOAD, space_mod._SAVE, _cache._EVICT
+            space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = (saved if i == 0 else (None, None, None))
             try:
                 r = fn(sp)
                 outs.append(("ok", type(r).__name__, getattr(r, "_nkey", r)))
             except Exception as e:  # noqa: BLE001 - compared between the two
                 outs.append(("error", type(e).__name__, str(e)))
             finally:
-                space_mod._RELOAD, space_mod._SAVE = saved
+                space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = saved
         assert outs[0] == outs[1]
         return outs[0]
 

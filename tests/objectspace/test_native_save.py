@@ -1,7 +1,7 @@
 """The C save path of slot sequences (objectspace/_savepath.py, RFC 0012 step 2) against the
 Python one, its reference: the same space twice in one process, the same random operations
 on both, one saved and confirmed through the C functions and the other through the Python
-loops (``space._SAVE`` flipped around each call); every save's records (in order), every
+loops (``space._SAVE`` and ``_cache._EVICT`` flipped around each call); every save's records (in order), every
 error, every object's state and the object cache's are compared after each step. A store
 written through either path is compared byte for byte in test_native_codec.py."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 import dkv
 from dkv.batch import WriteBatch
-from objectspace import ObjectSpace, _savepath
+from objectspace import ObjectSpace, _cache, _savepath
 from objectspace import space as space_mod
 from objectspace._queue import PersistedQueue
 from objectspace._slots import NO_SLOTS, SlotSequence
@@ -92,14 +92,14 @@ class Twin:
         """fn(space) on each space with its save path; their outcomes (a value or an error)."""
         outs = []
         for i, sp in enumerate(self.spaces):
-            saved = space_mod._SAVE
-            space_mod._SAVE = _savepath.native if i == 0 else None
+            saved = space_mod._SAVE, _cache._EVICT
+            space_mod._SAVE, _cache._EVICT = (_savepath.native, saved[1]) if i == 0 else (None, None)
             try:
                 outs.append(("ok", fn(sp)))
             except Exception as e:  # noqa: BLE001 - compared between the two
                 outs.append(("error", type(e).__name__, str(e)))
             finally:
-                space_mod._SAVE = saved
+                space_mod._SAVE, _cache._EVICT = saved
         assert outs[0] == outs[1]
         return outs[0]
 
