@@ -1541,31 +1541,43 @@ static int evict_clean(PyObject *o, checked *k) {
     if (k != NULL) {
         long long fl, pf;
         PyObject *space = GET(o, X_SPACE), *dirty = GET(o, X_DIRTY), *pending = GET(o, X_PENDING),
-            *vals = GET(o, X_VALS), *head = GET(o, X_HEAD), *tail = GET(o, X_TAIL), *listed = GET(o, X_LISTED);
+            *vals = GET(o, X_VALS);
         if (!as_i64(GET(o, X_FLAGS), &fl) && !as_i64(GET(o, X_PFLAGS), &pf) && !((fl | pf) & F_REPLACE)
             && space != NULL && anyset_exact(dirty) && PySet_GET_SIZE(dirty) == 0 && anyset_exact(pending)
-            && PySet_GET_SIZE(pending) == 0 && vals != NULL && PyDict_CheckExact(vals) && head != NULL
-            && PyLong_CheckExact(head) && tail != NULL && PyLong_CheckExact(tail)
-            && (listed == Py_False || listed == Py_True)) {
+            && PySet_GET_SIZE(pending) == 0 && vals != NULL && PyDict_CheckExact(vals)) {
+            /* Held across the attribute read and the clear: either can run Python code (a
+               space's property, a value's __del__) that rebinds o's fields. */
+            Py_INCREF(space);
+            Py_INCREF(vals);
             PyObject *inplace = PyObject_GetAttr(space, s_inplace);
+            Py_DECREF(space);
             if (inplace == NULL) {
                 PyErr_Clear();          /* the Python method reads it again, and raises */
             } else if (inplace == Py_None) {
                 Py_DECREF(inplace);
-                /* _evict(0): self._vals.clear(); self._complete = self._head == self._tail */
-                Py_INCREF(vals);
-                Py_INCREF(head);
-                Py_INCREF(tail);
+                /* _evict(0): self._vals.clear(); self._complete = self._head == self._tail; then
+                   `if not self._listed`: the fields read after the clear, as Python reads them */
                 PyDict_Clear(vals);
-                PyObject *eq = PyObject_RichCompare(head, tail, Py_EQ);
                 Py_DECREF(vals);
-                Py_DECREF(head);
-                Py_DECREF(tail);
+                PyObject *head = GET(o, X_HEAD), *tail = GET(o, X_TAIL);
+                if (head == NULL || tail == NULL) {     /* unset by Python code: its error */
+                    PyObject *t = PyObject_GetAttrString(o, head == NULL ? "_head" : "_tail");
+                    if (t != NULL) {
+                        Py_DECREF(t);
+                        PyErr_SetString(PyExc_AttributeError, head == NULL ? "_head" : "_tail");
+                    }
+                    return -1;
+                }
+                PyObject *eq = PyObject_RichCompare(head, tail, Py_EQ);
                 if (eq == NULL) {
                     return -1;
                 }
                 set_steal(o, X_COMPLETE, eq);
-                if (listed == Py_False) {       /* the cache drops only clean objects: the sets go too */
+                int listed = field_true(o, k, X_LISTED, s_listed);
+                if (listed < 0) {
+                    return -1;
+                }
+                if (!listed) {       /* the cache drops only clean objects: the sets go too */
                     set_ref(o, X_DIRTY, no_slots);
                     set_ref(o, X_PENDING, no_slots);
                 }
@@ -1573,6 +1585,7 @@ static int evict_clean(PyObject *o, checked *k) {
             } else {
                 Py_DECREF(inplace);
             }
+            Py_DECREF(vals);
         }
     }
     PyObject *r = PyObject_CallMethodNoArgs(o, s_evict_clean);
@@ -1670,8 +1683,10 @@ static PyObject *cache_evict(PyObject *self, PyObject *cache) {
         if ((item = pop_first(heavy)) == NULL) {
             goto done;
         }
-        key = Py_NewRef(PyTuple_GET_ITEM(item, 0));
-        o = Py_NewRef(PyTuple_GET_ITEM(item, 1));
+        /* key, obj = ...popitem(last=False): the previous ones live until rebound here, as
+           in the Python frame (a handle's weakref callbacks run at the same point) */
+        Py_XSETREF(key, Py_NewRef(PyTuple_GET_ITEM(item, 0)));
+        Py_XSETREF(o, Py_NewRef(PyTuple_GET_ITEM(item, 1)));
         Py_CLEAR(item);
         checked *k = kind_of(o);
         int skip = field_true(o, k, X_LISTED, s_listed);
@@ -1681,7 +1696,7 @@ static PyObject *cache_evict(PyObject *self, PyObject *cache) {
         if (skip < 0) {
             goto done;
         }
-        if (!skip) {        /* dirty or dead: its items stay */
+        if (!skip) {        /* clean: its items go (dirty or dead: they stay) */
             if ((c = PyDict_GetItemWithError(cost, key)) == NULL) {
                 if (!PyErr_Occurred()) {
                     PyErr_SetObject(PyExc_KeyError, key);
@@ -1696,8 +1711,6 @@ static PyObject *cache_evict(PyObject *self, PyObject *cache) {
             Py_CLEAR(c);
             Py_CLEAR(nw);
         }
-        Py_CLEAR(key);
-        Py_CLEAR(o);
     }
     /* then the least recently used handles */
     while (PyDict_GET_SIZE(lru) > 0) {
@@ -1715,8 +1728,10 @@ static PyObject *cache_evict(PyObject *self, PyObject *cache) {
         if ((item = pop_first(lru)) == NULL) {
             goto done;
         }
-        key = Py_NewRef(PyTuple_GET_ITEM(item, 0));
-        o = Py_NewRef(PyTuple_GET_ITEM(item, 1));
+        /* key, obj = ...popitem(last=False): the previous ones live until rebound here, as
+           in the Python frame (a handle's weakref callbacks run at the same point) */
+        Py_XSETREF(key, Py_NewRef(PyTuple_GET_ITEM(item, 0)));
+        Py_XSETREF(o, Py_NewRef(PyTuple_GET_ITEM(item, 1)));
         Py_CLEAR(item);
         int has = PyDict_Contains(heavy, key);          /* heavy.pop(key, None) */
         if (has < 0 || (has && PyObject_DelItem(heavy, key) < 0)) {
@@ -1742,8 +1757,6 @@ static PyObject *cache_evict(PyObject *self, PyObject *cache) {
         if (skip < 0 || (!skip && evict_clean(o, k) < 0)) {
             goto done;
         }
-        Py_CLEAR(key);
-        Py_CLEAR(o);            /* (a handle that dies here: the weak map's callback runs) */
     }
     res = Py_NewRef(Py_True);
 done:

@@ -59,7 +59,7 @@ def _load():
              and all(getattr(cls, name) is f for name, f in _HOOKS.items())]
     native.save_setup(_fields(), kinds, ObjectCache, Codec, native.encode, NO_SLOTS)
     _registered.extend(kinds)
-    _cache._EVICT = native.evict        # ObjectCache._evict's C twin (RFC 0012 step 3)
+    _cache._EVICT = getattr(native, "evict", None)      # ObjectCache._evict's C twin (RFC 0012 step 3; an older build has none)
     return native
 
 

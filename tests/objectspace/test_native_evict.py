@@ -307,3 +307,111 @@ def test_errors_and_odd_values_are_pythons(broken):
             sp._closed = True
         for db in tw.dbs:
             db.close()
+
+
+# Python code that runs inside an eviction (found in review): a stored value's finalizer that
+# writes to its own queue while the cached items are cleared, and a user's weakref callback
+# on a handle that looks another object up while the loop runs. Each scenario runs through C
+# and through Python; the two must end alike.
+
+def _paths(scenario):
+    outs = []
+    for c_path in (True, False):
+        saved = space_mod._RELOAD, space_mod._SAVE, _cache._EVICT
+        if not c_path:
+            space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = None, None, None
+        try:
+            outs.append(scenario())
+        finally:
+            space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = saved
+    return outs
+
+
+class _WritesOnDel:
+    armed = False
+    space = None
+
+    def __init__(self, v):
+        self.v = v
+
+    def __del__(self):
+        if _WritesOnDel.armed:
+            _WritesOnDel.armed = False
+            _WritesOnDel.space.get_or_create_queue("q").append(_WritesOnDel(99))
+
+
+def _commit(db, sp):
+    db.write(sp.save())
+    sp.on_saved()
+
+
+def test_a_write_made_while_the_items_are_cleared_is_kept():
+    from objectspace import register_type, unregister_type
+    register_type(_WritesOnDel, 41, lambda b: b.v, _WritesOnDel)
+
+    def scenario():
+        db = dkv.open(f"memory://native-evict-{uuid.uuid4().hex}")
+        sp = _WritesOnDel.space = ObjectSpace(db, prefix=b"p/", cache_bytes=1 << 20, cache_items=100)
+        q = sp.get_or_create_queue("q")
+        for i in range(3):
+            q.append(_WritesOnDel(i))
+        _commit(db, sp)
+        c = sp._cache
+        c.budget = 0
+        c._evict()          # every handle goes
+        c.budget = 1 << 20
+        del q
+        q = sp.get_or_create_queue("q")
+        assert [q[i].v for i in range(len(q))] == [0, 1, 2]     # its items loaded: a heavy object
+        _WritesOnDel.armed = True
+        c.budget = 1
+        c._evict()          # clears q's items: a finalizer appends to q
+        c.budget = 1 << 20
+        after = (q._listed, len(q), sorted(q._dirty), q._complete)
+        _commit(db, sp)
+        del q
+        c.budget = 0
+        c._evict()
+        c.budget = 1 << 20
+        return after, [x.v for x in sp.get_or_create_queue("q")]
+
+    try:
+        c_out, py_out = _paths(scenario)
+    finally:
+        _WritesOnDel.armed = False
+        unregister_type(_WritesOnDel)
+    assert py_out == ((True, 4, [3], False), [0, 1, 2, 99])
+    assert c_out == py_out
+
+
+def test_a_handle_dies_where_the_python_loop_drops_it():
+    import weakref
+
+    def scenario():
+        db = dkv.open(f"memory://native-evict-{uuid.uuid4().hex}")
+        sp = ObjectSpace(db, prefix=b"p/", cache_bytes=1 << 20)
+        for i in range(12):
+            sp.get_or_create_queue(("q", i)).append(i)
+        _commit(db, sp)
+        c = sp._cache
+        c.budget = 0
+        c._evict()
+        c.budget = 1 << 20
+        live = [sp.get_or_create_queue(("q", i)) for i in range(8)]
+        more = iter(range(8, 12))
+
+        def looks_up(_ref):     # reloads another object: the cache's _add, maybe its _evict
+            for i in more:
+                sp.get_or_create_queue(("q", i))
+                return
+
+        refs = [weakref.ref(q, looks_up) for q in live]
+        del live
+        c.budget = c.nbytes // len(c._lru) * 8 - 1
+        c._evict()
+        assert len(refs) == 8
+        return c.nbytes, c.evictions, [o.name for o in c._lru.values()]
+
+    c_out, py_out = _paths(scenario)
+    assert c_out == py_out
+    assert py_out[2] == [("q", 10), ("q", 11)]
