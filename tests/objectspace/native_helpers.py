@@ -1,14 +1,21 @@
-"""The store-level check of the C twins (RFC 0012): the same writes through the C path and
-the Python path (``OBJECTSPACE_NATIVE=0``), each in a subprocess since the path is chosen at
-import, make the same files byte for byte."""
+"""Checks of the C twins (RFC 0012) against their Python: ``Twin``, the same space twice in one
+process, one through the C lookup, save path and eviction, one all Python; and the
+store-level check, the same writes through the C path and the Python path
+(``OBJECTSPACE_NATIVE=0``), each in a subprocess since the path is chosen at import, make the
+same files byte for byte."""
 from __future__ import annotations
 
 import os
 import pathlib
 import subprocess
 import sys
+import uuid
 
+import dkv
 from dkv.format import manifest as mf
+from objectspace import ObjectSpace, _cache
+from objectspace import space as space_mod
+
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -43,3 +50,48 @@ def assert_same_store_on_both_paths(script: str, tmp_path: pathlib.Path) -> None
     assert list(c) == list(p)
     assert any(name.endswith(".sst") for name in c) and any(name.endswith(".wal") for name in c)
     assert [name for name in c if c[name] != p[name]] == []
+
+
+class Twin:
+    """The same space twice: [0] looked up, saved and evicted through C, [1] through Python
+    (``space._RELOAD``, ``space._SAVE`` and ``_cache._EVICT`` flipped around each call).
+    ``run(fn)`` calls ``fn`` on both and asserts the same outcome: ("ok", [the result's type
+    name if ``typed``,] its name key or itself), or ("error", type, message)."""
+
+    def __init__(self, label: str, typed: bool = True, **opts):
+        self.opts, self.typed = opts, typed
+        self.dbs = [dkv.open(f"memory://{label}-{uuid.uuid4().hex}") for _ in range(2)]
+        self.spaces = [ObjectSpace(db, prefix=b"p/", **opts) for db in self.dbs]
+
+    def run(self, fn):
+        outs = []
+        for i, sp in enumerate(self.spaces):
+            saved = space_mod._RELOAD, space_mod._SAVE, _cache._EVICT
+            space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = (saved if i == 0 else (None, None, None))
+            try:
+                r = fn(sp)
+                outs.append(("ok", *((type(r).__name__,) if self.typed else ()), getattr(r, "_nkey", r)))
+            except Exception as e:  # noqa: BLE001 - compared between the two
+                outs.append(("error", type(e).__name__, str(e)))
+            finally:
+                space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = saved
+        assert outs[0] == outs[1]
+        return outs[0]
+
+    def same(self):
+        from .test_native_save import state     # (it imports this module)
+        a, b = (state(sp) for sp in self.spaces)
+        assert a == b
+        assert list(self.spaces[0]._live.data) == list(self.spaces[1]._live.data)
+
+    def save(self):
+        for sp in self.spaces:
+            b = sp.save()
+            sp._db.write(b)
+            sp.on_saved()
+
+    def close(self):
+        for sp in self.spaces:
+            sp.close()
+        for db in self.dbs:
+            db.close()

@@ -22,7 +22,7 @@ from objectspace import space as space_mod
 from objectspace._cache import ObjectCache
 from objectspace._queue import PersistedQueue
 
-from .test_native_save import state
+from .native_helpers import Twin
 
 native = _savepath.native
 pytestmark = pytest.mark.skipif(_cache._EVICT is None or space_mod._RELOAD is None,
@@ -35,46 +35,6 @@ def _no_gc():
     gc.disable()
     yield
     gc.enable()
-
-
-class Twin:
-    """The same space twice: [0] through C (lookup, save, eviction), [1] through Python."""
-
-    def __init__(self, **opts):
-        self.dbs = [dkv.open(f"memory://native-evict-{uuid.uuid4().hex}") for _ in range(2)]
-        self.spaces = [ObjectSpace(db, prefix=b"p/", **opts) for db in self.dbs]
-
-    def run(self, fn):
-        outs = []
-        for i, sp in enumerate(self.spaces):
-            saved = space_mod._RELOAD, space_mod._SAVE, _cache._EVICT
-            space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = (saved if i == 0 else (None, None, None))
-            try:
-                r = fn(sp)
-                outs.append(("ok", getattr(r, "_nkey", r)))
-            except Exception as e:  # noqa: BLE001 - compared between the two
-                outs.append(("error", type(e).__name__, str(e)))
-            finally:
-                space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = saved
-        assert outs[0] == outs[1]
-        return outs[0]
-
-    def same(self):
-        a, b = (state(sp) for sp in self.spaces)
-        assert a == b
-        assert list(self.spaces[0]._live.data) == list(self.spaces[1]._live.data)
-
-    def save(self):
-        for sp in self.spaces:
-            b = sp.save()
-            sp._db.write(b)
-            sp.on_saved()
-
-    def close(self):
-        for sp in self.spaces:
-            sp.close()
-        for db in self.dbs:
-            db.close()
 
 
 KINDS = ["queue", "queue", "bqueue", "list", "stack", "array", "dict", "value", "set"]
@@ -163,7 +123,7 @@ CONFIGS = {"pressed": dict(cache_bytes=4000, cache_items=4), "few-objects": dict
 @pytest.mark.parametrize("seed", range(3))
 def test_random_evictions_are_the_same_on_both_paths(config, seed):
     rng = random.Random(seed * 31 + len(config))
-    tw = Twin(**CONFIGS[config])
+    tw = Twin("native-evict", False, **CONFIGS[config])
     try:
         for _ in range(400):
             op(tw, rng)
@@ -180,7 +140,7 @@ def test_random_evictions_are_the_same_on_both_paths(config, seed):
 @pytest.mark.parametrize("seed", range(3, 15))
 def test_long_random_evictions_are_the_same_on_both_paths(config, seed):
     rng = random.Random(seed * 31 + len(config))
-    tw = Twin(**CONFIGS[config])
+    tw = Twin("native-evict", False, **CONFIGS[config])
     try:
         for _ in range(2500):
             op(tw, rng)
@@ -190,7 +150,7 @@ def test_long_random_evictions_are_the_same_on_both_paths(config, seed):
 
 
 def _filled(**opts):
-    tw = Twin(**dict(dict(cache_bytes=1 << 20), **opts))
+    tw = Twin("native-evict", False, **dict(dict(cache_bytes=1 << 20), **opts))
     rng = random.Random(5)
     for i in range(40):
         name, kind = ("o", i), KINDS[i % len(KINDS)]

@@ -15,12 +15,12 @@ import pytest
 
 import dkv
 from dkv.batch import WriteBatch
-from objectspace import ObjectSpace, _cache, _savepath
+from objectspace import ObjectSpace, _savepath
 from objectspace import _layout as L
 from objectspace import space as space_mod
 from objectspace._keycodec import encode_name
 
-from .test_native_save import state
+from .native_helpers import Twin
 
 native = _savepath.native
 pytestmark = pytest.mark.skipif(space_mod._RELOAD is None, reason="objectspace._native was not built (no compiler), "
@@ -33,47 +33,6 @@ def _no_gc():
     gc.disable()
     yield
     gc.enable()
-
-
-class Twin:
-    """The same space twice: [0] looked up (and saved) through C, [1] through Python."""
-
-    def __init__(self, **opts):
-        self.opts = opts
-        self.dbs = [dkv.open(f"memory://native-reload-{uuid.uuid4().hex}") for _ in range(2)]
-        self.spaces = [ObjectSpace(db, prefix=b"p/", **opts) for db in self.dbs]
-
-    def run(self, fn):
-        outs = []
-        for i, sp in enumerate(self.spaces):
-            saved = space_mod._RELOAD, space_mod._SAVE, _cache._EVICT
-            space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = (saved if i == 0 else (None, None, None))
-            try:
-                r = fn(sp)
-                outs.append(("ok", type(r).__name__, getattr(r, "_nkey", r)))
-            except Exception as e:  # noqa: BLE001 - compared between the two
-                outs.append(("error", type(e).__name__, str(e)))
-            finally:
-                space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = saved
-        assert outs[0] == outs[1]
-        return outs[0]
-
-    def same(self):
-        a, b = (state(sp) for sp in self.spaces)
-        assert a == b
-        assert [list(sp._live.data) for sp in self.spaces][0] == list(self.spaces[1]._live.data)
-
-    def save(self):
-        for sp in self.spaces:
-            b = sp.save()
-            sp._db.write(b)
-            sp.on_saved()
-
-    def close(self):
-        for sp in self.spaces:
-            sp.close()
-        for db in self.dbs:
-            db.close()
 
 
 NAMES = ["q", "l", ("k", 1, "q"), ("k", -300, "l"), ("k", b"\x00b", "s"), ("k", 2**70, "a"), "v", "d",
@@ -130,7 +89,7 @@ CONFIGS = {"roomy": dict(cache_bytes=256 << 20), "pressed": dict(cache_bytes=300
 @pytest.mark.parametrize("seed", range(5))
 def test_random_lookups_and_reloads_are_the_same_on_both_paths(config, seed):
     rng = random.Random(seed * 7 + len(config))
-    tw = Twin(**CONFIGS[config])
+    tw = Twin("native-reload", **CONFIGS[config])
     try:
         for _ in range(400):
             op(tw, rng)
@@ -143,7 +102,7 @@ def test_random_lookups_and_reloads_are_the_same_on_both_paths(config, seed):
 
 
 def test_reloads_happen_through_c_and_evict():
-    tw = Twin(cache_bytes=4000, cache_objects=None)
+    tw = Twin("native-reload", cache_bytes=4000, cache_objects=None)
     try:
         names = [("u", i, "items") for i in range(40)]
         for nm in names:
@@ -193,7 +152,7 @@ class _nothing:
                                   b"\xc1\x02\x04\x01\x93\x00\x02\x05", b"\xc1\x02\x05\x01\x91\xcd\x01\x00",
                                   b"\x92\x00\x01", b"\xc1\x02\x04\x01\x92\x00"])
 def test_metadata_records_read_the_same_or_raise_the_same(meta):
-    tw = Twin()
+    tw = Twin("native-reload")
     try:
         for sp in tw.spaces:
             b = WriteBatch()
@@ -245,7 +204,7 @@ def test_a_patched_hook_or_a_subclass_goes_to_python(monkeypatch):
 
 
 def test_a_closed_space_and_a_deleted_name_raise_as_python_does():
-    tw = Twin()
+    tw = Twin("native-reload")
     try:
         tw.run(lambda sp: sp.create_queue("q", [1]))
         tw.save()
@@ -357,7 +316,7 @@ _BROKEN = {"space": ["_closed", "_live", "_graves", "_obj_prefix", "_db", "_cach
 def test_a_missing_attribute_raises_as_python_does(where, attr):
     """Nothing the C lookup reads leaves it with an AttributeError of its own: it hands over
     (or calls the Python method), and the result or error is the Python lookup's."""
-    tw = Twin(cache_bytes=256 << 20, cache_objects=2)
+    tw = Twin("native-reload", cache_bytes=256 << 20, cache_objects=2)
     try:
         for nm in ("a", "b", "c"):
             tw.run(lambda sp: sp.get_or_create_queue(nm).append(1))
@@ -375,7 +334,7 @@ def test_a_missing_attribute_raises_as_python_does(where, attr):
 
 
 def test_pending_removals_and_foreign_entries_go_through_the_maps_methods():
-    tw = Twin(cache_bytes=256 << 20)
+    tw = Twin("native-reload", cache_bytes=256 << 20)
     try:
         for nm in ("a", "b"):
             tw.run(lambda sp: sp.get_or_create_queue(nm).append(1))
