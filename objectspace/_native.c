@@ -1163,6 +1163,18 @@ static void forget(cache_ctx *c) {
     Py_CLEAR(c->nb);
 }
 
+/* The budget is exceeded: the cache's own _evict() (Python, or its C twin through it), after
+   which what this context read of the cache is stale (forget). 0 or -1. */
+static int evict_now(cache_ctx *c) {
+    PyObject *r = PyObject_CallMethodNoArgs(c->cache, s_cevict);
+    forget(c);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
 static PyObject *call_method1(PyObject *o, PyObject *name, PyObject *arg) {
     PyObject *args[2] = {o, arg};
     return PyObject_VectorcallMethod(name, args, (arg ? 2 : 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -1313,13 +1325,8 @@ static int cache_clean(cache_ctx *c, checked *k, PyObject *o) {
     if (over < 0) {
         goto done;
     }
-    if (over) {
-        r = PyObject_CallMethodNoArgs(c->cache, s_cevict);
-        forget(c);
-        if (r == NULL) {
-            goto done;
-        }
-        Py_DECREF(r);
+    if (over && evict_now(c) < 0) {
+        goto done;
     }
     res = 0;
 done:
@@ -2058,7 +2065,7 @@ static int str_eq(PyObject *a, PyObject *b) {
 
 /* ObjectCache._add(id(o), o) for a registered kind (mo: the cache's max_objects): 0 or -1. */
 static int cache_add(cache_ctx *c, checked *k, PyObject *o, PyObject *key, PyObject *mo) {
-    PyObject *vals = GET(o, X_VALS), *hb = k->hooks[H_HANDLE_BYTES], *cost, *nb, *r;
+    PyObject *vals = GET(o, X_VALS), *hb = k->hooks[H_HANDLE_BYTES], *cost, *nb;
     if (PyObject_SetItem(c->lru, key, o) < 0) {
         return -1;
     }
@@ -2095,13 +2102,8 @@ static int cache_add(cache_ctx *c, checked *k, PyObject *o, PyObject *key, PyObj
             goto done;
         }
     }
-    if (over) {
-        r = PyObject_CallMethodNoArgs(c->cache, s_cevict);
-        forget(c);
-        if (r == NULL) {
-            goto done;
-        }
-        Py_DECREF(r);
+    if (over && evict_now(c) < 0) {
+        goto done;
     }
     res = 0;
 done:
