@@ -13,6 +13,10 @@ a full collection every 200). Per batch it records the shard's time (the part of
 batch the state layer costs),
 durable bytes and objects written (a listing of the folder), the checkpoint's own metrics,
 and this process's RSS. The steady figures leave out the warm-up batches.
+``--host`` hands each batch to the shard the way a shard host gets a Spark task: the rows
+as one Arrow table (through the host's frame format), ordered and converted to events by
+``spark_ops._worker.run_task``, the output sent on in parts; the RSS figures then include
+what the Spark path adds to a host (the task's rows, their order, the conversions).
 ``--operator memory`` runs the same buffer with its state in a dict of lists in this process
 (benchmarks/_memory_buffer.py; not durable, not exactly-once): the runtime floor, what the
 shard costs without the state layer; buffer's time minus it is the state layer's.
@@ -94,6 +98,52 @@ class BatchEvents:
             yield events
 
 
+class BatchTable:
+    """The rows of BatchEvents as the Arrow table a shard host's task gets (the key-group
+    column the plan adds, then the input's columns), made when ``table()`` is called."""
+
+    def __init__(self, events: BatchEvents) -> None:
+        self.events = events
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def table(self):
+        import numpy as np
+        import pyarrow as pa
+
+        from spark_ops._shards import KG
+        e = self.events
+        kgs = np.array([kg for kg, _ in e.mine], dtype=np.int32)
+        idx = np.array([i for _, i in e.mine], dtype=np.int64)
+        n = (idx % e.count) if (e.prefill and e.batch == 0) else np.full(len(idx), e.per_key, dtype=np.int64)
+        rows = np.repeat(np.arange(len(idx)), n)
+        j = np.arange(len(rows)) - np.repeat(np.cumsum(n) - n, n)      # event j of its key
+        users = pa.array([f"u{i:07d}" for i in idx.tolist()], pa.string()).take(pa.array(rows))
+        micros = int(T0.timestamp()) * 1_000_000 + e.batch * 1_000_000 + j * 1_000
+        return pa.table({KG: pa.array(kgs[rows]), "user": users,
+                         "ts": pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                         "seq": pa.array(e.seq0 + 1 + np.arange(len(rows)), pa.int64())})
+
+
+def run_as_host(spec, batch: int, rows: BatchTable, out_schema, sink) -> tuple[list, dict]:
+    """One batch as a shard host runs a task: the table through a frame (the host
+    rebuilds it over the bytes it received), then ``run_task``, its parts to ``sink``."""
+    from spark_ops import _frames, _host_server, _worker
+    from spark_ops._plan import US
+    data, buffers = _frames.dumps((rows.table(),))
+    frame = (bytearray(data), [bytearray(memoryview(b).cast("B")) for b in buffers])
+    del data, buffers
+    (table,) = _frames.loads(frame)
+    _host_server._PARTS = sink
+    try:
+        emitted = _worker.run_task(spec, batch, 0, table, ["user"], ["user", "ts", "seq"], [], {"ts": f"{US}1"},
+                                   False, out_schema, batch * 1000)
+    finally:
+        _host_server._PARTS = None
+    return emitted, {}
+
+
 def rss_mb() -> float:
     return (status_kb("self", "VmRSS") or 0) / 1024
 
@@ -159,6 +209,8 @@ def run(args) -> dict:
         profiler = cProfile.Profile()
     for b in range(args.batches):
         events = BatchEvents(b, mine, args.count, args.events_per_key, args.prefill, seq)
+        if args.host:
+            events = BatchTable(events)
         seq += len(events)
         prof = profiler if profiler is not None and b >= args.warmup else None
         run_peak = max(run_peak, peak_rss_mb())
@@ -168,7 +220,10 @@ def run(args) -> dict:
             prof.enable()
         # A host sends the parts of the output on as the batch makes them (the sink) and the
         # rest with its answer: both are counted here and dropped.
-        emitted, metrics = run_shard_batch(spec, b, 0, events, batch_time=b * 1000, convert=convert, sink=count)
+        if args.host:
+            emitted, metrics = run_as_host(spec, b, events, out_schema, count)
+        else:
+            emitted, metrics = run_shard_batch(spec, b, 0, events, batch_time=b * 1000, convert=convert, sink=count)
         if prof is not None:
             prof.disable()
         ms = (time.perf_counter() - t0) * 1000
@@ -249,6 +304,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=None, help="keep the state here (default: a temp dir, removed)")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--profile", default=None, help="cProfile the steady batches into this file (pstats)")
+    ap.add_argument("--host", action="store_true",
+                    help="each batch as a shard host's Spark task: Arrow rows through spark_ops' run_task")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     out = run(args)
