@@ -100,10 +100,12 @@ class BatchEvents:
 
 class BatchTable:
     """The rows of BatchEvents as the Arrow table a shard host's task gets (the key-group
-    column the plan adds, then the input's columns), made when ``table()`` is called."""
+    column the plan adds, then the input's columns), made when ``table()`` is called: in
+    record batches of ``chunk`` rows, as Spark hands a task's rows to mapInArrow (its
+    spark.sql.execution.arrow.maxRecordsPerBatch, 10,000 by default)."""
 
-    def __init__(self, events: BatchEvents) -> None:
-        self.events = events
+    def __init__(self, events: BatchEvents, chunk: int = 10_000) -> None:
+        self.events, self.chunk = events, chunk
 
     def __len__(self) -> int:
         return len(self.events)
@@ -121,19 +123,29 @@ class BatchTable:
         j = np.arange(len(rows)) - np.repeat(np.cumsum(n) - n, n)      # event j of its key
         users = pa.array([f"u{i:07d}" for i in idx.tolist()], pa.string()).take(pa.array(rows))
         micros = int(T0.timestamp()) * 1_000_000 + e.batch * 1_000_000 + j * 1_000
-        return pa.table({KG: pa.array(kgs[rows]), "user": users,
-                         "ts": pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                         "seq": pa.array(e.seq0 + 1 + np.arange(len(rows)), pa.int64())})
+        whole = pa.table({KG: pa.array(kgs[rows]), "user": users,
+                          "ts": pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                          "seq": pa.array(e.seq0 + 1 + np.arange(len(rows)), pa.int64())})
+        # Each batch in buffers of its own (slices would share the whole table's, and a
+        # frame would carry all of it once per slice).
+        parts = [whole.take(pa.array(np.arange(s, min(s + self.chunk, len(rows)))))
+                 for s in range(0, len(rows), self.chunk)]
+        return pa.concat_tables(parts) if parts else whole
 
 
-def run_as_host(spec, batch: int, rows: BatchTable, out_schema, sink) -> tuple[list, dict]:
-    """One batch as a shard host runs a task: the table through a frame (the host
-    rebuilds it over the bytes it received), then ``run_task``, its parts to ``sink``."""
+def host_frame(rows: BatchTable):
+    """What a shard host receives for a task: the worker makes Spark's record batches one
+    table (task_table) and sends it in a frame, which the host reads into buffers of its own."""
+    from spark_ops import _frames, _worker
+    data, buffers = _frames.dumps((_worker.task_table(rows.table().to_batches()),))
+    return bytearray(data), [bytearray(memoryview(b).cast("B")) for b in buffers]
+
+
+def run_as_host(spec, batch: int, frame, out_schema, sink) -> tuple[list, dict]:
+    """One batch as a shard host runs a task: the table rebuilt over the bytes of its
+    ``frame`` (host_frame), then ``run_task``, its parts to ``sink``."""
     from spark_ops import _frames, _host_server, _worker
     from spark_ops._plan import US
-    data, buffers = _frames.dumps((rows.table(),))
-    frame = (bytearray(data), [bytearray(memoryview(b).cast("B")) for b in buffers])
-    del data, buffers
     (table,) = _frames.loads(frame)
     _host_server._PARTS = sink
     try:
@@ -209,8 +221,7 @@ def run(args) -> dict:
         profiler = cProfile.Profile()
     for b in range(args.batches):
         events = BatchEvents(b, mine, args.count, args.events_per_key, args.prefill, seq)
-        if args.host:
-            events = BatchTable(events)
+        frame = host_frame(BatchTable(events)) if args.host else None     # made before the batch's peak starts
         seq += len(events)
         prof = profiler if profiler is not None and b >= args.warmup else None
         run_peak = max(run_peak, peak_rss_mb())
@@ -221,7 +232,8 @@ def run(args) -> dict:
         # A host sends the parts of the output on as the batch makes them (the sink) and the
         # rest with its answer: both are counted here and dropped.
         if args.host:
-            emitted, metrics = run_as_host(spec, b, events, out_schema, count)
+            emitted, metrics = run_as_host(spec, b, frame, out_schema, count)
+            frame = None
         else:
             emitted, metrics = run_shard_batch(spec, b, 0, events, batch_time=b * 1000, convert=convert, sink=count)
         if prof is not None:

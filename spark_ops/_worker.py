@@ -43,14 +43,10 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
         query = ctx.getLocalProperty("sql.streaming.queryId")
         run = _runs.run_id(ctx) if batch is not None else None
         shard = ctx.partitionId()
-        batches = [b for b in iterator if b.num_rows]
-        table = None
-        if batches:
-            import pyarrow as pa
-            import pyarrow.compute as pc
-            table = pa.Table.from_batches(batches)
+        table = task_table([b for b in iterator if b.num_rows])
         final = batch is None
         if table is not None:
+            import pyarrow.compute as pc
             found = {((kg + 1) * n - 1) // spec.key_groups for kg in pc.unique(table.column(KG)).to_pylist()}
             if final and len(found) == 1:
                 shard = found.pop()     # a batch DataFrame's state is the task's own: only rows count
@@ -101,6 +97,20 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
     if function_name:
         run.__name__ = run.__qualname__ = function_name
     return run
+
+
+def task_table(batches: list):
+    """A task's record batches (Spark's, of maxRecordsPerBatch rows each) as one table with
+    one chunk per column (None without batches). The rows are ordered, then taken a chunk at
+    a time (EventChunks): over ~100 chunks per column Arrow's sort and takes cost a shard
+    host ~70 MB more at its peak, and the takes 20x the time, than over one. Made here, in
+    the worker, the host gets one buffer per column and the copy is the worker's."""
+    if not batches:
+        return None
+    import pyarrow as pa
+    table = pa.Table.from_batches(batches)
+    del batches[:]      # the caller's list: Spark's batches go with the chunked table below
+    return table.combine_chunks()
 
 
 def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, order, instants, final: bool,

@@ -13,7 +13,7 @@ from spark_ops._keys import to_parts
 from spark_ops import _output
 from spark_ops._output import rows_to_arrow
 from spark_ops._shards import TOKEN
-from spark_ops._worker import KG, _arrow_to_pandas, _events, _sort_order
+from spark_ops._worker import KG, EventChunks, _arrow_to_pandas, _events, _sort_order, task_table
 
 UTC = dt.timezone.utc
 INSTANTS = {"ts": "__spark_ops_us0"}
@@ -62,6 +62,25 @@ def test_events_come_in_key_and_event_time_order_whatever_the_delivery_order():
     order = [(kg, parts, -1 if ts is None else ts) for kg, parts, ts, _ in first]
     assert order == sorted(order)       # key group, key, then event time (nulls first)
     assert len(first) == len(rows)
+
+
+def test_a_tasks_batches_become_one_chunk_per_column_with_the_same_events():
+    rows = _rows(7, n=250, nan=False)     # (NaN is not equal to itself in Table.equals)
+    whole = _table(rows)
+    batches = whole.to_batches(max_chunksize=40)      # as Spark delivers them: many small batches
+    assert len(batches) > 5
+    given = list(batches)
+    table = task_table(given)
+    assert given == []                  # the worker's list no longer holds Spark's batches
+    assert table.equals(whole) and all(c.num_chunks == 1 for c in table.columns)
+    cols = ["k", "ts", "v", "s", "nested"]
+
+    def events(t):
+        chunks = EventChunks(t, ["k"], cols, "ts", INSTANTS, _sort_order(t, ["k"], cols, ["ts"]), size=64)
+        return [(kg, parts, ts, r["v"] if r["v"] == r["v"] else "nan", r["s"]) for ch in chunks
+                for kg, parts, ts, r in ch]
+    assert events(table) == events(pa.Table.from_batches(batches))
+    assert task_table([]) is None
 
 
 def test_a_key_that_has_no_order_is_a_clear_error():
