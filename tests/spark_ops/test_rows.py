@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from spark_ops._keys import to_parts
-from spark_ops import _output
+from spark_ops import _output, _worker
 from spark_ops._output import rows_to_arrow
 from spark_ops._shards import TOKEN
 from spark_ops._worker import KG, EventChunks, _arrow_to_pandas, _events, _sort_order, task_table
@@ -64,23 +64,24 @@ def test_events_come_in_key_and_event_time_order_whatever_the_delivery_order():
     assert len(first) == len(rows)
 
 
-def test_a_tasks_batches_become_one_chunk_per_column_with_the_same_events():
+def test_a_tasks_batches_become_one_chunk_per_column_with_the_same_events(monkeypatch):
     rows = _rows(7, n=250, nan=False)     # (NaN is not equal to itself in Table.equals)
     whole = _table(rows)
     batches = whole.to_batches(max_chunksize=40)      # as Spark delivers them: many small batches
     assert len(batches) > 5
-    given = list(batches)
-    table = task_table(given)
-    assert given == []                  # the worker's list no longer holds Spark's batches
+    table = task_table(iter(batches))
     assert table.equals(whole) and all(c.num_chunks == 1 for c in table.columns)
+    monkeypatch.setattr(_worker, "TASK_CHUNK_ROWS", 100)
+    few = task_table(iter(batches))     # a big task: a chunk per TASK_CHUNK_ROWS rows (and the rest)
+    assert few.equals(whole) and [len(c) for c in few.column("k").chunks] == [120, 120, 10]
     cols = ["k", "ts", "v", "s", "nested"]
 
     def events(t):
         chunks = EventChunks(t, ["k"], cols, "ts", INSTANTS, _sort_order(t, ["k"], cols, ["ts"]), size=64)
         return [(kg, parts, ts, r["v"] if r["v"] == r["v"] else "nan", r["s"]) for ch in chunks
                 for kg, parts, ts, r in ch]
-    assert events(table) == events(pa.Table.from_batches(batches))
-    assert task_table([]) is None
+    assert events(table) == events(few) == events(pa.Table.from_batches(batches))
+    assert task_table([]) is None and task_table(iter(batches[:0])) is None
 
 
 def test_a_key_that_has_no_order_is_a_clear_error():
