@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from . import _getpath, _merge
 from ._delta import Delta
-from ._memtable import NO_RECORD, Memtable
+from ._memtable import Memtable
 from ._table import Table, list_chunk
 from ._version import Version
 
