@@ -1858,6 +1858,51 @@ static PyObject *blocks_new(int kind, PyObject *src, PyObject *start, PyObject *
     return (PyObject *)b;
 }
 
+/* sorted(keys + pending) for keys, the memtable's sorted view (Memtable's invariant: only
+   sorted_keys writes it, with sorted(), and never changes it in place), and pending, the keys
+   added since, lists of bytes: pending sorted, then the two merged with memcmp, which costs
+   less than half of timsort's generic comparisons over the whole (the same list: a stable sort
+   of the same bytes). 1 and *out, 0 when they are not such lists (nothing done), -1 with an
+   error. */
+static int merge_sorted(PyObject *keys, PyObject *pending, PyObject **out) {
+    if (!PyList_CheckExact(keys) || !PyList_CheckExact(pending)) {
+        return 0;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys), p = PyList_GET_SIZE(pending);
+    for (Py_ssize_t j = 0; j < p; j++) {
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(pending, j))) {
+            return 0;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(keys, i))) {
+            return 0;
+        }
+    }
+    PyObject *ps = PyList_GetSlice(pending, 0, p), *lst = NULL;
+    if (ps == NULL || PyList_Sort(ps) < 0 || PyList_GET_SIZE(ps) != p || (lst = PyList_New(n + p)) == NULL) {
+        Py_XDECREF(ps);
+        return -1;
+    }
+    Py_ssize_t i = 0, j = 0, o = 0;
+    while (i < n || j < p) {
+        PyObject *a = i < n ? PyList_GET_ITEM(keys, i) : NULL, *b = j < p ? PyList_GET_ITEM(ps, j) : NULL, *x;
+        if (b == NULL || (a != NULL && cmp((const unsigned char *)PyBytes_AS_STRING(a), (size_t)PyBytes_GET_SIZE(a),
+                                           (const unsigned char *)PyBytes_AS_STRING(b),
+                                           (size_t)PyBytes_GET_SIZE(b)) <= 0)) {
+            x = a;                              /* equal keys: the earlier list's first, as a stable sort */
+            i++;
+        } else {
+            x = b;
+            j++;
+        }
+        PyList_SET_ITEM(lst, o++, Py_NewRef(x));
+    }
+    Py_DECREF(ps);
+    *out = lst;
+    return 1;
+}
+
 /* Memtable.sorted_keys() of a plain memtable (a new reference). */
 static PyObject *mem_sorted_keys(PyObject *m) {
     if (!plain_memtable(m)) {
@@ -1891,14 +1936,21 @@ static PyObject *mem_sorted_keys(PyObject *m) {
         return keys;
     }
     /* self._sorted = sorted(keys + self._pending); self._pending = [] */
-    PyObject *cat = PyNumber_Add(keys, pending), *empty = NULL;
+    PyObject *empty = NULL;
+    int merged = merge_sorted(keys, pending, &lst);
+    if (merged == 0) {                          /* not two lists of bytes: as the Python does it */
+        PyObject *cat = PyNumber_Add(keys, pending);
+        if (cat != NULL) {
+            lst = PyList_CheckExact(cat) && Py_REFCNT(cat) == 1 ? Py_NewRef(cat) : PySequence_List(cat);
+            Py_DECREF(cat);
+        }
+        if (lst != NULL && PyList_Sort(lst) < 0) {
+            Py_CLEAR(lst);
+        }
+    }
     Py_DECREF(keys);
     Py_DECREF(pending);
-    if (cat != NULL) {
-        lst = PyList_CheckExact(cat) && Py_REFCNT(cat) == 1 ? Py_NewRef(cat) : PySequence_List(cat);
-        Py_DECREF(cat);
-    }
-    if (lst == NULL || PyList_Sort(lst) < 0 || (empty = PyList_New(0)) == NULL) {
+    if (lst == NULL || (empty = PyList_New(0)) == NULL) {
         Py_XDECREF(lst);
         return NULL;
     }
