@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from . import _getpath, _locate, _locks, _paths, _recovery
+from . import _getpath, _locate, _locks, _paths, _recovery, _scanpath
 from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
 from ._flush import FlushMixin
 from ._lanes import Lanes
@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 _GET = _getpath.db_get
 """The C twin of DB.get (``dkv.format._native.db_get``, dkv/_getpath.py), or None."""
 _RETRY = _getpath.RETRY
+_SCAN = _scanpath.db_scan
+"""The C twin of DB._scan (``dkv.format._native.db_scan``, dkv/_scanpath.py), or None."""
 
 
 class DB(CheckpointMixin, FlushMixin, RefreshMixin):
@@ -376,6 +378,13 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         return self._scan(start, end)
 
     def _scan(self, start, end):
+        if _SCAN is not None:
+            # The common case in C (dkv/_scanpath.py): the sources and their merge, up to a
+            # retry after an ObjectMissingError; NO_RECORD: not the common case, below, whole.
+            pairs = _SCAN(self, start, end)
+            if pairs is not NO_RECORD:
+                yield from pairs
+                return
         while True:
             active = self._active
             immutable, version = self._view

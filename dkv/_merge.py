@@ -66,9 +66,7 @@ def merge_visible(sources: list):
             chunks.append(chunk)
             total += len(chunk[0])
             if total > SMALL_MERGE:         # a big range: the rest a key range at a time
-                more = [_pairs(chain(c, s)) for c, s in zip(read, olds)] + [_pairs(s) for s in olds[len(read):]]
-                for keys, values in merged_ranges(more, True, READ_WINDOW):
-                    yield zip(keys, values), keys[-1]
+                yield from merge_rest(read, olds)
                 return
     merged: dict = {}
     for chunks in read:
@@ -77,6 +75,23 @@ def merge_visible(sources: list):
     if merged:
         keys = sorted(merged)
         yield _live(keys, list(map(merged.__getitem__, keys))), keys[-1]
+
+
+def merge_rest(read: list, olds: list):
+    """``merge_visible``'s big range, once the records read passed SMALL_MERGE: ``read``, the
+    chunks read so far of the first sources of ``olds`` (all of them, oldest first), and the
+    rest of each, merged a key range at a time. Also what dkv's C scan hands a big range to
+    (dkv/_scanpath.py)."""
+    more = [_pairs(chain(c, s)) for c, s in zip(read, olds)] + [_pairs(s) for s in olds[len(read):]]
+    for keys, values in merged_ranges(more, True, READ_WINDOW):
+        yield zip(keys, values), keys[-1]
+
+
+def chunk_parts(chunk) -> tuple:
+    """A chunk's ``(keys, values, seqs)``, unpacked as ``merge_visible`` unpacks it (dkv's C
+    scan calls it for a chunk that is not a tuple of three, for the same error)."""
+    keys, values, seqs = chunk
+    return keys, values, seqs
 
 
 def merged_ranges(sources: list, drop_tombstones: bool, range_records: int = MERGE_RANGE_RECORDS):

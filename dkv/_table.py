@@ -143,6 +143,21 @@ def _list_get(blk: list, key: bytes):
     return (seqs if type(seqs) is int else seqs[j]), blk[1][j]
 
 
+def list_chunk(blk: list, start: bytes | None, end: bytes | None) -> tuple:
+    """(the (keys, values, seqs) of a decoded format-1 block in [start, end), or None when it
+    has none; whether the range ends inside it): ``Table.scan_blocks``' step over such a
+    block, which dkv's C scan calls too (dkv/_scanpath.py)."""
+    keys, values, seqs, _ = blk
+    j = 0 if start is None else bisect_left(keys, start)
+    k = len(keys) if end is None else bisect_left(keys, end)
+    chunk = None
+    if j == 0 and k == len(keys):
+        chunk = keys, values, seqs
+    elif j < k:
+        chunk = keys[j:k], values[j:k], (seqs if type(seqs) is int else seqs[j:k])
+    return chunk, k < len(keys)
+
+
 def group_bounds(groups: tuple) -> tuple[bytes | None, bytes | None]:
     """Key range ``[lo, hi)`` of a key-group range; None for an open end."""
     if tuple(groups) == ALL_KEY_GROUPS:
@@ -341,14 +356,10 @@ class Table:
                 if stop < 0:            # end fell inside this block
                     return
             else:
-                keys, values, seqs, _ = blk
-                j = 0 if start is None else bisect_left(keys, start)
-                k = len(keys) if end is None else bisect_left(keys, end)
-                if j == 0 and k == len(keys):
-                    yield keys, values, seqs
-                elif j < k:
-                    yield keys[j:k], values[j:k], (seqs if type(seqs) is int else seqs[j:k])
-                if k < len(keys):
+                chunk, stop = list_chunk(blk, start, end)
+                if chunk is not None:
+                    yield chunk
+                if stop:
                     return
             i += 1
 

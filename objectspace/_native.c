@@ -20,6 +20,10 @@
  * tests/objectspace/test_native_codec.py holds both to the same bytes and values. Neither
  * function runs Python code of the caller's types (exact types only), so nothing can change
  * a value while it is encoded.
+ *
+ * Besides the codec, the C twins of the save path (RFC 0012 step 2), of the reload of a handle
+ * and the cache's eviction (step 3) and of a slot sequence's walk of its items from the store
+ * (step 4), each in its own section below.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -2668,6 +2672,451 @@ static PyObject *reload_setup(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+/* ---- The walk of a slot sequence's items from the store (RFC 0012 step 4) ------------------
+ *
+ * walk(obj, vals, s, b, version) is the twin of two branches of SlotSequence._iter_slots, for a
+ * list, queue, stack or array of a kind registered with the save path whose _iter_merged is
+ * unchanged: "nothing cached" (vals empty: one db.scan of slots [s, b), each record's slot
+ * checked, its value decoded) and _iter_merged without keep (some cached: the cached values,
+ * the others from one db.scan from the first missing slot). It returns an iterator that gives
+ * the values one at a time as the Python loops do, at the same points: the sequence's version
+ * checked before each, a value assigned meanwhile given instead of the stored one, a value
+ * decoded only when it is given (by the C codec's function when the codec's decode is it, else
+ * by a call of whatever it is), the scan made where the Python makes it. At its end it returns
+ * (to the ``yield from`` of _iter_slots) the slot it stopped at and whether that slot is missing
+ * from the store; _iter_slots raises the CorruptionError, or goes on with its version check and
+ * ``cont``, as before. Module functions are read where the Python reads them: _slots._slot_key
+ * when the scan is made, _layout.slot_of once (nothing cached) or at each record (_iter_merged);
+ * when they are the functions given at setup their work is done here.
+ *
+ * None (nothing read, nothing called) when it is not that case: another type, a patched hook,
+ * vals not an exact dict, slots or a version that are not ints of 63 bits; the Python branches
+ * run. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *obj, *vals, *version, *ip, *decode, *scan, *slot_of, *result;
+    long long s, b;
+    int merged;                 /* 1: _iter_merged's loop; 0: the "nothing cached" loop */
+    int fast_decode;            /* decode is this module's decode */
+} Walk;
+
+static PyTypeObject WalkType;
+static checked walk_kinds[MAX_KINDS];      /* per registered kind: _iter_merged unchanged */
+static PyObject *walk_hook_strs[1], *walk_slots_dict = NULL, *walk_layout = NULL, *walk_slot_key = NULL,
+    *walk_slot_of = NULL, *walk_pair = NULL;
+static PyObject *s_slot_key, *s_slot_of, *s_db, *s_scan, *s_decode;
+static const char *walk_hook_names[1] = {"_iter_merged"};
+static int walk_ready = 0;
+
+/* _slot_key(ip, s) as _slots has it now (a new reference). */
+static PyObject *walk_key(PyObject *ip, long long s) {
+    PyObject *f = PyDict_GetItemWithError(walk_slots_dict, s_slot_key);
+    if (f == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_NameError, "name '_slot_key' is not defined");
+        }
+        return NULL;
+    }
+    if (f == walk_slot_key && PyBytes_CheckExact(ip)) {
+        return slot_key(ip, (unsigned long long)s);
+    }
+    PyObject *n = PyLong_FromLongLong(s), *k = NULL;
+    if (n != NULL) {
+        k = PyObject_CallFunctionObjArgs(f, ip, n, NULL);
+        Py_DECREF(n);
+    }
+    return k;
+}
+
+/* iter(obj._space._db.scan(_slot_key(ip, s), _slot_key(ip, b))) (a new reference). */
+static PyObject *walk_scan(PyObject *obj, PyObject *ip, long long s, long long b) {
+    PyObject *space = GET(obj, X_SPACE), *db = NULL, *scan = NULL, *lo = NULL, *hi = NULL, *it = NULL, *r = NULL;
+    if (space == NULL) {
+        return PyObject_GetAttrString(obj, "_space");
+    }
+    if ((db = PyObject_GetAttr(space, s_db)) == NULL || (scan = PyObject_GetAttr(db, s_scan)) == NULL) {
+        goto done;
+    }
+    lo = walk_key(ip, s);
+    hi = lo ? walk_key(ip, b) : NULL;
+    if (hi != NULL && (r = PyObject_CallFunctionObjArgs(scan, lo, hi, NULL)) != NULL) {
+        it = PyObject_GetIter(r);
+    }
+done:
+    Py_XDECREF(db);
+    Py_XDECREF(scan);
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+    Py_XDECREF(r);
+    return it;
+}
+
+/* A record's key and value (borrowed from *pair, replaced by a tuple of two when it was not one):
+   0 or -1 with the error of ``key, raw = pair``. */
+static int walk_unpack(PyObject **pair, PyObject **key, PyObject **raw) {
+    if (!PyTuple_CheckExact(*pair) || PyTuple_GET_SIZE(*pair) != 2) {
+        PyObject *t = PyObject_CallOneArg(walk_pair, *pair);
+        Py_SETREF(*pair, t);
+        if (t == NULL) {
+            return -1;
+        }
+    }
+    *key = PyTuple_GET_ITEM(*pair, 0);
+    *raw = PyTuple_GET_ITEM(*pair, 1);
+    return 0;
+}
+
+/* slot_of(key) compared with slot s (f: the slot_of read, borrowed): 0 when equal, else 1 when
+   greater (ordered: as _iter_merged's ``got == s`` then ``got > s``) or just 1 (not ordered: as
+   ``slot_of(key) != s``), -1 when less; -2 with an error. */
+static int walk_cmp_slot(PyObject *f, PyObject *key, long long s, int ordered) {
+    if (f == walk_slot_of && PyBytes_CheckExact(key)) {     /* int.from_bytes(key[-8:], "big") */
+        Py_ssize_t n = PyBytes_GET_SIZE(key), i = n > 8 ? n - 8 : 0;
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+        unsigned long long got = 0;
+        for (; i < n; i++) {
+            got = (got << 8) | p[i];
+        }
+        unsigned long long us = (unsigned long long)s;
+        return got < us ? -1 : got > us;
+    }
+    PyObject *got = PyObject_CallOneArg(f, key), *sv = got ? PyLong_FromLongLong(s) : NULL;
+    int r = -2;
+    if (sv != NULL && !ordered) {
+        int ne = PyObject_RichCompareBool(got, sv, Py_NE);
+        r = ne < 0 ? -2 : ne;
+    } else if (sv != NULL) {
+        int eq = PyObject_RichCompareBool(got, sv, Py_EQ), gt = eq == 0 ? PyObject_RichCompareBool(got, sv, Py_GT) : 0;
+        r = eq < 0 || gt < 0 ? -2 : eq ? 0 : gt ? 1 : -1;
+    }
+    Py_XDECREF(got);
+    Py_XDECREF(sv);
+    return r;
+}
+
+/* decode(raw), the codec's (a new reference). */
+static PyObject *walk_decode(Walk *w, PyObject *raw) {
+    return w->fast_decode ? decode(NULL, raw) : PyObject_CallOneArg(w->decode, raw);
+}
+
+/* self._version != version: 1, 0, -1. */
+static int walk_changed(Walk *w) {
+    PyObject *v = GET(w->obj, X_VERSION);
+    if (v == NULL) {
+        PyObject *a = PyObject_GetAttrString(w->obj, "_version");   /* its AttributeError */
+        Py_XDECREF(a);
+        return -1;
+    }
+    if (v == w->version) {
+        return 0;
+    }
+    return PyObject_RichCompareBool(v, w->version, Py_NE);
+}
+
+/* The walk is over at slot s (missing: the store does not have it): the result for yield from. */
+static int walk_finish(Walk *w, int missing) {
+    Py_CLEAR(w->scan);
+    w->result = Py_BuildValue("(LO)", w->s, missing ? Py_True : Py_False);
+    return w->result == NULL ? -1 : 0;
+}
+
+/* The next value (a new reference), or NULL: w->result set at the end, or an error. */
+static PyObject *walk_step(Walk *w) {
+    if (w->result != NULL || w->obj == NULL) {
+        return NULL;
+    }
+    if (!w->merged) {
+        /* for key, raw in scan: if version changed: break; if slot_of(key) != s: missing; ... */
+        PyObject *pair = PyIter_Next(w->scan), *key, *raw, *v = NULL;
+        if (pair == NULL) {
+            if (!PyErr_Occurred()) {
+                walk_finish(w, 0);
+            }
+            return NULL;
+        }
+        if (walk_unpack(&pair, &key, &raw) < 0) {
+            return NULL;
+        }
+        int c = walk_changed(w);
+        if (c == 0) {
+            c = walk_cmp_slot(w->slot_of, key, w->s, 0);
+            if (c > 0) {
+                walk_finish(w, 1);
+            }
+        } else if (c > 0) {
+            walk_finish(w, 0);
+        }
+        if (c != 0) {
+            Py_DECREF(pair);
+            return NULL;
+        }
+        /* decode(raw) if not vals or s not in vals else vals[s] */
+        if (PyDict_GET_SIZE(w->vals) > 0) {
+            PyObject *sv = PyLong_FromLongLong(w->s);
+            v = sv ? PyDict_GetItemWithError(w->vals, sv) : NULL;
+            Py_XDECREF(sv);
+            if (v == NULL && PyErr_Occurred()) {
+                Py_DECREF(pair);
+                return NULL;
+            }
+            Py_XINCREF(v);
+        }
+        if (v == NULL) {
+            v = walk_decode(w, raw);
+        }
+        Py_DECREF(pair);
+        if (v != NULL) {
+            w->s++;
+        }
+        return v;
+    }
+    /* _iter_merged: while s < b: version check; v = vals.get(s, MISSING); ... */
+    if (w->s >= w->b) {
+        walk_finish(w, 0);
+        return NULL;
+    }
+    int c = walk_changed(w);
+    if (c != 0) {
+        if (c > 0) {
+            walk_finish(w, 0);
+        }
+        return NULL;
+    }
+    PyObject *sv = PyLong_FromLongLong(w->s), *v;
+    v = sv ? PyDict_GetItemWithError(w->vals, sv) : NULL;
+    Py_XDECREF(sv);
+    if (v != NULL) {
+        w->s++;
+        return Py_NewRef(v);
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (w->scan == NULL && (w->scan = walk_scan(w->obj, w->ip, w->s, w->b)) == NULL) {
+        return NULL;
+    }
+    for (;;) {                                  /* for key, raw in scan: got = L.slot_of(key) ... */
+        PyObject *pair = PyIter_Next(w->scan), *key, *raw;
+        if (pair == NULL) {
+            if (!PyErr_Occurred()) {
+                walk_finish(w, 1);
+            }
+            return NULL;
+        }
+        if (walk_unpack(&pair, &key, &raw) < 0) {
+            return NULL;
+        }
+        PyObject *f = PyDict_GetItemWithError(PyModule_GetDict(walk_layout), s_slot_of);
+        if (f == NULL) {
+            Py_DECREF(pair);
+            if (!PyErr_Occurred()) {
+                Py_XDECREF(PyObject_GetAttr(walk_layout, s_slot_of));    /* its AttributeError */
+            }
+            return NULL;
+        }
+        Py_INCREF(f);
+        c = walk_cmp_slot(f, key, w->s, 1);
+        Py_DECREF(f);
+        if (c == 0) {
+            v = walk_decode(w, raw);
+            Py_DECREF(pair);
+            if (v != NULL) {
+                w->s++;
+            }
+            return v;
+        }
+        Py_DECREF(pair);
+        if (c == -2) {
+            return NULL;
+        }
+        if (c > 0) {
+            walk_finish(w, 1);
+            return NULL;
+        }
+    }
+}
+
+static PyObject *walk_next(Walk *w) {
+    PyObject *v = walk_step(w);
+    if (v == NULL && w->result != NULL && !PyErr_Occurred()) {
+        PyObject *e = PyObject_CallOneArg(PyExc_StopIteration, w->result);  /* its value: the result */
+        if (e != NULL) {
+            PyErr_SetObject(PyExc_StopIteration, e);
+            Py_DECREF(e);
+        }
+    }
+    return v;
+}
+
+/* yield from walk: the values, then the result (the value sent in is ignored, as a yield
+   statement ignores it). */
+static PySendResult walk_send(Walk *w, PyObject *arg, PyObject **out) {
+    PyObject *v = walk_step(w);
+    if (v != NULL) {
+        *out = v;
+        return PYGEN_NEXT;
+    }
+    if (w->result != NULL && !PyErr_Occurred()) {
+        *out = Py_NewRef(w->result);
+        return PYGEN_RETURN;
+    }
+    *out = NULL;
+    return PYGEN_ERROR;
+}
+
+static int walk_traverse(Walk *w, visitproc visit, void *arg) {
+    Py_VISIT(w->obj);
+    Py_VISIT(w->vals);
+    Py_VISIT(w->version);
+    Py_VISIT(w->ip);
+    Py_VISIT(w->decode);
+    Py_VISIT(w->scan);
+    Py_VISIT(w->slot_of);
+    Py_VISIT(w->result);
+    return 0;
+}
+
+static int walk_clear(Walk *w) {
+    Py_CLEAR(w->obj);
+    Py_CLEAR(w->vals);
+    Py_CLEAR(w->version);
+    Py_CLEAR(w->ip);
+    Py_CLEAR(w->decode);
+    Py_CLEAR(w->scan);
+    Py_CLEAR(w->slot_of);
+    Py_CLEAR(w->result);
+    return 0;
+}
+
+static void walk_dealloc(Walk *w) {
+    PyObject_GC_UnTrack(w);
+    walk_clear(w);
+    PyObject_GC_Del(w);
+}
+
+static PyAsyncMethods walk_async = {.am_send = (sendfunc)walk_send};
+
+static PyTypeObject WalkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "objectspace._native.Walk",
+    .tp_doc = "The values of a slot sequence's slots read from the store (SlotSequence._iter_slots' twin).",
+    .tp_basicsize = sizeof(Walk),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)walk_traverse,
+    .tp_clear = (inquiry)walk_clear,
+    .tp_dealloc = (destructor)walk_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)walk_next,
+    .tp_as_async = &walk_async,
+};
+
+/* walk(obj, vals, s, b, version) -> a Walk, or None: see the note above. */
+static PyObject *walk_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "walk(obj, vals, s, b, version)");
+        return NULL;
+    }
+    if (!walk_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "objectspace._native: walk_setup() was not called");
+        return NULL;
+    }
+    PyObject *obj = args[0], *vals = args[1];
+    checked *k = kind_of(obj);
+    long long s, b, version;
+    if (k == NULL || !still_same(&walk_kinds[k - kinds]) || !PyDict_CheckExact(vals) || as_i64(args[2], &s)
+        || as_i64(args[3], &b) || as_i64(args[4], &version) || s < 0 || b < 0) {
+        Py_RETURN_NONE;
+    }
+    Walk *w = PyObject_GC_New(Walk, &WalkType);
+    if (w == NULL) {
+        return NULL;
+    }
+    w->obj = Py_NewRef(obj);
+    w->vals = Py_NewRef(vals);
+    w->version = Py_NewRef(args[4]);
+    w->ip = w->decode = w->scan = w->slot_of = w->result = NULL;
+    w->s = s;
+    w->b = b;
+    w->merged = PyDict_GET_SIZE(vals) > 0;
+    w->fast_decode = 0;
+    PyObject_GC_Track(w);
+    /* nothing cached: slot_of = L.slot_of; ip, decode = self._items, self._codec.decode; the scan.
+       _iter_merged: vals, ip, decode = self._vals, self._items, self._codec.decode. */
+    if (!w->merged && (w->slot_of = PyObject_GetAttr(walk_layout, s_slot_of)) == NULL) {
+        goto fail;
+    }
+    if (w->merged) {
+        PyObject *v = GET(obj, X_VALS);
+        if (v == NULL) {
+            Py_XDECREF(PyObject_GetAttrString(obj, "_vals"));
+            goto fail;
+        }
+        Py_SETREF(w->vals, Py_NewRef(v));
+        if (!PyDict_CheckExact(v)) {            /* (vals.get below is a dict's) */
+            PyErr_SetString(PyExc_TypeError, "_vals is not a dict");
+            goto fail;
+        }
+    }
+    PyObject *codec = GET(obj, X_CODEC);
+    if ((w->ip = GET(obj, X_ITEMS)) == NULL || codec == NULL) {
+        Py_XDECREF(PyObject_GetAttrString(obj, w->ip == NULL ? "_items" : "_codec"));   /* its AttributeError */
+        w->ip = NULL;
+        goto fail;
+    }
+    Py_INCREF(w->ip);
+    if ((w->decode = PyObject_GetAttr(codec, s_decode)) == NULL) {
+        goto fail;
+    }
+    w->fast_decode = PyCFunction_Check(w->decode) && PyCFunction_GET_FUNCTION(w->decode) == (PyCFunction)decode;
+    if (!w->merged && (w->scan = walk_scan(obj, w->ip, s, b)) == NULL) {
+        goto fail;
+    }
+    return (PyObject *)w;
+fail:
+    Py_DECREF(w);
+    return NULL;
+}
+
+/* walk_setup(slots_globals, layout_module, slot_key, slot_of, pair): _slots' globals (its
+   _slot_key), _layout (its slot_of), the functions C stands in for, and the Python unpacking of
+   a record that is not a pair. After save_setup: the kinds are its kinds. */
+static PyObject *walk_setup(PyObject *self, PyObject *args) {
+    PyObject *g, *lay, *sk, *so, *pr;
+    if (walk_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "walk_setup() was called already");
+        return NULL;
+    }
+    if (!save_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "walk_setup() needs save_setup() first");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!OOO", &PyDict_Type, &g, &PyModule_Type, &lay, &sk, &so, &pr)) {
+        return NULL;
+    }
+#define INTERN(var, s) if ((var = PyUnicode_InternFromString(s)) == NULL) return NULL
+    INTERN(walk_hook_strs[0], walk_hook_names[0]);
+    INTERN(s_slot_key, "_slot_key");
+    INTERN(s_slot_of, "slot_of");
+    INTERN(s_db, "_db");
+    INTERN(s_scan, "scan");
+    INTERN(s_decode, "decode");
+#undef INTERN
+    for (int i = 0; i < nkinds; i++) {
+        if (check_setup(&walk_kinds[i], (PyTypeObject *)Py_NewRef(kinds[i].type), 1, walk_hook_names,
+                        walk_hook_strs) < 0) {
+            return NULL;
+        }
+    }
+    walk_slots_dict = Py_NewRef(g);
+    walk_layout = Py_NewRef(lay);
+    walk_slot_key = Py_NewRef(sk);
+    walk_slot_of = Py_NewRef(so);
+    walk_pair = Py_NewRef(pr);
+    walk_ready = 1;
+    Py_RETURN_NONE;
+}
+
 /* setup(encode, decode, datetime_code): the Python codec the C one hands values to. */
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *enc, *dec;
@@ -2702,6 +3151,9 @@ static PyMethodDef methods[] = {
      "reload_setup(space_type, kind_classes, codecs_by_code, kinds, weak_value_dict, keyed_ref, unread)."},
     {"evict", cache_evict, METH_O,
      "evict(cache) -> True, or False (nothing done): ObjectCache._evict for the common case (see the note)."},
+    {"walk", (PyCFunction)(void (*)(void))walk_new, METH_FASTCALL,
+     "walk(obj, vals, s, b, version) -> an iterator of slots' values from the store, or None (see the note)."},
+    {"walk_setup", walk_setup, METH_VARARGS, "walk_setup(slots_globals, layout, slot_key, slot_of, pair)."},
     {"save_setup", save_setup, METH_VARARGS,
      "save_setup(fields, kinds, cache_type, codec_type, native_encode, no_slots): see objectspace/_savepath.py."},
     {NULL, NULL, 0, NULL},
@@ -2711,7 +3163,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, 
 
 PyMODINIT_FUNC PyInit__native(void) {
     PyDateTime_IMPORT;
-    if (PyDateTimeAPI == NULL) {
+    if (PyDateTimeAPI == NULL || PyType_Ready(&WalkType) < 0) {
         return NULL;
     }
     return PyModule_Create(&module);

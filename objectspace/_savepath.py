@@ -60,6 +60,10 @@ def _load():
     native.save_setup(_fields(), kinds, ObjectCache, Codec, native.encode, NO_SLOTS)
     _registered.extend(kinds)
     _cache._EVICT = getattr(native, "evict", None)      # ObjectCache._evict's C twin (RFC 0012 step 3; an older build has none)
+    if hasattr(native, "walk_setup"):       # _iter_slots' walks of items from the store (step 4)
+        from . import _layout, _slots
+        native.walk_setup(_slots.__dict__, _layout, _layout.slot_key, _layout.slot_of, _slots._pair)
+        _slots._WALK = native.walk
     return native
 
 

@@ -29,6 +29,16 @@ from .errors import CorruptionError
 
 _slot_key = L.slot_key
 NO_SLOTS = frozenset()      # the dirty and pending slots of a clean object (see the docstring)
+_WALK = None
+"""The C twin of _iter_slots' walks of items from the store (``objectspace._native.walk``, RFC
+0012 step 4; set with the save path by objectspace/_savepath.py), or None."""
+
+
+def _pair(record) -> tuple:
+    """A scan's record unpacked as the walks below unpack it (the C walk calls it for a record
+    that is not a tuple of two, for the same error)."""
+    key, raw = record
+    return key, raw
 
 
 def repeat_in_place(self, n):
@@ -179,6 +189,16 @@ class SlotSequence(PersistedObject):
         elif keep:
             s = yield from self._iter_keeping(s, b, version)
             if self._version == version:
+                return
+        elif _WALK is not None and (walk := _WALK(self, vals, s, b, version)) is not None:
+            # The two branches below in C, value by value as they give them (None: not the
+            # common case); at the end, the slot it stopped at and whether the store lacks it.
+            s, missing = yield from walk
+            if missing:
+                raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
+            if self._version == version:
+                if s < b:
+                    raise CorruptionError(f"{self.kind} {self._name!r} is missing slot {s}")
                 return
         elif not vals:      # nothing cached (the common case after eviction): one scan
             slot_of = L.slot_of

@@ -17,7 +17,9 @@
  * bit p being bit (p & 7) of byte (p >> 3). See dkv/format/bloom.py.
  *
  * And DB.get's read (db_get, RFC 0012 step 3): the twin of dkv/_db.py's DB.get with the
- * Table, Delta and Version methods it calls, set up by dkv/_getpath.py (see its section).
+ * Table, Delta and Version methods it calls, set up by dkv/_getpath.py (see its section); and
+ * DB.scan's (db_scan, RFC 0012 step 4): the twin of DB._scan with the sources' scan_blocks and
+ * merge_visible, set up by dkv/_scanpath.py (see its section).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1085,11 +1087,15 @@ static PyObject *item_at(PyObject *seq, Py_ssize_t i) {
     return r;
 }
 
-/* bisect_right(a, x) (right) or bisect_left(a, x) into *out: 0 or -1. The loop of the bisect
-   module's C for a list; the module's function for anything else. */
-static int bisect(PyObject *a, PyObject *x, int right, Py_ssize_t *out) {
+/* bisect_right(a, x, lo) (right) or bisect_left(a, x, lo) into *out: 0 or -1. The loop of the
+   bisect module's C for a list; the module's function for anything else. */
+static int bisect_from(PyObject *a, PyObject *x, int right, Py_ssize_t lo, Py_ssize_t *out) {
     if (!PyList_CheckExact(a)) {
-        PyObject *r = PyObject_CallFunctionObjArgs(right ? g_bisect_right : g_bisect_left, a, x, NULL);
+        PyObject *ix = lo ? PyLong_FromSsize_t(lo) : NULL, *r = NULL;
+        if (lo == 0 || ix != NULL) {
+            r = PyObject_CallFunctionObjArgs(right ? g_bisect_right : g_bisect_left, a, x, ix, NULL);
+        }
+        Py_XDECREF(ix);
         if (r == NULL) {
             return -1;
         }
@@ -1097,7 +1103,7 @@ static int bisect(PyObject *a, PyObject *x, int right, Py_ssize_t *out) {
         Py_DECREF(r);
         return *out == -1 && PyErr_Occurred() ? -1 : 0;
     }
-    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(a);
+    Py_ssize_t hi = PyList_GET_SIZE(a);
     while (lo < hi) {
         Py_ssize_t mid = (Py_ssize_t)(((size_t)lo + (size_t)hi) / 2);
         if (mid >= PyList_GET_SIZE(a)) {        /* (a comparison's Python code shrank it) */
@@ -1118,6 +1124,10 @@ static int bisect(PyObject *a, PyObject *x, int right, Py_ssize_t *out) {
     }
     *out = lo;
     return 0;
+}
+
+static int bisect(PyObject *a, PyObject *x, int right, Py_ssize_t *out) {
+    return bisect_from(a, x, right, 0, out);
 }
 
 /* A record a Python method returned: 0 for NO_RECORD, else 1 and *value = rec[1]; -1. */
@@ -1222,9 +1232,56 @@ done:
     return r;
 }
 
+/* Table.block(i) of a plain table (a new reference): the cached block, its _ref[i] set and the
+   block cache's hits counted, or a miss read by the table's Python _fetch(i). */
+static PyObject *t_block(PyObject *t, Py_ssize_t i) {
+    PyObject *blocks = slot_or_attr(t, toff[T_BLOCKS], t_slot_strs[T_BLOCKS]), *blk;
+    if (blocks == NULL) {
+        return NULL;
+    }
+    blk = item_at(blocks, i);
+    Py_DECREF(blocks);
+    if (blk == NULL) {
+        return NULL;
+    }
+    if (blk == Py_None) {                       /* a miss: the table's Python _fetch */
+        Py_DECREF(blk);
+        PyObject *ix = PyLong_FromSsize_t(i);
+        blk = ix ? PyObject_CallMethodOneArg(t, gs_fetch, ix) : NULL;
+        Py_XDECREF(ix);
+        return blk;
+    }
+    /* self._ref[i] = 1; self._cache.hits += 1 */
+    PyObject *ref = slot_or_attr(t, toff[T_REF], t_slot_strs[T_REF]), *cache = NULL, *h = NULL, *h2 = NULL;
+    int ok = ref != NULL;
+    if (ok && PyByteArray_CheckExact(ref)) {
+        if (i < PyByteArray_GET_SIZE(ref)) {
+            PyByteArray_AS_STRING(ref)[i] = 1;
+        } else {
+            PyErr_SetString(PyExc_IndexError, "bytearray index out of range");
+            ok = 0;
+        }
+    } else if (ok) {
+        PyObject *ix = PyLong_FromSsize_t(i);
+        ok = ix != NULL && PyObject_SetItem(ref, ix, g_one) == 0;
+        Py_XDECREF(ix);
+    }
+    ok = ok && (cache = slot_or_attr(t, toff[T_CACHE], t_slot_strs[T_CACHE])) != NULL
+        && (h = PyObject_GetAttr(cache, gs_hits)) != NULL && (h2 = PyNumber_InPlaceAdd(h, g_one)) != NULL
+        && PyObject_SetAttr(cache, gs_hits, h2) == 0;
+    Py_XDECREF(ref);
+    Py_XDECREF(cache);
+    Py_XDECREF(h);
+    Py_XDECREF(h2);
+    if (!ok) {
+        Py_CLEAR(blk);
+    }
+    return blk;
+}
+
 /* Table._find(key) of a plain table: 1 and *value (the record's value), 0, -1. */
 static int t_find(PyObject *t, PyObject *key, PyObject **value) {
-    PyObject *first = slot_or_attr(t, toff[T_FIRST], t_slot_strs[T_FIRST]), *blocks, *blk;
+    PyObject *first = slot_or_attr(t, toff[T_FIRST], t_slot_strs[T_FIRST]), *blk;
     Py_ssize_t i;
     if (first == NULL) {
         return -1;
@@ -1237,48 +1294,8 @@ static int t_find(PyObject *t, PyObject *key, PyObject **value) {
     if (--i < 0) {
         return 0;
     }
-    if ((blocks = slot_or_attr(t, toff[T_BLOCKS], t_slot_strs[T_BLOCKS])) == NULL) {
+    if ((blk = t_block(t, i)) == NULL) {
         return -1;
-    }
-    blk = item_at(blocks, i);
-    Py_DECREF(blocks);
-    if (blk == NULL) {
-        return -1;
-    }
-    if (blk == Py_None) {                       /* a miss: the table's Python _fetch */
-        Py_DECREF(blk);
-        PyObject *ix = PyLong_FromSsize_t(i);
-        blk = ix ? PyObject_CallMethodOneArg(t, gs_fetch, ix) : NULL;
-        Py_XDECREF(ix);
-        if (blk == NULL) {
-            return -1;
-        }
-    } else {                                    /* self._ref[i] = 1; self._cache.hits += 1 */
-        PyObject *ref = slot_or_attr(t, toff[T_REF], t_slot_strs[T_REF]), *cache = NULL, *h = NULL, *h2 = NULL;
-        int ok = ref != NULL;
-        if (ok && PyByteArray_CheckExact(ref)) {
-            if (i < PyByteArray_GET_SIZE(ref)) {
-                PyByteArray_AS_STRING(ref)[i] = 1;
-            } else {
-                PyErr_SetString(PyExc_IndexError, "bytearray index out of range");
-                ok = 0;
-            }
-        } else if (ok) {
-            PyObject *ix = PyLong_FromSsize_t(i);
-            ok = ix != NULL && PyObject_SetItem(ref, ix, g_one) == 0;
-            Py_XDECREF(ix);
-        }
-        ok = ok && (cache = slot_or_attr(t, toff[T_CACHE], t_slot_strs[T_CACHE])) != NULL
-            && (h = PyObject_GetAttr(cache, gs_hits)) != NULL && (h2 = PyNumber_InPlaceAdd(h, g_one)) != NULL
-            && PyObject_SetAttr(cache, gs_hits, h2) == 0;
-        Py_XDECREF(ref);
-        Py_XDECREF(cache);
-        Py_XDECREF(h);
-        Py_XDECREF(h2);
-        if (!ok) {
-            Py_DECREF(blk);
-            return -1;
-        }
     }
     return block_find(blk, key, value);
 }
@@ -1751,6 +1768,1392 @@ static PyObject *get_setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* -- DB.scan in C (RFC 0012 step 4) -------------------------------------------------------
+ *
+ * db_scan(db, start, end) is the twin of dkv/_db.py's DB._scan for the common case, with what
+ * it calls: Memtable.scan_blocks and sorted_keys, Table.scan_blocks (Table.block, _hints and the
+ * block decode of the front-coded blocks, as front_decode), Version.sources, and
+ * merge_visible's paths for one source (chunk by chunk) and for a small range of several (in one
+ * go: a dict, oldest source first, then sorted; tombstones dropped). scan_setup (called by
+ * dkv/_scanpath.py, after get_setup) gives it the classes and functions the Python code uses.
+ *
+ * A DB that is not the common case gets NO_RECORD before anything was read, and DB._scan's
+ * Python runs whole: an active memtable that is not an exact Memtable (with its methods and
+ * slots) holding a dict, a view that is not a pair of a tuple of sources and something. Past
+ * that point the C code does what the Python code does, step by step, with the same side effects:
+ * the sources are iterators of the same chunks (type Blocks below, made where the Python code
+ * makes its generators and started where they would start: a source reads its blocks only
+ * when the merge reaches it), a block not in the cache is read by the table's Python
+ * _read_ahead and _fetch, a block's restart hints are built on its second lookup. A source or
+ * table of another class, or whose class's methods changed since setup (scan_blocks, block,
+ * read_ahead, sorted_keys, or the get path's), and a Version of another class or with another
+ * sources, has its own Python method called in its place; a format-1 block goes to the Python
+ * list_chunk. When the records read pass SMALL_MERGE (read from dkv/_merge.py at each scan), the
+ * rest goes to the Python merge_rest with the chunks read and the sources, as merge_visible hands
+ * it over; when reading raises ObjectMissingError, the error propagates if the DB's view is still
+ * the one read or the DB is closed, and otherwise the scan goes on as a new DB._scan after the last
+ * key given, as DB._scan's loop does. */
+
+enum { B_MEM, B_TABLE, B_CHAIN };
+typedef struct {
+    PyObject_HEAD
+    int kind, state;            /* state: 0 not started, 1 after a chunk given, 2 done */
+    PyObject *src;              /* the memtable or table; B_CHAIN: the list of tables */
+    PyObject *start, *end;      /* the range; a table's clipped to its groups when it starts */
+    PyObject *seq;              /* B_MEM: its chunks' sequence number */
+    PyObject *data, *keys;      /* B_MEM: the dict read at the start, the sorted keys */
+    PyObject *last;             /* B_MEM: the last key of the last chunk given */
+    PyObject *first;            /* B_TABLE: the blocks' first keys */
+    PyObject *cur;              /* B_CHAIN: the chunks of the current table */
+    Py_ssize_t lo, hi, i, n;    /* B_MEM: lo, hi; B_TABLE: the block, the blocks; B_CHAIN: the next table */
+    int stop;                   /* B_TABLE: the range ended in the last block given */
+} Blocks;
+
+static PyTypeObject BlocksType;
+static gkind g_memscan, g_tscan, g_dscan, g_vscan;
+static Py_ssize_t mem_sorted_off, mem_pending_off;
+static PyObject *g_merge_dict, *g_live, *g_chunk_parts, *g_list_chunk, *g_nul, *g_minus_one;
+static PyObject *gs_scan_blocks, *gs_sorted_keys, *gs_sorted, *gs_pending, *gs_read_ahead, *gs_read_ahead_fn, *gs_block, *gs_small_merge,
+    *gs_seq, *gs_max_seq, *gs_scan, *gs_sources, *gs_merge_rest;
+static int scan_ready = 0;
+#define MEM_CHUNK 4096          /* Memtable.scan_blocks' chunk */
+
+/* A memtable whose Python scan the C code stands in for: exactly Memtable, unchanged. */
+static int plain_memtable(PyObject *m) {
+    return Py_IS_TYPE(m, g_memscan.type) && gkind_same(&g_memscan);
+}
+
+/* A table whose scan_blocks the C code stands in for: a plain table (see db_get) whose scan hooks
+   are unchanged too. *ra: its class's read_ahead, as a truth value. */
+static int scan_table(PyObject *t, int *ra) {
+    PyTypeObject *tp = Py_TYPE(t);
+    gkind *k = tp == g_delta.type ? &g_dscan : tp == g_table.type ? &g_tscan : NULL;
+    if (k == NULL || !plain_table(t) || !gkind_same(k)) {
+        return 0;
+    }
+    if (ra != NULL) {
+        *ra = k->hooks[2] == Py_True;       /* (scan hooks: scan_blocks, block, read_ahead) */
+        if (k->hooks[2] != Py_True && k->hooks[2] != Py_False) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *blocks_new(int kind, PyObject *src, PyObject *start, PyObject *end, PyObject *seq) {
+    Blocks *b = PyObject_GC_New(Blocks, &BlocksType);
+    if (b == NULL) {
+        return NULL;
+    }
+    b->kind = kind;
+    b->state = 0;
+    b->src = Py_NewRef(src);
+    b->start = Py_NewRef(start);
+    b->end = Py_NewRef(end);
+    b->seq = Py_XNewRef(seq);
+    b->data = b->keys = b->last = b->first = b->cur = NULL;
+    b->lo = b->hi = b->i = b->n = 0;
+    b->stop = 0;
+    PyObject_GC_Track(b);
+    return (PyObject *)b;
+}
+
+/* sorted(keys + pending) for keys, the memtable's sorted view (Memtable's invariant: only
+   sorted_keys writes it, with sorted(), and never changes it in place), and pending, the keys
+   added since, lists of bytes: pending sorted, then the two merged with memcmp, which costs
+   less than half of timsort's generic comparisons over the whole (the same list: a stable sort
+   of the same bytes). 1 and *out, 0 when they are not such lists (nothing done), -1 with an
+   error. */
+static int merge_sorted(PyObject *keys, PyObject *pending, PyObject **out) {
+    if (!PyList_CheckExact(keys) || !PyList_CheckExact(pending)) {
+        return 0;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys), p = PyList_GET_SIZE(pending);
+    for (Py_ssize_t j = 0; j < p; j++) {
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(pending, j))) {
+            return 0;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(keys, i))) {
+            return 0;
+        }
+    }
+    PyObject *ps = PyList_GetSlice(pending, 0, p), *lst = NULL;
+    if (ps == NULL || PyList_Sort(ps) < 0 || PyList_GET_SIZE(ps) != p || (lst = PyList_New(n + p)) == NULL) {
+        Py_XDECREF(ps);
+        return -1;
+    }
+    Py_ssize_t i = 0, j = 0, o = 0;
+    while (i < n || j < p) {
+        PyObject *a = i < n ? PyList_GET_ITEM(keys, i) : NULL, *b = j < p ? PyList_GET_ITEM(ps, j) : NULL, *x;
+        if (b == NULL || (a != NULL && cmp((const unsigned char *)PyBytes_AS_STRING(a), (size_t)PyBytes_GET_SIZE(a),
+                                           (const unsigned char *)PyBytes_AS_STRING(b),
+                                           (size_t)PyBytes_GET_SIZE(b)) <= 0)) {
+            x = a;                              /* equal keys: the earlier list's first, as a stable sort */
+            i++;
+        } else {
+            x = b;
+            j++;
+        }
+        PyList_SET_ITEM(lst, o++, Py_NewRef(x));
+    }
+    Py_DECREF(ps);
+    *out = lst;
+    return 1;
+}
+
+/* Memtable.sorted_keys() of a plain memtable (a new reference). */
+static PyObject *mem_sorted_keys(PyObject *m) {
+    if (!plain_memtable(m)) {
+        return PyObject_CallMethodNoArgs(m, gs_sorted_keys);
+    }
+    PyObject **sp = (PyObject **)((char *)m + mem_sorted_off), **pp = (PyObject **)((char *)m + mem_pending_off);
+    PyObject *keys = slot_or_attr(m, mem_sorted_off, gs_sorted), *lst = NULL;
+    if (keys == NULL) {
+        return NULL;
+    }
+    if (keys == Py_None) {                      /* self._sorted = sorted(self.data) */
+        Py_DECREF(keys);
+        PyObject *data = slot_or_attr(m, mem_data_off, gs_data);
+        lst = data ? PySequence_List(data) : NULL;
+        Py_XDECREF(data);
+        if (lst == NULL || PyList_Sort(lst) < 0) {
+            Py_XDECREF(lst);
+            return NULL;
+        }
+        Py_XSETREF(*sp, Py_NewRef(lst));
+        return lst;
+    }
+    PyObject *pending = slot_or_attr(m, mem_pending_off, gs_pending);
+    int more = pending ? PyObject_IsTrue(pending) : -1;
+    if (more <= 0) {                            /* nothing pending: the view as it is */
+        Py_XDECREF(pending);
+        if (more < 0) {
+            Py_DECREF(keys);
+            return NULL;
+        }
+        return keys;
+    }
+    /* self._sorted = sorted(keys + self._pending); self._pending = [] */
+    PyObject *empty = NULL;
+    int merged = merge_sorted(keys, pending, &lst);
+    if (merged == 0) {                          /* not two lists of bytes: as the Python does it */
+        PyObject *cat = PyNumber_Add(keys, pending);
+        if (cat != NULL) {
+            lst = PyList_CheckExact(cat) && Py_REFCNT(cat) == 1 ? Py_NewRef(cat) : PySequence_List(cat);
+            Py_DECREF(cat);
+        }
+        if (lst != NULL && PyList_Sort(lst) < 0) {
+            Py_CLEAR(lst);
+        }
+    }
+    Py_DECREF(keys);
+    Py_DECREF(pending);
+    if (lst == NULL || (empty = PyList_New(0)) == NULL) {
+        Py_XDECREF(lst);
+        return NULL;
+    }
+    Py_XSETREF(*sp, Py_NewRef(lst));
+    Py_XSETREF(*pp, empty);
+    return lst;
+}
+
+/* len(o) into *n: 0 or -1. */
+static int size_of(PyObject *o, Py_ssize_t *n) {
+    *n = PyList_CheckExact(o) ? PyList_GET_SIZE(o) : PyObject_Size(o);
+    return *n < 0 ? -1 : 0;
+}
+
+/* Memtable.scan_blocks(start, end, seq)'s next chunk: a new reference, NULL at the end (no
+   error set) or with an error. */
+static PyObject *mem_next(Blocks *b) {
+    PyObject *m = b->src;
+    if (b->state == 0) {                        /* data = self.data; if not data: return */
+        b->state = 2;
+        if ((b->data = PyObject_GetAttr(m, gs_data)) == NULL) {
+            return NULL;
+        }
+        int any = PyObject_IsTrue(b->data);
+        if (any <= 0 || (b->keys = mem_sorted_keys(m)) == NULL) {
+            return NULL;
+        }
+        if (b->start != Py_None && bisect_from(b->keys, b->start, 0, 0, &b->lo) < 0) {
+            return NULL;
+        }
+    } else if (b->state == 1) {                 /* resume after the last key given */
+        b->state = 2;
+        if (b->lo + MEM_CHUNK >= b->hi) {
+            return NULL;
+        }
+        Py_SETREF(b->keys, mem_sorted_keys(m));
+        if (b->keys == NULL || bisect_from(b->keys, b->last, 1, 0, &b->lo) < 0) {
+            return NULL;
+        }
+    } else {
+        return NULL;
+    }
+    if (b->end == Py_None) {
+        if (size_of(b->keys, &b->hi) < 0) {
+            return NULL;
+        }
+    } else if (bisect_from(b->keys, b->end, 0, b->lo, &b->hi) < 0) {
+        return NULL;
+    }
+    if (b->lo >= b->hi) {
+        return NULL;
+    }
+    Py_ssize_t stop = b->hi < b->lo + MEM_CHUNK ? b->hi : b->lo + MEM_CHUNK;
+    PyObject *part = PyList_CheckExact(b->keys) ? PyList_GetSlice(b->keys, b->lo, stop)
+                                                : PySequence_GetSlice(b->keys, b->lo, stop);
+    if (part == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n;
+    PyObject *values = NULL;
+    if (size_of(part, &n) < 0 || (values = PyList_New(0)) == NULL) {
+        goto fail;
+    }
+    PyObject *it = PyObject_GetIter(part), *k;     /* [data[k] for k in part] */
+    if (it == NULL) {
+        goto fail;
+    }
+    while ((k = PyIter_Next(it)) != NULL) {
+        PyObject *v = NULL;
+        if (PyDict_CheckExact(b->data)) {
+            v = PyDict_GetItemWithError(b->data, k);
+            if (v == NULL && !PyErr_Occurred()) {
+                _PyErr_SetKeyError(k);
+            }
+            Py_XINCREF(v);
+        } else {
+            v = PyObject_GetItem(b->data, k);
+        }
+        Py_DECREF(k);
+        if (v == NULL || PyList_Append(values, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(it);
+            goto fail;
+        }
+        Py_DECREF(v);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        goto fail;
+    }
+    Py_XSETREF(b->last, n > 0 ? item_at(part, n - 1) : NULL);  /* part[-1], read when resumed */
+    if (n > 0 && b->last == NULL) {
+        goto fail;
+    }
+    b->state = 1;
+    PyObject *chunk = PyTuple_Pack(3, part, values, b->seq);
+    Py_DECREF(part);
+    Py_DECREF(values);
+    return chunk;
+fail:
+    Py_DECREF(part);
+    Py_XDECREF(values);
+    return NULL;
+}
+
+/* front_decode(raw, pos, lo, hi[, hints]) of a front-coded block: (keys, values, end). hints
+   NULL: not passed. The walk above for the common arguments, the function for any others. */
+static PyObject *block_decode(PyObject *raw, PyObject *pos, PyObject *lo, PyObject *hi, PyObject *hints) {
+    Py_ssize_t p = PyLong_CheckExact(pos) ? PyLong_AsSsize_t(pos) : -1;
+    if (p == -1) {
+        PyErr_Clear();
+    }
+    if (p >= 0 && (lo == Py_None || PyBytes_CheckExact(lo)) && (hi == Py_None || PyBytes_CheckExact(hi))
+        && (hints == NULL || hints == Py_None || PyBytes_Check(hints))) {
+        const hint *e = NULL;
+        const unsigned char *hblob = NULL;
+        if (lo != Py_None && hints != NULL && pick_hint(hints, (const unsigned char *)PyBytes_AS_STRING(lo),
+                                                        PyBytes_GET_SIZE(lo), &e, &hblob) < 0) {
+            return NULL;
+        }
+        return walk((const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), p,
+                    lo == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(lo),
+                    lo == Py_None ? 0 : PyBytes_GET_SIZE(lo),
+                    hi == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(hi),
+                    hi == Py_None ? 0 : PyBytes_GET_SIZE(hi), e, hblob);
+    }
+    PyObject *args = hints == NULL ? PyTuple_Pack(4, raw, pos, lo, hi) : PyTuple_Pack(5, raw, pos, lo, hi, hints);
+    PyObject *r = args ? front_decode(NULL, args) : NULL;
+    Py_XDECREF(args);
+    return r;
+}
+
+/* The chunk of block blk (front-coded: raw bytes first) in [lo or the block's start, end): 1 and
+   *chunk (keys, values, blk[2]) when it has keys, 0 when not; *stop: whether end fell inside the
+   block. -1 with an error. */
+static int front_chunk(PyObject *blk, PyObject *raw, PyObject *lo, PyObject *end, PyObject **chunk, int *stop) {
+    int r = -1;
+    PyObject *pos = item_at(blk, 1), *hints = NULL, *res = NULL, *seq = NULL;
+    if (pos == NULL) {
+        return -1;
+    }
+    if (lo != Py_None) {                        /* _hints(blk) */
+        hints = PyList_CheckExact(blk) && PyList_GET_SIZE(blk) >= 3 ? hints_of(blk)
+                                                                    : PyObject_CallOneArg(g_py_hints, blk);
+        if (hints == NULL) {
+            goto done;
+        }
+    }
+    if ((res = block_decode(raw, pos, lo, end, hints)) == NULL) {
+        goto done;
+    }
+    if (!PyTuple_CheckExact(res) || PyTuple_GET_SIZE(res) != 3) {
+        PyErr_SetString(PyExc_TypeError, "decode() did not return (keys, values, end)");
+        goto done;
+    }
+    PyObject *keys = PyTuple_GET_ITEM(res, 0), *values = PyTuple_GET_ITEM(res, 1);
+    Py_ssize_t e = PyLong_AsSsize_t(PyTuple_GET_ITEM(res, 2));
+    if (e == -1 && PyErr_Occurred()) {
+        goto done;
+    }
+    *stop = e < 0;
+    int any = PyObject_IsTrue(keys);
+    if (any < 0) {
+        goto done;
+    }
+    r = 0;
+    if (any) {                                  /* yield keys, values, blk[2] */
+        if ((seq = item_at(blk, 2)) == NULL || (*chunk = PyTuple_Pack(3, keys, values, seq)) == NULL) {
+            r = -1;
+        } else {
+            r = 1;
+        }
+    }
+done:
+    Py_DECREF(pos);
+    Py_XDECREF(hints);
+    Py_XDECREF(res);
+    Py_XDECREF(seq);
+    return r;
+}
+
+/* The start of Table.scan_blocks: the range clipped, the metadata, the first block. 0 to go
+   on, 1 when the range is empty, -1. */
+static int table_begin(Blocks *b, PyObject *t) {
+    PyObject *clip = slot_or_attr(t, toff[T_CLIP_LO], t_slot_strs[T_CLIP_LO]);
+    if (clip == NULL) {
+        return -1;
+    }
+    if (clip != Py_None) {                      /* start = max(start, clip_lo) */
+        int c = b->start == Py_None ? 1 : compare(b->start, clip, Py_LT);
+        if (c > 0) {
+            Py_SETREF(b->start, Py_NewRef(clip));
+        }
+        if (c < 0) {
+            Py_DECREF(clip);
+            return -1;
+        }
+    }
+    Py_DECREF(clip);
+    if ((clip = slot_or_attr(t, toff[T_CLIP_HI], t_slot_strs[T_CLIP_HI])) == NULL) {
+        return -1;
+    }
+    if (clip != Py_None) {                      /* end = min(end, clip_hi) */
+        int c = b->end == Py_None ? 1 : compare(b->end, clip, Py_GT);
+        if (c > 0) {
+            Py_SETREF(b->end, Py_NewRef(clip));
+        }
+        if (c < 0) {
+            Py_DECREF(clip);
+            return -1;
+        }
+    }
+    Py_DECREF(clip);
+    if (b->start != Py_None && b->end != Py_None) {
+        int c = compare(b->start, b->end, Py_GE);
+        if (c != 0) {
+            return c < 0 ? -1 : 1;
+        }
+    }
+    PyObject *meta = slot_or_attr(t, toff[T_META], t_slot_strs[T_META]);
+    if (meta == NULL) {
+        return -1;
+    }
+    if (meta == Py_None) {
+        Py_SETREF(meta, PyObject_CallMethodNoArgs(t, gs_meta));
+        if (meta == NULL) {
+            return -1;
+        }
+    }
+    Py_DECREF(meta);
+    if ((b->first = slot_or_attr(t, toff[T_FIRST], t_slot_strs[T_FIRST])) == NULL) {
+        return -1;
+    }
+    b->i = 0;
+    if (b->start != Py_None) {                  /* max(0, bisect_right(first, start) - 1) */
+        if (bisect(b->first, b->start, 1, &b->i) < 0) {
+            return -1;
+        }
+        b->i = b->i > 0 ? b->i - 1 : 0;
+    }
+    return size_of(b->first, &b->n);
+}
+
+/* Table.scan_blocks(start, end)'s next chunk (a new reference; NULL at the end or with an error). */
+static PyObject *table_next(Blocks *b) {
+    PyObject *t = b->src;
+    if (b->state == 0) {
+        b->state = 2;
+        if (table_begin(b, t) != 0) {
+            return NULL;
+        }
+    } else if (b->state == 1) {                 /* after a chunk: if stop < 0: return */
+        b->state = 2;
+        if (b->stop) {
+            return NULL;
+        }
+        b->i++;
+    } else {
+        return NULL;
+    }
+    for (; b->i < b->n; b->i++) {
+        Py_ssize_t i = b->i;
+        PyObject *fi = item_at(b->first, i), *blk = NULL, *raw = NULL, *chunk = NULL;
+        int c = fi == NULL ? -1 : b->end == Py_None ? 0 : compare(fi, b->end, Py_GE);
+        if (c != 0) {                           /* if first[i] >= end: return */
+            Py_XDECREF(fi);
+            return NULL;
+        }
+        /* if self._blocks[i] is None and self.read_ahead: self._read_ahead(i, end) */
+        int ra = 0, plain = scan_table(t, &ra);
+        PyObject *blocks = plain ? slot_or_attr(t, toff[T_BLOCKS], t_slot_strs[T_BLOCKS])
+                                 : PyObject_GetAttr(t, t_slot_strs[T_BLOCKS]);
+        PyObject *cached = blocks ? item_at(blocks, i) : NULL, *ix = NULL;
+        Py_XDECREF(blocks);
+        if (cached == NULL) {
+            goto fail;
+        }
+        if (cached == Py_None && !plain) {
+            PyObject *flag = PyObject_GetAttr(t, gs_read_ahead);
+            ra = flag ? PyObject_IsTrue(flag) : -1;
+            Py_XDECREF(flag);
+            if (ra < 0) {
+                Py_DECREF(cached);
+                goto fail;
+            }
+        }
+        if (cached == Py_None && ra) {
+            PyObject *done = (ix = PyLong_FromSsize_t(i)) ? PyObject_CallMethodObjArgs(t, gs_read_ahead_fn, ix, b->end,
+                                                                                        NULL) : NULL;
+            if (done == NULL) {
+                Py_DECREF(cached);
+                Py_XDECREF(ix);
+                goto fail;
+            }
+            Py_DECREF(done);
+        }
+        Py_DECREF(cached);
+        if (plain) {                            /* blk = self.block(i) */
+            blk = t_block(t, i);
+        } else {
+            blk = (ix != NULL || (ix = PyLong_FromSsize_t(i)) != NULL) ? PyObject_CallMethodOneArg(t, gs_block, ix)
+                                                                         : NULL;
+        }
+        Py_XDECREF(ix);
+        if (blk == NULL || (raw = item_at(blk, 0)) == NULL) {
+            goto fail;
+        }
+        int got, stop = 0;
+        if (PyBytes_CheckExact(raw)) {
+            /* lo = start if start is not None and (i == 0 or start > first[i]) else None */
+            PyObject *lo = Py_None;
+            if (b->start != Py_None) {
+                int after = i == 0 ? 1 : compare(b->start, fi, Py_GT);
+                if (after < 0) {
+                    goto fail;
+                }
+                lo = after ? b->start : Py_None;
+            }
+            got = front_chunk(blk, raw, lo, b->end, &chunk, &stop);
+        } else {                                /* a format-1 block: list_chunk(blk, start, end) */
+            PyObject *r = PyObject_CallFunctionObjArgs(g_list_chunk, blk, b->start, b->end, NULL);
+            got = -1;
+            if (r != NULL && PyTuple_CheckExact(r) && PyTuple_GET_SIZE(r) == 2) {
+                stop = PyObject_IsTrue(PyTuple_GET_ITEM(r, 1));
+                chunk = PyTuple_GET_ITEM(r, 0) == Py_None ? NULL : Py_NewRef(PyTuple_GET_ITEM(r, 0));
+                got = stop < 0 ? -1 : chunk != NULL;
+            } else if (r != NULL) {
+                PyErr_SetString(PyExc_TypeError, "list_chunk() did not return (chunk, stop)");
+            }
+            Py_XDECREF(r);
+        }
+        Py_DECREF(fi);
+        Py_DECREF(blk);
+        Py_DECREF(raw);
+        if (got < 0) {
+            Py_XDECREF(chunk);
+            return NULL;
+        }
+        if (got > 0) {
+            b->stop = stop;
+            b->state = 1;
+            return chunk;
+        }
+        if (stop) {
+            return NULL;
+        }
+        continue;
+    fail:
+        Py_XDECREF(fi);
+        Py_XDECREF(blk);
+        Py_XDECREF(raw);
+        return NULL;
+    }
+    return NULL;
+}
+
+/* t.scan_blocks(start, end): a Blocks of a table the C code stands in for, else its own. */
+static PyObject *table_source(PyObject *t, PyObject *start, PyObject *end) {
+    if (scan_table(t, NULL)) {
+        return blocks_new(B_TABLE, t, start, end, NULL);
+    }
+    return PyObject_CallMethodObjArgs(t, gs_scan_blocks, start, end, NULL);
+}
+
+/* chain.from_iterable(t.scan_blocks(start, end) for t in tables)'s next chunk. */
+static PyObject *chain_next(Blocks *b) {
+    for (;;) {
+        if (b->cur != NULL) {
+            PyObject *chunk = PyIter_Next(b->cur);
+            if (chunk != NULL || PyErr_Occurred()) {
+                return chunk;
+            }
+            Py_CLEAR(b->cur);
+        }
+        if (b->i >= PyList_GET_SIZE(b->src)) {
+            b->state = 2;
+            return NULL;
+        }
+        PyObject *t = Py_NewRef(PyList_GET_ITEM(b->src, b->i)), *src;
+        b->i++;
+        src = table_source(t, b->start, b->end);
+        Py_DECREF(t);
+        if (src == NULL) {
+            return NULL;
+        }
+        b->cur = PyObject_GetIter(src);
+        Py_DECREF(src);
+        if (b->cur == NULL) {
+            return NULL;
+        }
+    }
+}
+
+static PyObject *blocks_next(Blocks *b) {
+    if (b->state == 2 && b->kind != B_CHAIN) {
+        return NULL;
+    }
+    switch (b->kind) {
+    case B_MEM: return mem_next(b);
+    case B_TABLE: return table_next(b);
+    default: return chain_next(b);
+    }
+}
+
+static int blocks_traverse(Blocks *b, visitproc visit, void *arg) {
+    Py_VISIT(b->src);
+    Py_VISIT(b->start);
+    Py_VISIT(b->end);
+    Py_VISIT(b->seq);
+    Py_VISIT(b->data);
+    Py_VISIT(b->keys);
+    Py_VISIT(b->last);
+    Py_VISIT(b->first);
+    Py_VISIT(b->cur);
+    return 0;
+}
+
+static int blocks_clear(Blocks *b) {
+    Py_CLEAR(b->src);
+    Py_CLEAR(b->start);
+    Py_CLEAR(b->end);
+    Py_CLEAR(b->seq);
+    Py_CLEAR(b->data);
+    Py_CLEAR(b->keys);
+    Py_CLEAR(b->last);
+    Py_CLEAR(b->first);
+    Py_CLEAR(b->cur);
+    b->state = 2;
+    return 0;
+}
+
+static void blocks_dealloc(Blocks *b) {
+    PyObject_GC_UnTrack(b);
+    blocks_clear(b);
+    PyObject_GC_Del(b);
+}
+
+static PyTypeObject BlocksType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "dkv.format._native.Blocks",
+    .tp_doc = "A source's chunks (keys, values, seqs) in a key range: the twin of Memtable.scan_blocks, "
+              "Table.scan_blocks and a level's chain of them (dkv's C scan).",
+    .tp_basicsize = sizeof(Blocks),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)blocks_traverse,
+    .tp_clear = (inquiry)blocks_clear,
+    .tp_dealloc = (destructor)blocks_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)blocks_next,
+};
+
+/* The next chunk of a source: a Blocks' directly, any other iterator's by its next. */
+static PyObject *next_chunk(PyObject *it) {
+    return Py_IS_TYPE(it, &BlocksType) ? blocks_next((Blocks *)it) : PyIter_Next(it);
+}
+
+/* (t.min_key < end or end is None) and (t.max_key >= start or start is None): _overlaps and
+   DB._scan's test of a segment. 1, 0, -1. */
+static int overlaps(PyObject *t, PyObject *start, PyObject *end) {
+    int plain = plain_table(t), c = 1;
+    if (end != Py_None) {
+        PyObject *x = plain ? slot_or_attr(t, toff[T_MIN], t_slot_strs[T_MIN]) : PyObject_GetAttr(t, t_slot_strs[T_MIN]);
+        c = x ? compare(x, end, Py_LT) : -1;
+        Py_XDECREF(x);
+    }
+    if (c > 0 && start != Py_None) {
+        PyObject *x = plain ? slot_or_attr(t, toff[T_MAX], t_slot_strs[T_MAX]) : PyObject_GetAttr(t, t_slot_strs[T_MAX]);
+        c = x ? compare(x, start, Py_GE) : -1;
+        Py_XDECREF(x);
+    }
+    return c;
+}
+
+/* Append the source of (the tables of) o to out, stealing it: 0 or -1. */
+static int add_source(PyObject *out, PyObject *src) {
+    if (src == NULL) {
+        return -1;
+    }
+    int r = PyList_Append(out, src);
+    Py_DECREF(src);
+    return r;
+}
+
+/* One level of Version.sources: its tables from bisect_left(maxkeys, start) while min_key < end. */
+static int level_sources(PyObject *out, PyObject *run, PyObject *maxkeys, PyObject *start, PyObject *end) {
+    Py_ssize_t i = 0, n;
+    if (start != Py_None && bisect(maxkeys, start, 0, &i) < 0) {
+        return -1;
+    }
+    PyObject *picked = PyList_New(0);
+    if (picked == NULL) {
+        return -1;
+    }
+    for (;; i++) {
+        if (size_of(run, &n) < 0) {
+            goto fail;
+        }
+        if (i >= n) {
+            break;
+        }
+        PyObject *t = item_at(run, i);
+        if (t == NULL) {
+            goto fail;
+        }
+        int c = 1;
+        if (end != Py_None) {                   /* run[i].min_key < end */
+            PyObject *x = plain_table(t) ? slot_or_attr(t, toff[T_MIN], t_slot_strs[T_MIN])
+                                         : PyObject_GetAttr(t, t_slot_strs[T_MIN]);
+            c = x ? compare(x, end, Py_LT) : -1;
+            Py_XDECREF(x);
+        }
+        if (c <= 0 || PyList_Append(picked, t) < 0) {
+            Py_DECREF(t);
+            if (c == 0) {
+                break;
+            }
+            goto fail;
+        }
+        Py_DECREF(t);
+    }
+    int r = 0;
+    if (PyList_GET_SIZE(picked) == 1) {
+        r = add_source(out, table_source(PyList_GET_ITEM(picked, 0), start, end));
+    } else if (PyList_GET_SIZE(picked) > 1) {
+        r = add_source(out, blocks_new(B_CHAIN, picked, start, end, NULL));
+    }
+    Py_DECREF(picked);
+    return r;
+fail:
+    Py_DECREF(picked);
+    return -1;
+}
+
+/* out += version.sources(start, end): 0 or -1. */
+static int version_sources(PyObject *out, PyObject *v, PyObject *start, PyObject *end) {
+    if (!Py_IS_TYPE(v, g_vscan.type) || !gkind_same(&g_vscan) || !gkind_same(&g_version)) {
+        PyObject *more = PyObject_CallMethodObjArgs(v, gs_sources, start, end, NULL), *r;
+        if (more == NULL) {
+            return -1;
+        }
+        r = PyNumber_InPlaceAdd(out, more);     /* sources += ... */
+        Py_DECREF(more);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    int r = -1;
+    PyObject *l0 = slot_or_attr(v, v_l0_off, gs_l0), *it = NULL, *t, *levels = NULL, *maxkeys = NULL, *ita = NULL,
+        *itb = NULL;
+    if (l0 == NULL || (it = PyObject_GetIter(l0)) == NULL) {
+        goto done;
+    }
+    while ((t = PyIter_Next(it)) != NULL) {     /* for t in self.l0: if _overlaps(t, start, end): ... */
+        int c = overlaps(t, start, end);
+        if (c != 0 && (c < 0 || add_source(out, table_source(t, start, end)) < 0)) {
+            Py_DECREF(t);
+            goto done;
+        }
+        Py_DECREF(t);
+    }
+    if (PyErr_Occurred() || (levels = slot_or_attr(v, v_levels_off, gs_levels)) == NULL
+        || (maxkeys = slot_or_attr(v, v_maxkeys_off, gs_maxkeys)) == NULL || (ita = PyObject_GetIter(levels)) == NULL
+        || (itb = PyObject_GetIter(maxkeys)) == NULL) {
+        goto done;
+    }
+    for (;;) {                                  /* for run, maxkeys in zip(self.levels, self._maxkeys) */
+        PyObject *run = PyIter_Next(ita), *mk = run ? PyIter_Next(itb) : NULL;
+        if (mk == NULL) {
+            Py_XDECREF(run);
+            r = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+        int c = level_sources(out, run, mk, start, end);
+        Py_DECREF(run);
+        Py_DECREF(mk);
+        if (c < 0) {
+            goto done;
+        }
+    }
+done:
+    Py_XDECREF(l0);
+    Py_XDECREF(it);
+    Py_XDECREF(levels);
+    Py_XDECREF(maxkeys);
+    Py_XDECREF(ita);
+    Py_XDECREF(itb);
+    return r;
+}
+
+/* -- the merge ---------------------------------------------------------------------------- */
+
+enum { S_START, S_ONE, S_LIST, S_BIG, S_PY, S_DONE };
+typedef struct {
+    PyObject_HEAD
+    int mode;
+    PyObject *db, *start, *end, *version;
+    PyObject *srcs;             /* the sources, newest first (a list) */
+    PyObject *it;               /* S_ONE: the source's iterator; S_BIG: merge_rest's; S_PY: DB._scan's */
+    PyObject *pairs;            /* S_ONE, S_BIG: the (key, value) iterator of a chunk that is not two lists */
+    PyObject *keys, *values;    /* S_ONE, S_LIST: the chunk, or the merged records */
+    PyObject *last;             /* the last key of the chunk given last: where a retry resumes */
+    Py_ssize_t i, n;
+} Scan;
+
+static PyTypeObject ScanType;
+
+static void scan_drop(Scan *s) {
+    Py_CLEAR(s->srcs);
+    Py_CLEAR(s->it);
+    Py_CLEAR(s->pairs);
+    Py_CLEAR(s->keys);
+    Py_CLEAR(s->values);
+}
+
+/* A chunk's keys and values (new references): a tuple of three's, any other's by chunk_parts. */
+static int parts(PyObject *chunk, PyObject **keys, PyObject **values) {
+    if (PyTuple_CheckExact(chunk) && PyTuple_GET_SIZE(chunk) == 3) {
+        *keys = Py_NewRef(PyTuple_GET_ITEM(chunk, 0));
+        *values = Py_NewRef(PyTuple_GET_ITEM(chunk, 1));
+        return 0;
+    }
+    PyObject *p = PyObject_CallOneArg(g_chunk_parts, chunk);
+    if (p == NULL) {
+        return -1;
+    }
+    *keys = Py_NewRef(PyTuple_GET_ITEM(p, 0));
+    *values = Py_NewRef(PyTuple_GET_ITEM(p, 1));
+    Py_DECREF(p);
+    return 0;
+}
+
+/* Take a chunk's records to give out (S_ONE): two lists walked here, anything else through the
+   Python _live. Steals keys and values. */
+static int take_chunk(Scan *s, PyObject *keys, PyObject *values) {
+    Py_CLEAR(s->keys);
+    Py_CLEAR(s->values);
+    Py_CLEAR(s->pairs);
+    if (PyList_CheckExact(keys) && PyList_CheckExact(values)) {
+        s->keys = keys;
+        s->values = values;
+        s->i = 0;
+        s->n = PyList_GET_SIZE(keys) < PyList_GET_SIZE(values) ? PyList_GET_SIZE(keys) : PyList_GET_SIZE(values);
+        return 0;
+    }
+    PyObject *live = PyObject_CallFunctionObjArgs(g_live, keys, values, NULL);
+    Py_DECREF(keys);
+    Py_DECREF(values);
+    if (live == NULL) {
+        return -1;
+    }
+    s->pairs = PyObject_GetIter(live);
+    Py_DECREF(live);
+    return s->pairs == NULL ? -1 : 0;
+}
+
+/* SMALL_MERGE as dkv/_merge.py has it now: 0 or -1. */
+static int small_merge(Py_ssize_t *out) {
+    PyObject *v = PyDict_GetItemWithError(g_merge_dict, gs_small_merge);
+    if (v == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_NameError, "name 'SMALL_MERGE' is not defined");
+        }
+        return -1;
+    }
+    *out = PyLong_AsSsize_t(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* Whether the keys of a source's chunks (exact lists of exact bytes) ascend strictly: then
+   they are what a dict of them, sorted, gives. 1, 0, -1. */
+static int ascending(PyObject *chunks) {
+    PyObject *prev = NULL;
+    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(chunks); c++) {
+        PyObject *chunk = PyList_GET_ITEM(chunks, c), *keys, *values;
+        if (!PyTuple_CheckExact(chunk) || PyTuple_GET_SIZE(chunk) != 3) {
+            return 0;
+        }
+        keys = PyTuple_GET_ITEM(chunk, 0);
+        values = PyTuple_GET_ITEM(chunk, 1);
+        if (!PyList_CheckExact(keys) || !PyList_CheckExact(values) || PyList_GET_SIZE(keys) != PyList_GET_SIZE(values)) {
+            return 0;
+        }
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(keys); j++) {
+            PyObject *k = PyList_GET_ITEM(keys, j);
+            if (!PyBytes_CheckExact(k)) {
+                return 0;
+            }
+            if (prev != NULL && compare(prev, k, Py_LT) != 1) {
+                return 0;
+            }
+            prev = k;
+        }
+    }
+    return 1;
+}
+
+/* merge_visible's small range over the chunks read (oldest source first): the live records
+   in key order into s->keys and s->values (S_LIST). */
+static int merge_read(Scan *s, PyObject *read) {
+    PyObject *keys = PyList_New(0), *values = PyList_New(0), *only = NULL, *merged = NULL, *sorted = NULL;
+    int r = -1;
+    if (keys == NULL || values == NULL) {
+        goto done;
+    }
+    Py_ssize_t with = 0;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(read); j++) {
+        if (PyList_GET_SIZE(PyList_GET_ITEM(read, j)) > 0) {
+            with++;
+            only = PyList_GET_ITEM(read, j);
+        }
+    }
+    int asc = with == 1 ? ascending(only) : 0;
+    if (asc < 0) {
+        goto done;
+    }
+    if (asc) {                                  /* one source: its chunks as they are */
+        for (Py_ssize_t c = 0; c < PyList_GET_SIZE(only); c++) {
+            PyObject *chunk = PyList_GET_ITEM(only, c), *ks = PyTuple_GET_ITEM(chunk, 0), *vs = PyTuple_GET_ITEM(chunk, 1);
+            for (Py_ssize_t j = 0; j < PyList_GET_SIZE(ks); j++) {
+                if (PyList_GET_ITEM(vs, j) != Py_None && (PyList_Append(keys, PyList_GET_ITEM(ks, j)) < 0
+                                                          || PyList_Append(values, PyList_GET_ITEM(vs, j)) < 0)) {
+                    goto done;
+                }
+            }
+        }
+        r = 0;
+        goto done;
+    }
+    if ((merged = PyDict_New()) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(read); j++) {  /* merged.update(zip(keys, values)) */
+        PyObject *chunks = PyList_GET_ITEM(read, j);
+        for (Py_ssize_t c = 0; c < PyList_GET_SIZE(chunks); c++) {
+            PyObject *ks, *vs;
+            if (parts(PyList_GET_ITEM(chunks, c), &ks, &vs) < 0) {
+                goto done;
+            }
+            int bad = 0;
+            if (PyList_CheckExact(ks) && PyList_CheckExact(vs)) {
+                for (Py_ssize_t k = 0; !bad && k < PyList_GET_SIZE(ks) && k < PyList_GET_SIZE(vs); k++) {
+                    PyObject *key = Py_NewRef(PyList_GET_ITEM(ks, k)), *v = Py_NewRef(PyList_GET_ITEM(vs, k));
+                    bad = PyDict_SetItem(merged, key, v) < 0;
+                    Py_DECREF(key);
+                    Py_DECREF(v);
+                }
+            } else {
+                PyObject *z = PyObject_CallFunctionObjArgs((PyObject *)&PyZip_Type, ks, vs, NULL);
+                bad = z == NULL || PyDict_MergeFromSeq2(merged, z, 1) < 0;
+                Py_XDECREF(z);
+            }
+            Py_DECREF(ks);
+            Py_DECREF(vs);
+            if (bad) {
+                goto done;
+            }
+        }
+    }
+    /* keys = sorted(merged); _live(keys, [merged[k] for k in keys]) */
+    if ((sorted = PyDict_Keys(merged)) == NULL || PyList_Sort(sorted) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(sorted); j++) {
+        PyObject *k = PyList_GET_ITEM(sorted, j), *v = PyDict_GetItemWithError(merged, k);
+        if (v == NULL) {
+            if (!PyErr_Occurred()) {
+                _PyErr_SetKeyError(k);
+            }
+            goto done;
+        }
+        if (v != Py_None && (PyList_Append(keys, k) < 0 || PyList_Append(values, v) < 0)) {
+            goto done;
+        }
+    }
+    r = 0;
+done:
+    Py_XDECREF(merged);
+    Py_XDECREF(sorted);
+    if (r == 0) {
+        Py_XSETREF(s->keys, keys);
+        Py_XSETREF(s->values, values);
+        s->i = 0;
+        s->n = PyList_GET_SIZE(keys);
+        s->mode = S_LIST;
+    } else {
+        Py_XDECREF(keys);
+        Py_XDECREF(values);
+    }
+    return r;
+}
+
+/* merge_visible over several sources: read them, oldest first, while they hold at most
+   SMALL_MERGE records (then S_LIST), or hand the rest to merge_rest (S_BIG). 0 or -1. */
+static int merge_several(Scan *s) {
+    Py_ssize_t small, total = 0, n = PyList_GET_SIZE(s->srcs);
+    PyObject *olds = NULL, *read = NULL;
+    int r = -1;
+    if (small_merge(&small) < 0 || (olds = PyList_GetSlice(s->srcs, 0, n)) == NULL || PyList_Reverse(olds) < 0
+        || (read = PyList_New(0)) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *chunks = PyList_New(0), *it, *chunk;
+        if (chunks == NULL || PyList_Append(read, chunks) < 0) {
+            Py_XDECREF(chunks);
+            goto done;
+        }
+        Py_DECREF(chunks);
+        if ((it = PyObject_GetIter(PyList_GET_ITEM(olds, j))) == NULL) {
+            goto done;
+        }
+        while ((chunk = next_chunk(it)) != NULL) {
+            PyObject *ks = PyTuple_CheckExact(chunk) && PyTuple_GET_SIZE(chunk) > 0
+                               ? Py_NewRef(PyTuple_GET_ITEM(chunk, 0)) : item_at(chunk, 0);
+            Py_ssize_t len;
+            int bad = PyList_Append(chunks, chunk) < 0 || ks == NULL || size_of(ks, &len) < 0;
+            Py_XDECREF(ks);
+            Py_DECREF(chunk);
+            if (bad) {
+                Py_DECREF(it);
+                goto done;
+            }
+            total += len;
+            if (total > small) {                /* a big range: the rest a key range at a time */
+                Py_DECREF(it);
+                PyObject *rest = PyDict_GetItemWithError(g_merge_dict, gs_merge_rest);
+                if (rest == NULL && !PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_NameError, "name 'merge_rest' is not defined");
+                }
+                s->it = rest ? PyObject_CallFunctionObjArgs(rest, read, olds, NULL) : NULL;
+                if (s->it == NULL) {
+                    goto done;
+                }
+                s->mode = S_BIG;
+                r = 0;
+                goto done;
+            }
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+    }
+    r = merge_read(s, read);
+done:
+    Py_XDECREF(olds);
+    Py_XDECREF(read);
+    return r;
+}
+
+/* DB._scan's except ObjectMissingError (the error is set): raise it if the view is still the one
+   read or the DB is closed, else go on as a new DB._scan after the last key given (S_PY). */
+static int retry(Scan *s) {
+    PyObject *et, *ev, *tb, *view = NULL, *now = NULL, *closed = NULL, *from = NULL;
+    PyErr_Fetch(&et, &ev, &tb);
+    int same = -1;
+    if ((view = PyObject_GetAttr(s->db, gs_view)) != NULL && (now = PyObject_GetItem(view, g_one)) != NULL) {
+        same = now == s->version;
+        if (!same && (closed = PyObject_GetAttr(s->db, gs_closed)) != NULL) {
+            same = PyObject_IsTrue(closed);
+        } else if (!same) {
+            same = -1;
+        }
+    }
+    Py_XDECREF(view);
+    Py_XDECREF(now);
+    Py_XDECREF(closed);
+    if (same < 0) {
+        chain_context(et, ev, tb);
+        return -1;
+    }
+    if (same) {
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    /* if last is not None: start = last + b"\x00" */
+    from = s->last != NULL ? PyNumber_Add(s->last, g_nul) : Py_NewRef(s->start);
+    if (from == NULL) {
+        chain_context(et, ev, tb);
+        return -1;
+    }
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    scan_drop(s);
+    s->mode = S_PY;
+    s->it = PyObject_CallMethodObjArgs(s->db, gs_scan, from, s->end, NULL);
+    Py_DECREF(from);
+    if (s->it == NULL) {
+        s->mode = S_DONE;
+        return -1;
+    }
+    return 0;
+}
+
+/* After an error of the reading: retry on an ObjectMissingError (0: go on), else -1. */
+static int read_failed(Scan *s) {
+    if (PyErr_ExceptionMatches(g_missing)) {
+        return retry(s);
+    }
+    s->mode = S_DONE;
+    return -1;
+}
+
+/* merge_visible's step over a chunk of its one source (stolen): for keys, values, _ in source:
+   if keys: give its live records, with keys[-1] as where a retry resumes. 0 or -1. */
+static int one_chunk(Scan *s, PyObject *chunk) {
+    PyObject *ks, *vs, *last = NULL;
+    int r = parts(chunk, &ks, &vs);
+    Py_DECREF(chunk);
+    if (r < 0) {
+        return -1;
+    }
+    int any = PyList_CheckExact(ks) ? PyList_GET_SIZE(ks) > 0 : PyObject_IsTrue(ks);
+    if (any > 0) {
+        last = PyList_CheckExact(ks) ? Py_NewRef(PyList_GET_ITEM(ks, PyList_GET_SIZE(ks) - 1))
+                                     : PyObject_GetItem(ks, g_minus_one);
+    }
+    if (any <= 0 || last == NULL) {
+        Py_DECREF(ks);
+        Py_DECREF(vs);
+        return any == 0 ? 0 : -1;
+    }
+    Py_XSETREF(s->last, last);
+    return take_chunk(s, ks, vs);
+}
+
+/* merge_rest's step (item stolen): for pairs, last in merge_rest(...): give pairs. 0 or -1. */
+static int big_range(Scan *s, PyObject *item) {
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+        Py_DECREF(item);
+        PyErr_SetString(PyExc_TypeError, "merge_rest() did not give (pairs, last)");
+        return -1;
+    }
+    Py_XSETREF(s->last, Py_NewRef(PyTuple_GET_ITEM(item, 1)));
+    s->pairs = PyObject_GetIter(PyTuple_GET_ITEM(item, 0));
+    Py_DECREF(item);
+    return s->pairs == NULL ? -1 : 0;
+}
+
+static PyObject *scan_next(Scan *s) {
+    for (;;) {
+        switch (s->mode) {
+        case S_START: {
+            Py_ssize_t n = PyList_GET_SIZE(s->srcs);
+            if (n == 0) {
+                s->mode = S_DONE;
+                break;
+            }
+            if (n == 1) {
+                s->it = PyObject_GetIter(PyList_GET_ITEM(s->srcs, 0));
+                s->mode = S_ONE;
+                if (s->it == NULL && read_failed(s) < 0) {
+                    return NULL;
+                }
+                break;
+            }
+            if (merge_several(s) < 0 && read_failed(s) < 0) {
+                return NULL;
+            }
+            break;
+        }
+        case S_ONE:
+        case S_LIST:
+        case S_BIG: {
+            if (s->pairs != NULL) {
+                PyObject *p = PyIter_Next(s->pairs);
+                if (p != NULL) {
+                    return p;
+                }
+                if (PyErr_Occurred()) {
+                    if (read_failed(s) < 0) {
+                        return NULL;
+                    }
+                    break;
+                }
+                Py_CLEAR(s->pairs);
+            }
+            while (s->i < s->n) {               /* the live records of the chunk */
+                PyObject *k = PyList_GET_ITEM(s->keys, s->i), *v = PyList_GET_ITEM(s->values, s->i);
+                s->i++;
+                if (v != Py_None) {
+                    return PyTuple_Pack(2, k, v);
+                }
+            }
+            if (s->mode == S_LIST) {
+                s->mode = S_DONE;
+                break;
+            }
+            PyObject *item = s->mode == S_ONE ? next_chunk(s->it) : PyIter_Next(s->it);
+            if (item == NULL) {
+                if (!PyErr_Occurred()) {
+                    s->mode = S_DONE;
+                } else if (read_failed(s) < 0) {
+                    return NULL;
+                }
+                break;
+            }
+            if (s->mode == S_ONE ? one_chunk(s, item) < 0 : big_range(s, item) < 0) {
+                if (read_failed(s) < 0) {
+                    return NULL;
+                }
+            }
+            break;
+        }
+        case S_PY:
+            return PyIter_Next(s->it);
+        default:
+            return NULL;
+        }
+    }
+}
+
+static int scan_traverse(Scan *s, visitproc visit, void *arg) {
+    Py_VISIT(s->db);
+    Py_VISIT(s->start);
+    Py_VISIT(s->end);
+    Py_VISIT(s->version);
+    Py_VISIT(s->srcs);
+    Py_VISIT(s->it);
+    Py_VISIT(s->pairs);
+    Py_VISIT(s->keys);
+    Py_VISIT(s->values);
+    Py_VISIT(s->last);
+    return 0;
+}
+
+static int scan_clear(Scan *s) {
+    scan_drop(s);
+    Py_CLEAR(s->db);
+    Py_CLEAR(s->start);
+    Py_CLEAR(s->end);
+    Py_CLEAR(s->version);
+    Py_CLEAR(s->last);
+    s->mode = S_DONE;
+    return 0;
+}
+
+static void scan_dealloc(Scan *s) {
+    PyObject_GC_UnTrack(s);
+    scan_clear(s);
+    PyObject_GC_Del(s);
+}
+
+static PyTypeObject ScanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "dkv.format._native.Scan",
+    .tp_doc = "The (key, value) records of a DB's key range: the twin of DB._scan's loop (db_scan).",
+    .tp_basicsize = sizeof(Scan),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)scan_traverse,
+    .tp_clear = (inquiry)scan_clear,
+    .tp_dealloc = (destructor)scan_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)scan_next,
+};
+
+/* The sources of DB._scan, newest first, into out: the active memtable's (data: its dict,
+   already known to be a dict), the sealed ones', the version's. 0 or -1. */
+static int db_sources(PyObject *out, PyObject *db, PyObject *active, PyObject *data, PyObject *immutable,
+                      PyObject *version, PyObject *start, PyObject *end) {
+    if (PyDict_GET_SIZE(data) > 0) {            /* [active.scan_blocks(start, end, self._seq + 1)] */
+        PyObject *seq = PyObject_GetAttr(db, gs_seq), *next = seq ? PyNumber_Add(seq, g_one) : NULL;
+        Py_XDECREF(seq);
+        if (next == NULL || add_source(out, blocks_new(B_MEM, active, start, end, next)) < 0) {
+            Py_XDECREF(next);
+            return -1;
+        }
+        Py_DECREF(next);
+    }
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(immutable); j++) {
+        PyObject *src = PyTuple_GET_ITEM(immutable, j);
+        int r;
+        if (Py_IS_TYPE(src, g_memscan.type)) {  /* src.scan_blocks(start, end, src.max_seq) */
+            PyObject *ms = PyObject_GetAttr(src, gs_max_seq);
+            if (ms == NULL) {
+                return -1;
+            }
+            r = add_source(out, plain_memtable(src) ? blocks_new(B_MEM, src, start, end, ms)
+                                                    : PyObject_CallMethodObjArgs(src, gs_scan_blocks, start, end,
+                                                                                 ms, NULL));
+            Py_DECREF(ms);
+        } else {
+            Py_INCREF(src);
+            r = overlaps(src, start, end);
+            if (r > 0) {
+                r = add_source(out, table_source(src, start, end));
+            }
+            Py_DECREF(src);
+        }
+        if (r < 0) {
+            return -1;
+        }
+    }
+    return version_sources(out, version, start, end);
+}
+
+/* db_scan(db, start, end) -> an iterator of the (key, value) records of [start, end) (start and
+   end non-empty bytes or None, start < end: DB.scan checked them), or NO_RECORD: not the common
+   case, nothing was done, and DB._scan's Python runs. */
+static PyObject *db_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "db_scan(db, start, end)");
+        return NULL;
+    }
+    if (!scan_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "dkv.format._native: scan_setup() was not called");
+        return NULL;
+    }
+    PyObject *db = args[0], *start = args[1], *end = args[2], *active = NULL, *view = NULL, *srcs = NULL;
+    Scan *s = NULL;
+    if ((start != Py_None && !PyBytes_CheckExact(start)) || (end != Py_None && !PyBytes_CheckExact(end))) {
+        return Py_NewRef(g_no_record);
+    }
+    /* Until the sources are made nothing changes: an attribute that cannot be read, or is not the
+       common case, hands over (DB._scan's Python reads it again and raises). */
+    PyObject *data;
+    if ((active = PyObject_GetAttr(db, gs_active)) == NULL || !plain_memtable(active)
+        || (data = *(PyObject **)((char *)active + mem_data_off)) == NULL || !PyDict_CheckExact(data)
+        || (view = PyObject_GetAttr(db, gs_view)) == NULL || !PyTuple_CheckExact(view) || PyTuple_GET_SIZE(view) != 2
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(view, 0))) {
+        PyErr_Clear();
+        Py_XDECREF(active);
+        Py_XDECREF(view);
+        return Py_NewRef(g_no_record);
+    }
+    PyObject *version = PyTuple_GET_ITEM(view, 1);
+    if ((srcs = PyList_New(0)) == NULL
+        || db_sources(srcs, db, active, data, PyTuple_GET_ITEM(view, 0), version, start, end) < 0
+        || (s = PyObject_GC_New(Scan, &ScanType)) == NULL) {
+        goto done;
+    }
+    s->mode = S_START;
+    s->db = Py_NewRef(db);
+    s->start = Py_NewRef(start);
+    s->end = Py_NewRef(end);
+    s->version = Py_NewRef(version);
+    s->srcs = Py_NewRef(srcs);
+    s->it = s->pairs = s->keys = s->values = s->last = NULL;
+    s->i = s->n = 0;
+    PyObject_GC_Track(s);
+done:
+    Py_XDECREF(active);
+    Py_XDECREF(view);
+    Py_XDECREF(srcs);
+    return (PyObject *)s;
+}
+
+/* scan_setup(Memtable, Table, Delta, Version, _merge.__dict__, _live, chunk_parts, list_chunk): see
+   dkv/_scanpath.py. After get_setup. */
+static PyObject *scan_setup(PyObject *self, PyObject *args) {
+    PyObject *mt, *tt, *dt, *vt;
+    if (scan_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "scan_setup() was called already");
+        return NULL;
+    }
+    if (!get_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "scan_setup() needs get_setup() first");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OOO", &PyType_Type, &mt, &PyType_Type, &tt, &PyType_Type, &dt,
+                          &PyType_Type, &vt, &PyDict_Type, &g_merge_dict, &g_live, &g_chunk_parts, &g_list_chunk)) {
+        return NULL;
+    }
+    if (mt != (PyObject *)g_memtable.type || tt != (PyObject *)g_table.type || dt != (PyObject *)g_delta.type
+        || vt != (PyObject *)g_version.type) {
+        PyErr_SetString(PyExc_TypeError, "scan_setup: not the classes get_setup was given");
+        return NULL;
+    }
+    static const char *mem_hooks[] = {"data", "_sorted", "_pending", "max_seq", "sorted_keys", "scan_blocks"};
+    static const char *tscan_hooks[] = {"scan_blocks", "block", "read_ahead"};
+    static const char *vscan_hooks[] = {"sources", "l0", "levels", "_maxkeys"};
+    if (gkind_setup(&g_memscan, mt, mem_hooks, 6) < 0 || gkind_setup(&g_tscan, tt, tscan_hooks, 3) < 0
+        || gkind_setup(&g_dscan, dt, tscan_hooks, 3) < 0 || gkind_setup(&g_vscan, vt, vscan_hooks, 4) < 0
+        || member_offset((PyTypeObject *)mt, "_sorted", &mem_sorted_off) < 0
+        || member_offset((PyTypeObject *)mt, "_pending", &mem_pending_off) < 0) {
+        return NULL;
+    }
+#define INTERN(var, s) if ((var = PyUnicode_InternFromString(s)) == NULL) return NULL
+    INTERN(gs_scan_blocks, "scan_blocks");
+    INTERN(gs_sorted_keys, "sorted_keys");
+    INTERN(gs_sorted, "_sorted");
+    INTERN(gs_pending, "_pending");
+    INTERN(gs_read_ahead, "read_ahead");
+    INTERN(gs_read_ahead_fn, "_read_ahead");
+    INTERN(gs_block, "block");
+    INTERN(gs_small_merge, "SMALL_MERGE");
+    INTERN(gs_seq, "_seq");
+    INTERN(gs_max_seq, "max_seq");
+    INTERN(gs_scan, "_scan");
+    INTERN(gs_sources, "sources");
+    INTERN(gs_merge_rest, "merge_rest");
+#undef INTERN
+    if ((g_nul = PyBytes_FromStringAndSize("\0", 1)) == NULL || (g_minus_one = PyLong_FromLong(-1)) == NULL) {
+        return NULL;
+    }
+    Py_INCREF(g_merge_dict);
+    Py_INCREF(g_live);
+    Py_INCREF(g_chunk_parts);
+    Py_INCREF(g_list_chunk);
+    scan_ready = 1;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"encode", front_encode, METH_VARARGS, "Front-code sorted keys and their values (None: tombstone)."},
     {"decode", front_decode, METH_VARARGS, "(keys, values, end) of front-coded records at pos in [lo, hi) (with index() hints)."},
@@ -1763,6 +3166,8 @@ static PyMethodDef methods[] = {
     {"bloom_candidates", (PyCFunction)(void (*)(void))bloom_candidates, METH_FASTCALL, "Positions of the filters that may hold key (None: any)."},
     {"db_get", (PyCFunction)(void (*)(void))db_get, METH_FASTCALL, "DB.get for the common case (NO_RECORD: DB.get's Python; RETRY: again)."},
     {"get_setup", get_setup, METH_VARARGS, "get_setup(...): the classes and functions db_get stands in for (dkv/_getpath.py)."},
+    {"db_scan", (PyCFunction)(void (*)(void))db_scan, METH_FASTCALL, "DB._scan for the common case: an iterator of its records (NO_RECORD: DB._scan's Python)."},
+    {"scan_setup", scan_setup, METH_VARARGS, "scan_setup(...): the classes and functions db_scan stands in for (dkv/_scanpath.py)."},
     {"batch_extend", batch_extend, METH_VARARGS, "WriteBatch.extend's checks and append, for records of exact types (-1: others)."},
     {NULL, NULL, 0, NULL},
 };
@@ -1771,5 +3176,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, 
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();
+    if (PyType_Ready(&BlocksType) < 0 || PyType_Ready(&ScanType) < 0) {
+        return NULL;
+    }
     return PyModule_Create(&module);
 }

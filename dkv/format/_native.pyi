@@ -1,6 +1,7 @@
 """Types of the C module ``_native.c`` (built with the package when a compiler is there):
 the twins of ``_front.py``'s codec and of ``bloom.py``'s filters, same bytes, and of
-``DB.get``'s read (``db_get``, set up by ``dkv/_getpath.py``)."""
+``DB.get``'s read (``db_get``, set up by ``dkv/_getpath.py``) and ``DB.scan``'s (``db_scan``,
+set up by ``dkv/_scanpath.py``)."""
 from typing import overload
 
 from typing_extensions import Buffer
@@ -27,3 +28,6 @@ def db_get(db: object, key: object, /) -> object: ...
 def get_setup(memtable: type, table: type, delta: type, version: type, no_record: object, retry: object,
               missing: type, once: object, maybe: object, hints: object, list_get: object, bisect_left: object,
               bisect_right: object, every: int, /) -> None: ...
+def db_scan(db: object, start: bytes | None, end: bytes | None, /) -> object: ...
+def scan_setup(memtable: type, table: type, delta: type, version: type, merge_globals: dict, live: object,
+               chunk_parts: object, list_chunk: object, /) -> None: ...

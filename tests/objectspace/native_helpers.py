@@ -13,7 +13,8 @@ import uuid
 
 import dkv
 from dkv.format import manifest as mf
-from objectspace import ObjectSpace, _cache
+from dkv import _db as dkv_db
+from objectspace import ObjectSpace, _cache, _slots
 from objectspace import space as space_mod
 
 
@@ -52,9 +53,18 @@ def assert_same_store_on_both_paths(script: str, tmp_path: pathlib.Path) -> None
     assert [name for name in c if c[name] != p[name]] == []
 
 
+def _switches() -> tuple:
+    return space_mod._RELOAD, space_mod._SAVE, _cache._EVICT, _slots._WALK, dkv_db._SCAN
+
+
+def _set_switches(values: tuple) -> None:
+    space_mod._RELOAD, space_mod._SAVE, _cache._EVICT, _slots._WALK, dkv_db._SCAN = values
+
+
 class Twin:
-    """The same space twice: [0] looked up, saved and evicted through C, [1] through Python
-    (``space._RELOAD``, ``space._SAVE`` and ``_cache._EVICT`` flipped around each call).
+    """The same space twice: [0] looked up, saved, evicted and walked through C, [1] through
+    Python (``space._RELOAD``, ``space._SAVE``, ``_cache._EVICT``, ``_slots._WALK`` and dkv's
+    ``_db._SCAN`` flipped around each call).
     ``run(fn)`` calls ``fn`` on both and asserts the same outcome: ("ok", [the result's type
     name if ``typed``,] its name key or itself), or ("error", type, message)."""
 
@@ -66,15 +76,15 @@ class Twin:
     def run(self, fn):
         outs = []
         for i, sp in enumerate(self.spaces):
-            saved = space_mod._RELOAD, space_mod._SAVE, _cache._EVICT
-            space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = (saved if i == 0 else (None, None, None))
+            saved = _switches()
+            _set_switches(saved if i == 0 else (None,) * len(saved))
             try:
                 r = fn(sp)
                 outs.append(("ok", *((type(r).__name__,) if self.typed else ()), getattr(r, "_nkey", r)))
             except Exception as e:  # noqa: BLE001 - compared between the two
                 outs.append(("error", type(e).__name__, str(e)))
             finally:
-                space_mod._RELOAD, space_mod._SAVE, _cache._EVICT = saved
+                _set_switches(saved)
         assert outs[0] == outs[1]
         return outs[0]
 
