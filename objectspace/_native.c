@@ -2997,6 +2997,18 @@ static void walk_dealloc(Walk *w) {
 
 static PyAsyncMethods walk_async = {.am_send = (sendfunc)walk_send};
 
+/* walk.send(value): what a generator delegating to the walk calls instead of am_send while a
+   trace function is set (CPython 3.11's SEND under sys.settrace, e.g. coverage.py): the next
+   value, the sent one ignored, as am_send does. */
+static PyObject *walk_send_method(Walk *w, PyObject *Py_UNUSED(arg)) {
+    return walk_next(w);
+}
+
+static PyMethodDef walk_methods[] = {
+    {"send", (PyCFunction)walk_send_method, METH_O, "The next value (the one sent in is ignored)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject WalkType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "objectspace._native.Walk",
@@ -3008,6 +3020,7 @@ static PyTypeObject WalkType = {
     .tp_dealloc = (destructor)walk_dealloc,
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)walk_next,
+    .tp_methods = walk_methods,
     .tp_as_async = &walk_async,
 };
 

@@ -11,6 +11,8 @@ or misplaced slot in the store (the same CorruptionError), patched module functi
 hooks, and generator calls (send, throw, close) on an iterator are among them."""
 from __future__ import annotations
 
+import sys
+
 import decimal
 import gc
 import itertools
@@ -373,8 +375,14 @@ def test_patched_functions_are_called_in_their_place(monkeypatch, patched):
         tw.close()
 
 
-def test_generator_calls_on_the_iterator_are_the_same():
+@pytest.mark.parametrize("traced", [False, True])
+def test_generator_calls_on_the_iterator_are_the_same(traced):
+    """``traced``: under a trace function (coverage.py, a debugger), a generator delegating
+    to the C walk calls its ``send`` method where it otherwise uses the type's am_send."""
     tw = _filled()
+    before = sys.gettrace()
+    if traced:
+        sys.settrace(lambda frame, event, arg: None)
     try:
         def calls(sp):
             q = get(sp, "q", "queue")
@@ -400,6 +408,7 @@ def test_generator_calls_on_the_iterator_are_the_same():
         tw.run(calls)
         tw.same()
     finally:
+        sys.settrace(before)
         tw.close()
 
 
