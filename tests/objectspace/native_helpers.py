@@ -5,11 +5,14 @@ store-level check, the same writes through the C path and the Python path
 same files byte for byte."""
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 import subprocess
 import sys
 import uuid
+
+import pytest
 
 import dkv
 from dkv.format import manifest as mf
@@ -105,3 +108,13 @@ class Twin:
             sp.close()
         for db in self.dbs:
             db.close()
+
+
+@pytest.fixture(autouse=True)
+def no_gc():
+    """The differential tests compare the two paths step by step: no collection may run
+    (and a weakref callback fire) in one and not the other. Autouse where imported."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()

@@ -10,7 +10,6 @@ a subclassed cache, attributes of other types and a broken cost map go to Python
 the same."""
 from __future__ import annotations
 
-import gc
 import random
 import uuid
 
@@ -22,19 +21,11 @@ from objectspace import space as space_mod
 from objectspace._cache import ObjectCache
 from objectspace._queue import PersistedQueue
 
-from .native_helpers import Twin
+from .native_helpers import Twin, no_gc  # noqa: F401 - an autouse fixture
 
 native = _savepath.native
 pytestmark = pytest.mark.skipif(_cache._EVICT is None or space_mod._RELOAD is None,
                                 reason="objectspace._native was not built (no compiler), or OBJECTSPACE_NATIVE=0")
-
-
-@pytest.fixture(autouse=True)
-def _no_gc():
-    gc.collect()
-    gc.disable()
-    yield
-    gc.enable()
 
 
 KINDS = ["queue", "queue", "bqueue", "list", "stack", "array", "dict", "value", "set"]

@@ -7,7 +7,6 @@ live object's state, the weak map and the cache's LRU order, costs and evictions
 after each step. Names the C encoder takes are held to ``encode_name`` one by one."""
 from __future__ import annotations
 
-import gc
 import random
 import uuid
 
@@ -20,19 +19,11 @@ from objectspace import _layout as L
 from objectspace import space as space_mod
 from objectspace._keycodec import encode_name
 
-from .native_helpers import Twin
+from .native_helpers import Twin, no_gc  # noqa: F401 - an autouse fixture
 
 native = _savepath.native
 pytestmark = pytest.mark.skipif(space_mod._RELOAD is None, reason="objectspace._native was not built (no compiler), "
                                                                    "or OBJECTSPACE_NATIVE=0")
-
-
-@pytest.fixture(autouse=True)
-def _no_gc():
-    gc.collect()
-    gc.disable()
-    yield
-    gc.enable()
 
 
 NAMES = ["q", "l", ("k", 1, "q"), ("k", -300, "l"), ("k", b"\x00b", "s"), ("k", 2**70, "a"), "v", "d",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import sys
 
 import decimal
-import gc
 import itertools
 import random
 
@@ -28,18 +27,10 @@ from objectspace import ObjectSpace
 from objectspace import _codec, _layout, _slots
 from objectspace._slots import SlotSequence
 
-from .native_helpers import Twin
+from .native_helpers import Twin, no_gc  # noqa: F401 - an autouse fixture
 
 pytestmark = pytest.mark.skipif(_slots._WALK is None or dkv_db._SCAN is None,
                                 reason="the C modules were not built (no compiler), or OBJECTSPACE_NATIVE=0")
-
-
-@pytest.fixture(autouse=True)
-def _no_gc():
-    gc.collect()
-    gc.disable()
-    yield
-    gc.enable()
 
 
 class Point:
