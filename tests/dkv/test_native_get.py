@@ -134,6 +134,31 @@ def _known_keys(db) -> list:
     return [k for k in out if k]
 
 
+def random_write(tw, rng: random.Random, step: int, r: float, g: int, k: bytes, groups: tuple, written: list) -> bool:
+    """The write a random run's draw ``r`` makes on both stores of ``tw`` (a put or delete of
+    ``k`` in group ``g`` if the store owns it, a checkpoint, flush or compaction): True, or
+    False when ``r`` draws a read (the caller's). Shared by the get and scan twins' runs."""
+    lo, hi = groups
+    if r < 0.3:
+        if lo <= g < hi:
+            v = b"v%d-%d" % (step, rng.randrange(1000)) * rng.randrange(1, 4)
+            tw.write(lambda db: db.put(k, v))
+            written.append(k)
+    elif r < 0.4:
+        if lo <= g < hi:
+            tw.write(lambda db: db.delete(k))
+    elif r < 0.43:
+        tw.write(lambda db: db.checkpoint().wait())
+    elif r < 0.45:
+        tw.write(lambda db: db.flush())
+    elif r < 0.46:
+        full = rng.random() < 0.3
+        tw.write(lambda db: db.compact(full=full))
+    else:
+        return False
+    return True
+
+
 def _random_run(tw: Twin, rng: random.Random, steps: int, groups=(0, 4)):
     lo, hi = groups
     written: list = []
@@ -141,33 +166,19 @@ def _random_run(tw: Twin, rng: random.Random, steps: int, groups=(0, 4)):
         r = rng.random() if step % 3 else rng.random() * 0.4      # a third more writes
         g = rng.randrange(max(0, lo - 2), min(256, hi + 2))
         k = key(g, rng.randrange(40))
-        if r < 0.3:
-            if lo <= g < hi:
-                v = b"v%d-%d" % (step, rng.randrange(1000)) * rng.randrange(1, 4)
-                tw.write(lambda db: db.put(k, v))
-                written.append(k)
-        elif r < 0.4:
-            if lo <= g < hi:
-                tw.write(lambda db: db.delete(k))
-        elif r < 0.43:
-            tw.write(lambda db: db.checkpoint().wait())
-        elif r < 0.45:
-            tw.write(lambda db: db.flush())
-        elif r < 0.46:
-            full = rng.random() < 0.3
-            tw.write(lambda db: db.compact(full=full))
-        elif r < 0.6:
-            known = [_known_keys(db) for db in tw.dbs][0]      # (both: it reads the tables' metadata)
-            if known:
-                tw.get(rng.choice(known))
-        elif r < 0.63:
-            edge = rng.choice([lo, hi, hi - 1, lo + 1]) % 65536
-            tw.get(edge.to_bytes(2, "big"))
-            tw.get(edge.to_bytes(2, "big") + b"\x00")
-        elif r < 0.85 and written:
-            tw.get(rng.choice(written))     # written, overwritten or deleted since
-        else:
-            tw.get(k)
+        if not random_write(tw, rng, step, r, g, k, groups, written):
+            if r < 0.6:
+                known = [_known_keys(db) for db in tw.dbs][0]      # (both: it reads the tables' metadata)
+                if known:
+                    tw.get(rng.choice(known))
+            elif r < 0.63:
+                edge = rng.choice([lo, hi, hi - 1, lo + 1]) % 65536
+                tw.get(edge.to_bytes(2, "big"))
+                tw.get(edge.to_bytes(2, "big") + b"\x00")
+            elif r < 0.85 and written:
+                tw.get(rng.choice(written))     # written, overwritten or deleted since
+            else:
+                tw.get(k)
         tw.same()
 
 

@@ -28,7 +28,7 @@ from dkv.errors import ObjectMissingError
 from dkv.storage import MemoryStore
 
 from .dkv_helpers import SMALL
-from .test_native_get import _known_keys, _open_clipped, _table, key
+from .test_native_get import _known_keys, _open_clipped, _table, key, random_write
 
 pytestmark = pytest.mark.skipif(_db._SCAN is None, reason="dkv.format._native was not built (no compiler), "
                                                            "or OBJECTSPACE_NATIVE=0")
@@ -136,22 +136,7 @@ def _random_run(tw: Twin, rng: random.Random, steps: int, groups=(0, 4)):
         r = rng.random() if step % 3 else rng.random() * 0.4      # a third more writes
         g = rng.randrange(max(0, lo - 2), min(256, hi + 2))
         k = key(g, rng.randrange(40))
-        if r < 0.3:
-            if lo <= g < hi:
-                v = b"v%d-%d" % (step, rng.randrange(1000)) * rng.randrange(1, 4)
-                tw.write(lambda db: db.put(k, v))
-                written.append(k)
-        elif r < 0.4:
-            if lo <= g < hi:
-                tw.write(lambda db: db.delete(k))
-        elif r < 0.43:
-            tw.write(lambda db: db.checkpoint().wait())
-        elif r < 0.45:
-            tw.write(lambda db: db.flush())
-        elif r < 0.46:
-            full = rng.random() < 0.3
-            tw.write(lambda db: db.compact(full=full))
-        else:
+        if not random_write(tw, rng, step, r, g, k, groups, written):
             known = _known_keys(tw.dbs[0]) + _known_keys(tw.dbs[1])    # (both: it reads the tables' metadata)
             a, b = _bound(rng, known, written, lo, hi), _bound(rng, known, written, lo, hi)
             if a is not None and b is not None and a > b and rng.random() < 0.8:
