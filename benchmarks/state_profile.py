@@ -240,7 +240,8 @@ def _components():
         ("harness: listing the folder", [(shard_scale, "folder_sizes", "call")]),
         ("host: heap tidy between batches (gc.freeze, trim)", [(_host_heap, "_tidy_heap", "call")]),
         ("operator on_event (own code)", [(_buffer.Buffer, "on_event", "call")]),
-        ("handle lookup/reload (ctx.queue)", [(operator.Context, "_get_or_create", "call")]),
+        ("handle lookup/reload (ctx.queue)", [(operator.Context, "queue", "call"),
+                                              (operator.Context, "_get_or_create", "call")]),
         ("queue append", [(_queue.PersistedQueue, "append", "call")]),
         ("emit read: list(q)", [(_queue.PersistedQueue, "__iter__", "eager")]),
         ("msgpack decode", [(_codec.MSGPACK, "decode", "call")]),
@@ -366,7 +367,7 @@ def run(args) -> dict:
     shard_scale.run_shard_batch = run_shard_batch
     _lanes.Lane.submit = profiled_submit
     try:
-        ns = argparse.Namespace(dir=None, dkv_options=None, operator="buffer", json=None, profile=None, quiet=True,
+        ns = argparse.Namespace(dir=None, dkv_options=None, operator="buffer", json=None, profile=None, quiet=True, host=False,
                                 prefill=True, keys=args.keys, shards=args.shards, groups=args.groups,
                                 count=args.count, events_per_key=args.events_per_key, batches=args.batches,
                                 warmup=args.warmup, memory=args.memory)
@@ -393,7 +394,7 @@ def run(args) -> dict:
 # the component's, taken on the main thread's call graph below run_shard_batch; a function
 # counted by an earlier component is not counted again inside a later one (see _fold).
 COMPONENTS = [
-    ("handle lookup/reload", [("spark_ops/operator.py", "_get_or_create")]),
+    ("handle lookup/reload", [("spark_ops/operator.py", "method"), ("spark_ops/operator.py", "_get_or_create")]),
     ("emit read (list(q))", [("objectspace/_queue.py", "__iter__"), ("objectspace/_slots.py", "_iter_slots")]),
     ("emit: ctx.emit + output rows to Arrow", [("spark_ops/operator.py", "emit"), ("spark_ops/_runtime.py", "convert_emitted"), ("spark_ops/_output.py", "rows_to_arrow")]),
     ("save: msgpack encode", [("objectspace/_codec.py", "encode")]),
