@@ -25,11 +25,25 @@ instead of replaying them into a memtable.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add
 from typing import cast
 
 from ..errors import CorruptionError
 from ._codec import compress, crc32, decompress, pack_block, pack_obj, unpack_block, unpack_obj, unpack_pair
+from ._env import native_enabled
+
+# The C twin of _block_ends, or None (no C module, or OBJECTSPACE_NATIVE=0).
+_c_block_ends: Callable[[list[bytes], list[bytes | None], int], list[int] | None] | None
+try:
+    if not native_enabled():
+        raise ImportError("native helpers disabled")
+    from ._native import block_ends as _c_block_ends
+except ImportError:          # pragma: no cover - no compiler when installed
+    _c_block_ends = None
 
 MAGIC = b"DKVW"
 VERSION = 3          # 2: unblocked bodies only; 1 had per-record sequence numbers
@@ -87,21 +101,41 @@ def encode(keys: list[bytes], values: list[bytes | None], max_seq: int, level: i
     return _with_header(0 if body[:1] == b"\x00" else FLAG_ZSTD, n, max_seq, body)
 
 
-def _encode_blocked(keys: list[bytes], values: list[bytes | None], max_seq: int, level: int, block_bytes: int) -> bytes:
-    n, i = len(keys), 0
-    frames, first = [], []
+def block_ends(keys: list[bytes], values: list[bytes | None], block_bytes: int) -> list[int]:
+    """Where the blocks of a blocked segment end: each takes records up to the one that
+    brings its raw size (key, value and 4 bytes a record) to ``block_bytes`` (at least one
+    record). In C when the records are lists of bytes (and None), else ``_block_ends``."""
+    if _c_block_ends is not None:
+        ends = _c_block_ends(keys, values, block_bytes)
+        if ends is not None:
+            return ends
+    return _block_ends(keys, values, block_bytes)
+
+
+def _block_ends(keys: list[bytes], values: list[bytes | None], block_bytes: int) -> list[int]:
+    """``block_ends`` in Python, the reference: the running size summed in C
+    (``accumulate``) and each end found by bisection, as SstBuilder cuts its blocks."""
+    n = len(keys)
+    sizes = map(len, cast("list[bytes]", values) if None not in values else [b"" if v is None else v for v in values])
+    cum = list(accumulate(map(add, map(add, map(len, keys), sizes), repeat(4))))
+    ends, i, base = [], 0, 0
     while i < n:
-        j, size = i, 0
-        while j < n and size < block_bytes:      # records up to the one that fills the block
-            v = values[j]
-            size += len(keys[j]) + (0 if v is None else len(v)) + 4
-            j += 1
+        j = min(n, bisect_left(cum, base + block_bytes, i) + 1)    # records up to the one that fills the block
+        ends.append(j)
+        base = cum[j - 1]
+        i = j
+    return ends
+
+
+def _encode_blocked(keys: list[bytes], values: list[bytes | None], max_seq: int, level: int, block_bytes: int) -> bytes:
+    frames, first, i = [], [], 0
+    for j in block_ends(keys, values, block_bytes):
         first.append(keys[i])
         frames.append(_frame(pack_block(keys[i:j], values[i:j]), level))
         i = j
     index = compress(pack_obj([first, keys[-1], [len(f) for f in frames]]), level)
     body = b"".join([_U32.pack(len(index)), index] + frames)
-    return _with_header(FLAG_ZSTD | FLAG_BLOCKED, n, max_seq, body)
+    return _with_header(FLAG_ZSTD | FLAG_BLOCKED, len(keys), max_seq, body)
 
 
 def _with_header(flags: int, count: int, max_seq: int, body: bytes) -> bytes:

@@ -55,6 +55,36 @@ def test_blocked_segments_locate_their_blocks_without_decoding():
     assert index.offsets[0] == 26 + 4 + ilen and index.offsets[-1] + index.lengths[-1] == len(data)
 
 
+def _block_ends_by_record(keys, values, block_bytes):
+    """The block cut as a loop over records: a block takes records up to the one that
+    brings its raw size (key, value, 4 bytes) to block_bytes (the reference)."""
+    ends, n, i = [], len(keys), 0
+    while i < n:
+        j, size = i, 0
+        while j < n and size < block_bytes:
+            v = values[j]
+            size += len(keys[j]) + (0 if v is None else len(v)) + 4
+            j += 1
+        ends.append(j)
+        i = j
+    return ends
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_block_ends_are_the_loop_over_records(seed):
+    rng = random.Random(seed)
+    n = rng.choice([0, 1, 2, 5, 50, 700])
+    keys = sorted({rng.randbytes(rng.randrange(1, 40)) for _ in range(n)})
+    big = rng.random() < 0.3        # records larger than a block
+    values = [None if rng.random() < rng.choice([0, 0.3, 1]) else
+              rng.randbytes(rng.randrange(0, 3000 if big else 60)) for _ in keys]
+    for block_bytes in (1, 4, 33, rng.randrange(1, 2000), 1 << 15):
+        ends = wal.block_ends(keys, values, block_bytes)
+        assert ends == _block_ends_by_record(keys, values, block_bytes)
+        assert wal._block_ends(keys, values, block_bytes) == ends       # the Python twin (with C built)
+        assert ends == sorted(set(ends)) and (not keys or ends[-1] == len(keys))
+
+
 def test_small_segments_stay_one_record_batch():
     keys, values, max_seq = _records(20)
     data = wal.encode(keys, values, max_seq)
@@ -163,3 +193,19 @@ def test_checksummed_but_malformed_block_index_is_corruption(index):
     data = b"DKVW" + fields + struct.pack("<I", zlib.crc32(body, zlib.crc32(fields))) + body
     with pytest.raises(dkv.CorruptionError):
         wal.decode(data)
+
+
+def test_block_ends_of_other_records_go_to_the_python_twin():
+    """The C twin cuts lists of bytes (and None) only; anything else is the Python one's."""
+    native = pytest.importorskip("dkv.format._native")
+    if not hasattr(native, "block_ends"):
+        pytest.skip("dkv's C module has no block_ends")
+    assert native.block_ends([b"a", b"bb"], [b"x", None], 7) == [2]
+    assert native.block_ends([b"a", b"bb"], [b"x", None], 6) == [1, 2]
+    assert native.block_ends([], [], 10) == []
+    for keys, values in (([b"a", "b"], [b"1", b"2"]), ([b"a"], [1]), ([b"a", b"b"], [b"1"]),
+                         ([b"a", bytearray(b"b")], [b"1", None])):
+        assert native.block_ends(keys, values, 4) is None
+    with pytest.raises(TypeError):
+        wal.block_ends([b"a"], [1], 4)          # as the Python twin: len() of an int
+    assert wal.block_ends([b"a", bytearray(b"bc")], [b"1", None], 4) == [1, 2]
