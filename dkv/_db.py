@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from operator import itemgetter
 
 from . import _getpath, _locate, _locks, _paths, _recovery, _scanpath
 from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
@@ -33,6 +34,8 @@ from .errors import (ClosedError, DkvError, FencedError, NewerCheckpointsError, 
 from .format.bloom import candidates as bloom_candidates
 from .format.manifest import ALL_KEY_GROUPS
 from .storage import ObjectStore
+
+_first = itemgetter(0)
 
 log = logging.getLogger(__name__)
 
@@ -302,8 +305,8 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         with self._wlock:
             self._check_write()
             if (self._glo is not None or self._ghi is not None) and len(batch):
-                keys = [key for key, _ in batch]
-                self._check_group(min(keys))        # min and max run in C
+                keys = list(map(_first, batch._ops))      # the keys, min and max: C, no bytecode a record
+                self._check_group(min(keys))
                 self._check_group(max(keys))
             mem = self._active
             mem.apply(batch._ops, batch.nbytes)

@@ -972,6 +972,198 @@ static PyObject *batch_extend(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(nbytes);
 }
 
+/* block_ends(keys, values, block_bytes) -> list of int: where the blocks of a blocked WAL
+   segment end, each taking records up to the one that brings its raw size (key, value and 4
+   bytes a record) to block_bytes; the twin of dkv/format/wal.py's _block_ends. None when the
+   records are not lists of the same length of bytes keys and bytes-or-None values (the
+   Python twin then cuts them, or raises what it raises). */
+static PyObject *block_ends(PyObject *self, PyObject *args) {
+    PyObject *keys, *values;
+    Py_ssize_t block;
+    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &keys, &PyList_Type, &values, &block)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(values) != n) {
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(values, i);
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(keys, i)) || (v != Py_None && !PyBytes_CheckExact(v))) {
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t j = i, size = 0;
+        do {        /* at least one record a block, as the bisection's end */
+            PyObject *v = PyList_GET_ITEM(values, j);
+            size += PyBytes_GET_SIZE(PyList_GET_ITEM(keys, j)) + (v == Py_None ? 0 : PyBytes_GET_SIZE(v)) + 4;
+            j++;
+        } while (j < n && size < block);
+        PyObject *end = PyLong_FromSsize_t(j);
+        if (end == NULL || PyList_Append(out, end) < 0) {
+            Py_XDECREF(end);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(end);
+        i = j;
+    }
+    return out;
+}
+
+/* merge_runs(runs, drop_tombstones) -> (keys, values): the merge of sorted runs, oldest first,
+   each a pair (keys, values) of lists (keys exact bytes, strictly ascending; values bytes or
+   None): every key once, ascending, with the value of the newest run that holds it, and
+   without the None ones when drop_tombstones. The twin of dkv/_merge.py's _merge_runs (a dict
+   updated oldest run first, then sorted): a heap over the runs' next keys, compared with
+   memcmp, instead of a hash, an insertion and a sort's comparisons per record. None when a
+   run is not of that shape (not a pair of lists of the same length, a key that is not bytes
+   or out of order, a value that is neither): the Python twin then merges them, whatever
+   they hold, and no list was changed. */
+typedef struct {
+    PyObject **keys, **vals;
+    Py_ssize_t n, pos;
+    const char *k;          /* the next key's bytes and length, kept at hand for the heap */
+    Py_ssize_t kn;
+} mrun;
+
+static inline void mrun_at(mrun *m) {
+    if (m->pos < m->n) {
+        m->k = PyBytes_AS_STRING(m->keys[m->pos]);
+        m->kn = PyBytes_GET_SIZE(m->keys[m->pos]);
+    }
+}
+
+static inline int mrun_less(const mrun *a, Py_ssize_t ia, const mrun *b, Py_ssize_t ib) {
+    /* a's next key sorts before b's; the same key: the newer run (larger index) first */
+    Py_ssize_t la = a->kn, lb = b->kn;
+    int c = memcmp(a->k, b->k, (size_t)(la < lb ? la : lb));
+    if (c != 0) {
+        return c < 0;
+    }
+    if (la != lb) {
+        return la < lb;
+    }
+    return ia > ib;
+}
+
+static void mrun_sift(mrun *runs, Py_ssize_t *heap, Py_ssize_t size, Py_ssize_t i) {
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, best = i;
+        if (l < size && mrun_less(&runs[heap[l]], heap[l], &runs[heap[best]], heap[best])) {
+            best = l;
+        }
+        if (l + 1 < size && mrun_less(&runs[heap[l + 1]], heap[l + 1], &runs[heap[best]], heap[best])) {
+            best = l + 1;
+        }
+        if (best == i) {
+            return;
+        }
+        Py_ssize_t t = heap[i];
+        heap[i] = heap[best];
+        heap[best] = t;
+        i = best;
+    }
+}
+
+static PyObject *merge_runs(PyObject *self, PyObject *args) {
+    PyObject *seq;
+    int drop;
+    if (!PyArg_ParseTuple(args, "O!p", &PyList_Type, &seq, &drop)) {
+        return NULL;
+    }
+    Py_ssize_t k = PyList_GET_SIZE(seq), total = 0, size = 0;
+    mrun *runs = PyMem_Malloc(sizeof(mrun) * (size_t)(k ? k : 1));
+    Py_ssize_t *heap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(k ? k : 1));
+    PyObject *ok = NULL, *ov = NULL, *out = NULL;
+    if (runs == NULL || heap == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < k; r++) {
+        PyObject *pair = PyList_GET_ITEM(seq, r), *ks, *vs;
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2
+            || !PyList_CheckExact(ks = PyTuple_GET_ITEM(pair, 0)) || !PyList_CheckExact(vs = PyTuple_GET_ITEM(pair, 1))
+            || PyList_GET_SIZE(ks) != PyList_GET_SIZE(vs)) {
+            goto fallback;
+        }
+        mrun *m = &runs[r];
+        m->keys = ((PyListObject *)ks)->ob_item;
+        m->vals = ((PyListObject *)vs)->ob_item;
+        m->n = PyList_GET_SIZE(ks);
+        m->pos = 0;
+        for (Py_ssize_t i = 0; i < m->n; i++) {     /* the shape checked whole: nothing runs in between */
+            PyObject *key = m->keys[i], *v = m->vals[i];
+            if (!PyBytes_CheckExact(key) || (v != Py_None && !PyBytes_CheckExact(v))) {
+                goto fallback;
+            }
+            if (i) {
+                PyObject *prev = m->keys[i - 1];
+                Py_ssize_t lp = PyBytes_GET_SIZE(prev), lk = PyBytes_GET_SIZE(key);
+                int c = memcmp(PyBytes_AS_STRING(prev), PyBytes_AS_STRING(key), (size_t)(lp < lk ? lp : lk));
+                if (c > 0 || (c == 0 && lp >= lk)) {
+                    goto fallback;
+                }
+            }
+        }
+        total += m->n;
+        if (m->n) {
+            mrun_at(m);
+            heap[size++] = r;
+        }
+    }
+    if ((ok = PyList_New(total)) == NULL || (ov = PyList_New(total)) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = size / 2 - 1; i >= 0; i--) {
+        mrun_sift(runs, heap, size, i);
+    }
+    Py_ssize_t w = 0;
+    while (size) {
+        mrun *top = &runs[heap[0]];
+        PyObject *key = top->keys[top->pos], *v = top->vals[top->pos];
+        const char *kp = top->k;
+        Py_ssize_t kn = top->kn;
+        if (!(drop && v == Py_None)) {
+            Py_INCREF(key);
+            Py_INCREF(v);
+            PyList_SET_ITEM(ok, w, key);
+            PyList_SET_ITEM(ov, w, v);
+            w++;
+        }
+        /* every run's record of this key leaves the heap; the first was the newest */
+        do {
+            mrun *m = &runs[heap[0]];
+            if (++m->pos == m->n) {
+                heap[0] = heap[--size];
+            } else {
+                mrun_at(m);
+            }
+            if (size) {
+                mrun_sift(runs, heap, size, 0);
+            }
+        } while (size && runs[heap[0]].kn == kn && memcmp(runs[heap[0]].k, kp, (size_t)kn) == 0);
+    }
+    Py_SET_SIZE(ok, w);        /* the slots past w were never set (NULL) */
+    Py_SET_SIZE(ov, w);
+    out = PyTuple_Pack(2, ok, ov);
+    goto done;
+fallback:
+    out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(ok);
+    Py_XDECREF(ov);
+    PyMem_Free(runs);
+    PyMem_Free(heap);
+    return out;
+}
+
 /* -- DB.get in C (RFC 0012 step 3) --------------------------------------------------------
  *
  * db_get(db, key) is the twin of dkv/_db.py's DB.get for the common case, with what it calls:
@@ -3168,6 +3360,8 @@ static PyMethodDef methods[] = {
     {"get_setup", get_setup, METH_VARARGS, "get_setup(...): the classes and functions db_get stands in for (dkv/_getpath.py)."},
     {"db_scan", (PyCFunction)(void (*)(void))db_scan, METH_FASTCALL, "DB._scan for the common case: an iterator of its records (NO_RECORD: DB._scan's Python)."},
     {"scan_setup", scan_setup, METH_VARARGS, "scan_setup(...): the classes and functions db_scan stands in for (dkv/_scanpath.py)."},
+    {"block_ends", block_ends, METH_VARARGS, "Where the blocks of a blocked WAL segment end (None: the Python twin)."},
+    {"merge_runs", merge_runs, METH_VARARGS, "(keys, values) of sorted runs merged, the newest run's value of a key (None: the Python twin)."},
     {"batch_extend", batch_extend, METH_VARARGS, "WriteBatch.extend's checks and append, for records of exact types (-1: others)."},
     {NULL, NULL, 0, NULL},
 };
