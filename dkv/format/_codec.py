@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import threading
 import zlib
+from itertools import accumulate, repeat
+from operator import add
 from typing import Any, Literal, cast, overload
 
 import msgpack
@@ -159,3 +161,11 @@ def unpack_obj(data: bytes, what: str) -> Any:
 def check_crc(data: bytes, expected: int, what: str) -> None:
     if crc32(data) != expected:
         raise CorruptionError(f"{what}: checksum mismatch")
+
+
+def running_sizes(keys: list[bytes], values: list[bytes | None], overhead: int) -> list[int]:
+    """The running raw size of records (key, value or nothing for a tombstone, and
+    ``overhead`` a record), summed in C: how WAL segments and SSTs find where their blocks
+    end by bisection instead of a loop over records."""
+    sizes = map(len, cast("list[bytes]", values) if None not in values else [b"" if v is None else v for v in values])
+    return list(accumulate(map(add, map(add, map(len, keys), sizes), repeat(overhead))))

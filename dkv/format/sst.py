@@ -26,13 +26,11 @@ import struct
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import accumulate, repeat
-from operator import add
 from typing import cast
 
 from ..errors import CorruptionError
 from . import bloom
-from ._codec import (check_crc, compress, crc32, decompress, pack_block, pack_obj, unpack_block,
+from ._codec import (check_crc, compress, crc32, decompress, pack_block, pack_obj, running_sizes, unpack_block,
                      unpack_obj, unpack_records)
 
 MAGIC = b"DKVSST\x00\x01"
@@ -121,9 +119,7 @@ class SstBuilder:
             return start
         # Running size of the records from start on (each counted as ``add`` counts it),
         # in C; each block's last record is then found by bisection.
-        sizes = map(add, map(add, map(len, keys[start:]), map(len, [v or b"" for v in values[start:]])),
-                    repeat(RECORD_OVERHEAD))
-        cum = list(accumulate(sizes))
+        cum = running_sizes(keys[start:], values[start:], RECORD_OVERHEAD)
         i, base = start, 0
         while i < n:
             # This block's records: up to the one that fills it (or the one that reaches

@@ -28,12 +28,11 @@ import struct
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import accumulate, repeat
-from operator import add
 from typing import cast
 
 from ..errors import CorruptionError
-from ._codec import compress, crc32, decompress, pack_block, pack_obj, unpack_block, unpack_obj, unpack_pair
+from ._codec import (compress, crc32, decompress, pack_block, pack_obj, running_sizes, unpack_block, unpack_obj,
+                     unpack_pair)
 from ._env import native_enabled
 
 # The C twin of _block_ends, or None (no C module, or OBJECTSPACE_NATIVE=0).
@@ -114,10 +113,9 @@ def block_ends(keys: list[bytes], values: list[bytes | None], block_bytes: int) 
 
 def _block_ends(keys: list[bytes], values: list[bytes | None], block_bytes: int) -> list[int]:
     """``block_ends`` in Python, the reference: the running size summed in C
-    (``accumulate``) and each end found by bisection, as SstBuilder cuts its blocks."""
+    (``running_sizes``) and each end found by bisection, as SstBuilder cuts its blocks."""
     n = len(keys)
-    sizes = map(len, cast("list[bytes]", values) if None not in values else [b"" if v is None else v for v in values])
-    cum = list(accumulate(map(add, map(add, map(len, keys), sizes), repeat(4))))
+    cum = running_sizes(keys, values, 4)
     ends, i, base = [], 0, 0
     while i < n:
         j = min(n, bisect_left(cum, base + block_bytes, i) + 1)    # records up to the one that fills the block
