@@ -294,12 +294,7 @@ def run(args) -> dict:
     return {"summary": summary, "batches": batches}
 
 
-def main(argv=None) -> int:
-    if argv is None and any(name not in os.environ for name in _host.HOST_ENV):
-        # Allocators set as a shard host's are (spark_ops/_host.py sets them when it starts one).
-        for name, value in _host.HOST_ENV.items():
-            os.environ.setdefault(name, value)
-        os.execv(sys.executable, [sys.executable] + sys.argv)
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keys", type=int, default=100_000, help="keys of the operator (all shards)")
     ap.add_argument("--shards", type=int, default=2)
@@ -319,7 +314,29 @@ def main(argv=None) -> int:
     ap.add_argument("--host", action="store_true",
                     help="each batch as a shard host's Spark task: Arrow rows through spark_ops' run_task")
     ap.add_argument("--quiet", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def options(**given) -> argparse.Namespace:
+    """The options of a run as the command line's defaults make them, with ``given`` (by
+    their attribute names) in their place: for scripts and tests that run ``run()``, so
+    that an option added here has its default there too."""
+    args = _parser().parse_args([])
+    unknown = set(given) - set(vars(args))
+    if unknown:
+        raise TypeError(f"shard_scale has no options {sorted(unknown)}")
+    for name, value in given.items():
+        setattr(args, name, value)
+    return args
+
+
+def main(argv=None) -> int:
+    if argv is None and any(name not in os.environ for name in _host.HOST_ENV):
+        # Allocators set as a shard host's are (spark_ops/_host.py sets them when it starts one).
+        for name, value in _host.HOST_ENV.items():
+            os.environ.setdefault(name, value)
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+    args = _parser().parse_args(argv)
     out = run(args)
     s = out["summary"]
     print(f"{s['operator']}{' (runtime floor, state in memory)' if s['operator'] == 'memory' else ''}: "

@@ -367,10 +367,9 @@ def run(args) -> dict:
     shard_scale.run_shard_batch = run_shard_batch
     _lanes.Lane.submit = profiled_submit
     try:
-        ns = argparse.Namespace(dir=None, dkv_options=None, operator="buffer", json=None, profile=None, quiet=True, host=False,
-                                prefill=True, keys=args.keys, shards=args.shards, groups=args.groups,
-                                count=args.count, events_per_key=args.events_per_key, batches=args.batches,
-                                warmup=args.warmup, memory=args.memory)
+        ns = shard_scale.options(quiet=True, keys=args.keys, shards=args.shards, groups=args.groups,
+                                 count=args.count, events_per_key=args.events_per_key, batches=args.batches,
+                                 warmup=args.warmup, memory=args.memory)
         result = shard_scale.run(ns)
     finally:
         shard_scale.run_shard_batch = inner

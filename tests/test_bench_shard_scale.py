@@ -13,10 +13,8 @@ import shard_scale  # noqa: E402
 
 
 def _run(tmp_path, *extra):
-    import argparse
-    ns = argparse.Namespace(keys=600, shards=2, groups=256, count=5, operator="buffer", events_per_key=2,
-                            batches=4, warmup=1, prefill=True, memory=None, dkv_options=None, dir=str(tmp_path),
-                            json=None, profile=None, quiet=True, host="--host" in extra)
+    ns = shard_scale.options(keys=600, count=5, batches=4, warmup=1, dir=str(tmp_path), quiet=True,
+                             host="--host" in extra)
     return shard_scale.run(ns)
 
 
