@@ -77,15 +77,14 @@ class PersistedObject:
     # containers, the space's and the cache's entries for it. Each kind sets its own, measured
     # with tracemalloc (tests/objectspace/test_cache.py holds them to it).
     _handle_bytes = OBJECT_BYTES
-    __slots__ = ("_space", "_name", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags",
+    __slots__ = ("_space", "_name", "_nkey", "_items", "_codec", "_flags", "_pflags",
                  "_listed", "_dead", "_msaved", "_mlast", "_mhead", "_old", "_isums", "__weakref__")
 
     def _init_base(self, space, name, nkey: bytes, codec, fresh: bool) -> None:
         self._space = space
         self._name = name
         self._nkey = nkey
-        self._ns = space._obj_prefix + nkey
-        self._items = self._ns + L.ITEMS
+        self._items = space._obj_prefix + nkey + L.ITEMS
         self._codec = codec
         self._flags = (F_INDEX | F_META) if fresh else 0
         self._pflags = 0
@@ -96,6 +95,13 @@ class PersistedObject:
         self._mhead = L.meta_head(self.kind, codec.code)
         self._old = False       # loaded from a format-1 index entry (see _collect)
         self._isums = None      # inplace spaces: slot -> digest of its stored encoding (see _inplace.py)
+
+    @property
+    def _ns(self) -> bytes:
+        """The prefix of every key of the object: the space's object prefix and the name's
+        key. Derived from ``_items`` (the same with ``ITEMS`` after it), not kept: at 1,000,000
+        keys a handle's every byte counts (RFC 0012, *A smaller handle*)."""
+        return self._items[:-1]
 
     # -- identity ---------------------------------------------------------------------------
 

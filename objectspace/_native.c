@@ -690,11 +690,11 @@ static PyObject *decode(PyObject *self, PyObject *data) {
 #define F_META 2
 #define F_REPLACE 4
 
-enum { X_SPACE, X_NKEY, X_NS, X_ITEMS, X_CODEC, X_FLAGS, X_PFLAGS, X_LISTED, X_DEAD, X_MSAVED, X_MLAST,
+enum { X_SPACE, X_NKEY, X_ITEMS, X_CODEC, X_FLAGS, X_PFLAGS, X_LISTED, X_DEAD, X_MSAVED, X_MLAST,
        X_MHEAD, X_OLD, X_VALS, X_DIRTY, X_PENDING, X_HEAD, X_TAIL, X_LO, X_HI, X_SNAP, X_COMPLETE, X_MAXLEN,
        X_ENCODE, X_NAME, X_ISUMS, X_VERSION, X_CNAME, NFIELDS };
 static const char *field_names[NFIELDS] = {
-    "_space", "_nkey", "_ns", "_items", "_codec", "_flags", "_pflags", "_listed", "_dead", "_msaved", "_mlast",
+    "_space", "_nkey", "_items", "_codec", "_flags", "_pflags", "_listed", "_dead", "_msaved", "_mlast",
     "_mhead", "_old", "_vals", "_dirty", "_pending", "_head", "_tail", "_lo", "_hi", "_snap", "_complete",
     "_maxlen", "encode", "_name", "_isums", "_version", "name"};
 static Py_ssize_t offs[NFIELDS];
@@ -913,9 +913,9 @@ static int collect_one(checked *k, PyObject *o, PyObject *out, buf *b, codec_mem
         return 1;
     }
     PyObject *ip = GET(o, X_ITEMS), *vals = GET(o, X_VALS), *dirty = GET(o, X_DIRTY);
-    PyObject *pending = GET(o, X_PENDING), *codec = GET(o, X_CODEC), *ns = GET(o, X_NS);
-    if (ip == NULL || !PyBytes_CheckExact(ip) || vals == NULL || !PyDict_CheckExact(vals) || !anyset_exact(dirty)
-        || !anyset_exact(pending) || codec == NULL || ns == NULL || !PyBytes_CheckExact(ns)
+    PyObject *pending = GET(o, X_PENDING), *codec = GET(o, X_CODEC);
+    if (ip == NULL || !PyBytes_CheckExact(ip) || PyBytes_GET_SIZE(ip) < 1 || vals == NULL || !PyDict_CheckExact(vals)
+        || !anyset_exact(dirty) || !anyset_exact(pending) || codec == NULL
         || as_i64(GET(o, X_HEAD), &head) || as_i64(GET(o, X_TAIL), &tail) || as_i64(GET(o, X_LO), &lo)
         || as_i64(GET(o, X_HI), &hi) || head < 0 || tail < 0 || lo < 0 || hi < 0) {
         return 1;
@@ -950,11 +950,10 @@ static int collect_one(checked *k, PyObject *o, PyObject *out, buf *b, codec_mem
         int same = msaved != NULL && PyBytes_CheckExact(msaved) && PyBytes_GET_SIZE(msaved) == b->len
                    && memcmp(PyBytes_AS_STRING(msaved), b->p, (size_t)b->len) == 0;
         if (!same || (pf & F_META)) {
-            Py_ssize_t n = PyBytes_GET_SIZE(ns);
-            PyObject *key = PyBytes_FromStringAndSize(NULL, n + 1);
+            Py_ssize_t n = PyBytes_GET_SIZE(ip);         /* _ns + META: _items with its last byte 0 */
+            PyObject *key = PyBytes_FromStringAndSize(PyBytes_AS_STRING(ip), n);
             if (key != NULL) {
-                memcpy(PyBytes_AS_STRING(key), PyBytes_AS_STRING(ns), (size_t)n);
-                PyBytes_AS_STRING(key)[n] = 0;     /* _layout.META */
+                PyBytes_AS_STRING(key)[n - 1] = 0;     /* _layout.META */
             }
             if (append_rec(out, key, packed) < 0) {
                 PyErr_Clear();
@@ -1370,23 +1369,30 @@ static void cache_close(cache_ctx *c) {
 static int confirm_one(PyObject *o, cache_ctx *c, Py_ssize_t cache_items, int inplace_none) {
     long long fl, pf;
     PyObject *snap = GET(o, X_SNAP), *pending = GET(o, X_PENDING), *vals = GET(o, X_VALS), *r;
-    if (as_i64(GET(o, X_FLAGS), &fl) || as_i64(GET(o, X_PFLAGS), &pf) || snap == NULL || !PyTuple_CheckExact(snap)
-        || PyTuple_GET_SIZE(snap) != 2 || pending == NULL || !PySet_CheckExact(pending) || vals == NULL
+    if (as_i64(GET(o, X_FLAGS), &fl) || as_i64(GET(o, X_PFLAGS), &pf) || snap == NULL
+        || (snap != Py_None && !(PyTuple_CheckExact(snap) && PyTuple_GET_SIZE(snap) == 2)) || pending == NULL || !PySet_CheckExact(pending) || vals == NULL
         || !PyDict_CheckExact(vals) || !anyset_exact(GET(o, X_DIRTY)) || GET(o, X_MLAST) == NULL) {
         return 2;
     }
     if (pf & F_META) {
         set_ref(o, X_MSAVED, GET(o, X_MLAST));
     }
+    set_ref(o, X_MLAST, Py_None);
     set_steal(o, X_PFLAGS, PyLong_FromLong(0));
     PySet_Clear(pending);
-    Py_INCREF(snap);
-    set_ref(o, X_LO, PyTuple_GET_ITEM(snap, 0));
-    set_ref(o, X_HI, PyTuple_GET_ITEM(snap, 1));
-    Py_DECREF(snap);
+    if (snap != Py_None) {
+        Py_INCREF(snap);
+        set_ref(o, X_LO, PyTuple_GET_ITEM(snap, 0));
+        set_ref(o, X_HI, PyTuple_GET_ITEM(snap, 1));
+        set_ref(o, X_SNAP, Py_None);
+        Py_DECREF(snap);
+    }
     int pressed = cache_pressed(c);
     if (pressed < 0) {
         return -1;
+    }
+    if (pressed && GET(o, X_OLD) == Py_False) {
+        set_ref(o, X_MSAVED, Py_None);  /* not kept under pressure (SlotSequence._confirm) */
     }
     if (pressed) {                      /* self._evict(0) */
         if (fl & F_REPLACE) {
@@ -2208,35 +2214,27 @@ bad:
 static PyObject *build_handle(PyObject *space, PyObject *name, PyObject *nkey, PyObject *prefix, checked *k,
                               PyObject *codec, PyObject *mhead, PyObject **ints, int n) {
     PyTypeObject *t = k->type;
-    PyObject *ns = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(prefix) + PyBytes_GET_SIZE(nkey));
-    if (ns != NULL) {
-        memcpy(PyBytes_AS_STRING(ns), PyBytes_AS_STRING(prefix), (size_t)PyBytes_GET_SIZE(prefix));
-        memcpy(PyBytes_AS_STRING(ns) + PyBytes_GET_SIZE(prefix), PyBytes_AS_STRING(nkey),
-               (size_t)PyBytes_GET_SIZE(nkey));
-    }
-    PyObject *items = ns ? PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(ns) + 1) : NULL;
+    Py_ssize_t np = PyBytes_GET_SIZE(prefix), nk = PyBytes_GET_SIZE(nkey);
+    PyObject *items = PyBytes_FromStringAndSize(NULL, np + nk + 1);     /* prefix + nkey + ITEMS */
     if (items != NULL) {
-        memcpy(PyBytes_AS_STRING(items), PyBytes_AS_STRING(ns), (size_t)PyBytes_GET_SIZE(ns));
-        PyBytes_AS_STRING(items)[PyBytes_GET_SIZE(ns)] = 0x01;
+        memcpy(PyBytes_AS_STRING(items), PyBytes_AS_STRING(prefix), (size_t)np);
+        memcpy(PyBytes_AS_STRING(items) + np, PyBytes_AS_STRING(nkey), (size_t)nk);
+        PyBytes_AS_STRING(items)[np + nk] = 0x01;
     }
     PyObject *vals = items ? PyDict_New() : NULL;
     PyObject *head = n == 1 ? PyLong_FromLong(0) : Py_NewRef(ints[0]), *tail = ints[n == 1 ? 0 : 1];
-    PyObject *snap = vals && head ? PyTuple_Pack(2, head, tail) : NULL;
-    int eq = snap ? PyObject_RichCompareBool(head, tail, Py_EQ) : -1;
+    int eq = vals && head ? PyObject_RichCompareBool(head, tail, Py_EQ) : -1;
     PyObject *o = eq >= 0 ? t->tp_new(t, empty_tuple, NULL) : NULL;
     if (o == NULL) {
-        Py_XDECREF(ns);
         Py_XDECREF(items);
         Py_XDECREF(vals);
         Py_XDECREF(head);
-        Py_XDECREF(snap);
         return NULL;
     }
     /* PersistedObject._init_base(fresh=False) */
     set_ref(o, X_SPACE, space);
     set_ref(o, X_NAME, name);
     set_ref(o, X_NKEY, nkey);
-    set_steal(o, X_NS, ns);
     set_steal(o, X_ITEMS, items);
     set_ref(o, X_CODEC, codec);
     set_steal(o, X_FLAGS, PyLong_FromLong(0));
@@ -2256,7 +2254,7 @@ static PyObject *build_handle(PyObject *space, PyObject *name, PyObject *nkey, P
     set_ref(o, X_TAIL, tail);
     set_ref(o, X_LO, head);
     set_ref(o, X_HI, tail);
-    set_steal(o, X_SNAP, snap);
+    set_ref(o, X_SNAP, Py_None);
     set_ref(o, X_COMPLETE, eq ? Py_True : Py_False);
     set_steal(o, X_VERSION, PyLong_FromLong(0));
     if (n > 1) {            /* PersistedQueue._load: _maxlen */

@@ -58,7 +58,7 @@ def repeat_in_place(self, n):
 
 
 class SlotSequence(PersistedObject):
-    _handle_bytes = 900
+    _handle_bytes = 800
     __slots__ = ("_vals", "_dirty", "_pending", "_head", "_tail", "_lo", "_hi", "_snap",
                  "_complete", "_version")
 
@@ -73,7 +73,7 @@ class SlotSequence(PersistedObject):
         self._tail = tail
         self._lo = head                    # the store may hold slots [_lo, _hi)
         self._hi = head if fresh else tail
-        self._snap = (self._lo, self._hi)
+        self._snap = None                  # (head, tail) from a promote to its confirm
         self._complete = fresh or head == tail
         self._version = 0
 
@@ -446,12 +446,18 @@ class SlotSequence(PersistedObject):
     def _confirm(self) -> bool:
         if self._pflags & F_META:
             self._msaved = self._mlast
+        self._mlast = None
         self._pflags = 0
         self._pending.clear()
-        self._lo, self._hi = self._snap
+        if self._snap is not None:
+            self._lo, self._hi = self._snap
+            self._snap = None
         pressed = self._space._cache.pressed()
         if pressed:
             self._evict(0)      # under memory pressure, saved items are not kept (write-around)
+            if not self._old:
+                self._msaved = None     # nor the committed metadata: a save that marks it changed
+                                        # writes it then, even when it came back to what is stored
         elif len(self._vals) > self._space._cache_items:
             self._evict()
         if self._flags or self._dirty:
