@@ -73,7 +73,7 @@ class SlotSequence(PersistedObject):
         self._tail = tail
         self._lo = head                    # the store may hold slots [_lo, _hi)
         self._hi = head if fresh else tail
-        self._snap = None                  # (head, tail) from a promote to its confirm
+        self._snap: tuple | None = None    # (head, tail) from a promote to its confirm
         self._complete = fresh or head == tail
         self._version = 0
 
