@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _memory_buffer import MemoryBuffer  # noqa: E402
 from _report import folder_sizes, grown, status_kb  # noqa: E402
 from spark_ops import _host, _host_heap, _opened  # noqa: E402
-from spark_ops._runtime import ShardSpec, run_shard_batch  # noqa: E402
+from spark_ops._runtime import ShardSpec, keys_descending, run_shard_batch  # noqa: E402
 from spark_ops._shards import shard_of  # noqa: E402
 from spark_ops.operators._buffer import Buffer  # noqa: E402
 
@@ -68,8 +68,9 @@ def shard_keys(keys: int, shard: int, shards: int, groups: int) -> list[tuple[in
 
 class BatchEvents:
     """One batch's (key group, key parts, event ms, row) events in processing order (key
-    group, key, time), made a chunk of keys at a time when iterated, as a shard host makes
-    them from its task's Arrow rows (spark_ops._worker.EventChunks)."""
+    group, key, time; the keys descending in odd batches, as spark_ops orders them:
+    _runtime.keys_descending), made a chunk of keys at a time when iterated, as a shard host
+    makes them from its task's Arrow rows (spark_ops._worker.EventChunks)."""
 
     def __init__(self, batch: int, mine: list, count: int, per_key: int, prefill: bool, seq0: int,
                  chunk: int = 1 << 14) -> None:
@@ -85,7 +86,7 @@ class BatchEvents:
         base = T0 + dt.timedelta(seconds=self.batch)
         stamps = [base + dt.timedelta(milliseconds=j) for j in range(max(self.count, self.per_key))]
         events = []
-        for kg, i in self.mine:
+        for kg, i in (reversed(self.mine) if keys_descending(self.batch) else self.mine):
             n = (i % self.count) if (self.prefill and self.batch == 0) else self.per_key
             user = f"u{i:07d}"
             for j in range(n):
@@ -116,8 +117,9 @@ class BatchTable:
 
         from spark_ops._shards import KG
         e = self.events
-        kgs = np.array([kg for kg, _ in e.mine], dtype=np.int32)
-        idx = np.array([i for _, i in e.mine], dtype=np.int64)
+        mine = e.mine[::-1] if keys_descending(e.batch) else e.mine       # BatchEvents' order
+        kgs = np.array([kg for kg, _ in mine], dtype=np.int32)
+        idx = np.array([i for _, i in mine], dtype=np.int64)
         n = (idx % e.count) if (e.prefill and e.batch == 0) else np.full(len(idx), e.per_key, dtype=np.int64)
         rows = np.repeat(np.arange(len(idx)), n)
         j = np.arange(len(rows)) - np.repeat(np.cumsum(n) - n, n)      # event j of its key
@@ -259,13 +261,13 @@ def run(args) -> dict:
                "live_sst_mb": sum(sst_files) / 2**20,
                "wal_segments": sum(1 for p in now if p.endswith(".wal")),
                **{k: metrics.get(k) for k in ("dirty_slots", "wal_bytes", "sst_bytes", "save_ms", "write_ms",
-                                              "checkpoint_ms", "commit_ms", "state_bytes")}}
+                                              "checkpoint_ms", "commit_ms", "state_bytes", "objects_evicted")}}
         batches.append(rec)
         if not args.quiet:
             print(f"batch {b:3d}: {len(events):>9,} ev {ms:8.0f} ms  {rec['bytes'] / 1024:9.1f} KB "
                   f"({rec['bytes'] / max(1, len(events)):6.1f} B/ev) {rec['objects']:4d} obj "
                   f"manifest {manifest:6d} B  ssts {len(sst_files):5d} ({rec['live_sst_mb']:7.1f} MB) "
-                  f"wal {rec['wal_segments']:3d}  rss {rec['rss_mb']:5.0f} MB"
+                  f"wal {rec['wal_segments']:3d}  evicted {rec['objects_evicted'] or 0:7,}  rss {rec['rss_mb']:5.0f} MB"
                   + (f" (peak {rec['peak_rss_mb']:.0f})" if per_batch_peak else ""), file=sys.stderr, flush=True)
     # The model: key i has had (i % count if prefilled) + per_key x steady batches events, and
     # the buffer emitted count items for every full count of them.

@@ -15,7 +15,7 @@ def read_metrics(state: str, query_id: str | None = None, operator: str | None =
     query's or operator's folder below it), oldest batch first. Fields: batch, shard,
     rows, emitted, dirty_slots, checkpoint_bytes, wal_bytes, manifest_bytes, sst_bytes,
     checkpoint_objects (files written), timers_fired, late_rows, state_bytes, state_records,
-    objects_in_memory, state_keys, state_objects, objects_removed, timers_registered,
+    objects_in_memory, objects_evicted, state_keys, state_objects, objects_removed, timers_registered,
     timers_deleted, memory_bytes, memory_budget (docs/spark_ops.md, Metrics), watermark, duration_ms (open_ms of it opening or catching
     up the state, commit_ms saving and checkpointing: save_ms + write_ms + checkpoint_ms), query_id, operator.
 

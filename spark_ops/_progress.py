@@ -44,6 +44,8 @@ FIELDS = [
     ("state_records", "sum", "records in the shards' stores (until compaction: overwritten versions and "
                              "tombstones too)"),
     ("objects_in_memory", "sum", "state objects the shards hold in memory (their object caches)"),
+    ("objects_evicted", "sum", "state objects the caches dropped during the batch (each reloads from the store "
+                               "on its next use: many a batch mean memory= is short of the keys a batch touches)"),
     ("state_keys", "sum", "keys with state after the batch (exact: counts the saves keep)"),
     ("state_keys_max", "max", "keys with state in the shard that holds the most (skew)"),
     ("state_objects", "sum", "state objects after the batch (exact: counts the saves keep)"),
@@ -70,7 +72,8 @@ def shard_record(m: dict) -> dict:
     return {"shards": 1, "rows_in": m.get("rows", 0), "rows_out": m.get("emitted", 0),
             "late_rows_dropped": m.get("late_rows", 0), "timers_fired": m.get("timers_fired", 0),
             "state_bytes": m.get("state_bytes", 0), "state_records": m.get("state_records", 0),
-            "objects_in_memory": m.get("objects_in_memory", 0), "state_keys": m.get("state_keys", 0),
+            "objects_in_memory": m.get("objects_in_memory", 0), "objects_evicted": m.get("objects_evicted", 0),
+            "state_keys": m.get("state_keys", 0),
             "state_keys_max": m.get("state_keys", 0), "state_objects": m.get("state_objects", 0),
             "objects_removed": m.get("objects_removed", 0), "ttl_expired": m.get("ttl_expired", 0),
             "timers_registered": m.get("timers_registered", 0), "timers_deleted": m.get("timers_deleted", 0),

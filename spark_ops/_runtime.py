@@ -48,6 +48,17 @@ DKV_OPTIONS = dict(retain=3, pace=1.5, table_bytes=8 << 20, block_bytes=64 << 10
                    flush_segments=32, bloom_strip=BLOOM_STRIP)
 
 
+def keys_descending(batch: int) -> bool:
+    """Whether batch ``batch`` meets its keys in descending order (key group, then key; a
+    key's own rows stay in their order): the odd batches do, the even ones ascend. Each batch
+    so starts with the keys the previous one ended with, which the object cache still holds:
+    a shard whose keys outgrow its budget reloads only the ones that do not fit, where the
+    same order every batch would have its least recently used cache drop each key just before
+    its next use and reload them all (RFC 0012, *Keys in alternating order*). Derived from the
+    batch id, so a batch run again meets its keys in the same order."""
+    return batch % 2 == 1
+
+
 def budget(memory: int) -> tuple[dict, int]:
     """A shard's memory budget split: dkv options (active memtable, immutable memtables,
     block cache) and the object cache's bytes. Half goes to the objects the operator uses,
@@ -473,6 +484,7 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     # batch's processing time goes, both before the operator runs.
     st.ttl.ptime = ptime
     deletions, registered, deleted = st.deletions(), st.timers.registered, st.timers.deleted
+    evictions = st.cache.evictions
     if st.vars.begin(batch, run, op):
         st.objects.clear()          # a new run meets its objects anew (see VarRegistry.begin)
     migrated = st.vars.prepare(batch)
@@ -554,6 +566,7 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     objects, keys = st.counts()
     metrics = {"rows": rows, "late_rows": late, "timers_fired": fired, "state_bytes": state_bytes,
                "state_records": state_records, "objects_in_memory": len(st.cache),
+               "objects_evicted": st.cache.evictions - evictions,
                "state_objects": objects, "state_keys": keys, "objects_removed": st.deletions() - deletions,
                "timers_registered": st.timers.registered - registered, "timers_deleted": st.timers.deleted - deleted,
                "memory_bytes": resident_bytes(), "memory_budget": st.memory,

@@ -3,7 +3,8 @@ the shard runs its batch, and the emitted rows go back to Spark as Arrow.
 
 ``partition_function`` makes the function that ``mapInArrow`` runs in each task (the plan
 is built on the driver in _plan.py; Spark ships this function to the workers). In a task
-the rows are sorted by key group, key and the order columns and handed to
+the rows are sorted by key group, key and the order columns (key groups and keys descending
+in odd batches: _runtime.keys_descending) and handed to
 ``run_shard_batch``, in the task's worker or in the shard's host (_host.py), which runs
 ``run_task`` exactly as the worker would; the emitted rows go back to Spark as Arrow
 record batches built where the shard ran.
@@ -17,7 +18,7 @@ import uuid
 
 from . import _host, _host_server, _identity, _progress, _runs
 from ._output import rows_to_arrow
-from ._runtime import ShardSpec, _store, run_shard_batch
+from ._runtime import ShardSpec, _store, keys_descending, run_shard_batch
 from ._shards import KG
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,8 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
         if not decided:
             _identity.check_run(qd, run, name, _identity.identity(spec.operator, name, spec.name is not None),
                                 batch_id, first, spec.retire)
-    events = EventChunks(table, keys, columns, spec.event_time, instants, _sort_order(table, keys, columns, order))
+    events = EventChunks(table, keys, columns, spec.event_time, instants,
+                         _sort_order(table, keys, columns, order, keys_descending(batch_id)))
     heartbeat = events.heartbeat()
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
     send = _host_server.part_sink()        # in a shard host: output parts go to the worker as they are made
@@ -256,11 +258,12 @@ def _arrow_to_pandas(table, instants: dict):
     return table.to_pandas(maps_as_pydicts="strict")
 
 
-def _sort_order(table, keys, columns, order):
+def _sort_order(table, keys, columns, order, descending: bool = False):
     """The processing order of a task's rows (Arrow; indices, None without rows): by key
     group, key, the ``order`` columns, then every other column of a plain type, so that
     ties break the same way on every run (the shuffle delivers rows in no fixed order);
-    nulls first (then NaNs)."""
+    nulls first (then NaNs). ``descending``: key groups and keys in descending order (the
+    odd batches: _runtime.keys_descending), the rest ascending still."""
     if table is None or not table.num_rows:
         return None
     import pyarrow as pa
@@ -268,19 +271,20 @@ def _sort_order(table, keys, columns, order):
     ties = [c for c in columns if c not in keys and c not in order and not pa.types.is_nested(table.schema.field(c).type)]
     by = [KG] + list(keys) + list(order) + ties
     try:
-        return pc.sort_indices(table, options=_sort_options(by))
+        return pc.sort_indices(table, options=_sort_options(by, 1 + len(keys) if descending else 0))
     except (pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:     # apply_operator checks the types
         raise TypeError(f"spark_ops: cannot order the rows by {by[1:len(keys) + len(order) + 1]}: {e}") from e
 
 
-def _sort_options(by: list):
-    """Ascending on every column, nulls first (pyarrow >= 25 takes the null placement per
-    column; older versions once for all)."""
+def _sort_options(by: list, down: int = 0):
+    """Descending on the first ``down`` columns, ascending on the others, nulls first
+    (pyarrow >= 25 takes the null placement per column; older versions once for all)."""
     import pyarrow.compute as pc
+    way = ["descending" if i < down else "ascending" for i in range(len(by))]
     try:
-        return pc.SortOptions(sort_keys=[(c, "ascending", "at_start") for c in by])
+        return pc.SortOptions(sort_keys=[(c, w, "at_start") for c, w in zip(by, way)])
     except (TypeError, ValueError):
-        return pc.SortOptions(sort_keys=[(c, "ascending") for c in by], null_placement="at_start")
+        return pc.SortOptions(sort_keys=list(zip(by, way)), null_placement="at_start")
 
 
 def _events(pdf, keys, columns, event_time, to_parts, instants):

@@ -30,7 +30,7 @@ from . import _identity, _opened, _statevar
 from ._plan import check_name
 from ._keys import to_parts
 from ._output import rows_to_arrow
-from ._runtime import ShardSpec, _store, run_shard_batch
+from ._runtime import ShardSpec, _store, keys_descending, run_shard_batch
 from ._shards import shard_of
 from ._units import duration_ms, memory_bytes
 from .errors import StateMismatchError
@@ -203,7 +203,11 @@ class OperatorHarness:
         out = []
         convert = None if self._output_arrow is None else self._check_rows
         for s in range(self.spec.shards):
-            events = [ev for _, ev in sorted(per_shard[s], key=lambda x: x[0])]
+            # A shard's order on Spark: key group and key (descending in odd batches, see
+            # _runtime.keys_descending), then each key's rows in their order (a stable sort).
+            mine = sorted(per_shard[s], key=lambda x: x[0][2:])
+            mine.sort(key=lambda x: x[0][:2], reverse=keys_descending(self.batch_id))
+            events = [ev for _, ev in mine]
             emitted, metrics = run_shard_batch(self.spec, self.batch_id, s, events, batch_time=_ms(batch_time),
                                                watermark=_ms(watermark), processing_time=_ms(processing_time),
                                                heartbeat_time=heartbeat, convert=convert, run=self._run)

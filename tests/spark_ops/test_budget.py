@@ -186,3 +186,27 @@ def test_early_saves_come_every_spill_events_events_at_a_small_budget():
     assert limit < _runtime.CHUNK_EVENTS
     assert sum(op.runs) == len(rows) and len(op.runs) > 1     # it did save early
     assert max(op.runs) <= limit, f"{max(op.runs):,} events between two saves; spill_events is {limit:,}"
+
+
+def test_keys_that_outgrow_the_budget_reload_only_what_does_not_fit(tmp_path):
+    """Every batch meets every key once, more keys than the object cache holds: with the keys
+    in alternating order (_runtime.keys_descending) each batch starts with the keys the
+    previous one ended with, still cached, and reloads only the rest (the objects_evicted
+    figure). In the same order every batch, the least recently used cache would drop each
+    key just before its next use: every key reloaded every batch."""
+    keys = 12_000
+    h = OperatorHarness(Buffer(count=4, key_columns=("k",)), key="k", state=str(tmp_path / "state"),
+                        partitions=1, memory=MEMORY)
+    held, evicted = [], []
+    for b in range(4):
+        out = h.run_batch([{"k": f"k{i:05d}", "v": b} for i in range(keys)])
+        assert len(out) == (keys if b % 4 == 3 else 0)
+        m = h.metrics[-1]
+        held.append(m["objects_in_memory"])
+        evicted.append(m["objects_evicted"])
+    fits = min(held[1:])
+    assert 1_000 < fits < keys // 2, held           # the cache holds some of the keys, not most
+    # batches 1-3 reload about the keys that did not fit, not all of them
+    assert all(e <= keys - fits // 2 for e in evicted[1:]), (evicted, held)
+    assert all(e > 0 for e in evicted), evicted
+    h.close()

@@ -139,7 +139,7 @@ def test_a_key_spanning_early_saves_is_handed_over_once(monkeypatch):
             s.value += int(rows["v"].sum())
             ctx.emit({"k": key, "sum": s.value})
 
-    h = OperatorHarness(Sum(), key="k", partitions=1, key_groups=16)     # a before b
+    h = OperatorHarness(Sum(), key="k", partitions=1, key_groups=16)     # a's key group before b's
     h.run_batch([{"k": "a", "v": 0}])
     for st in _runtime._SHARDS.values():
         if st is not None and st.db is not None:
@@ -150,7 +150,9 @@ def test_a_key_spanning_early_saves_is_handed_over_once(monkeypatch):
     calls.clear()
     assert sorted(h.run_batch(rows), key=lambda r: r["k"]) == [{"k": "a", "sum": 55}, {"k": "b", "sum": 100}]
     assert sorted(calls) == [("a", list(range(1, 11))), ("b", [100])]
-    assert spills[:3] == [0, 0, 0]              # three early saves while a's rows were gathered
+    # batch 1 meets its keys descending (_runtime.keys_descending): b's one row, then a's with
+    # three early saves while they were gathered
+    assert calls[0] == ("b", [100]) and spills[:3] == [1, 1, 1]
     h.restart()
     assert h.run_batch([{"k": "a", "v": 1}]) == [{"k": "a", "sum": 56}]
 

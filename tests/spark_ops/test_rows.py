@@ -3,6 +3,7 @@ processing order is the same whichever order the shuffle delivered the rows in."
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
 import re
 
@@ -10,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from spark_ops._keys import to_parts
-from spark_ops import _output, _worker
+from spark_ops import _output, _runtime, _worker
 from spark_ops._output import rows_to_arrow
 from spark_ops._shards import TOKEN
 from spark_ops._worker import KG, EventChunks, _arrow_to_pandas, _events, _sort_order, task_table
@@ -42,10 +43,29 @@ def _rows(seed: int, n: int = 300, nan: bool = True) -> list:
     return out
 
 
-def _events_of(table, keys=("k",)):
+def _events_of(table, keys=("k",), descending=False):
     cols = ["k", "ts", "v", "s", "nested"]
-    pdf = _arrow_to_pandas(table.take(_sort_order(table, list(keys), cols, ["ts"])), INSTANTS)
+    pdf = _arrow_to_pandas(table.take(_sort_order(table, list(keys), cols, ["ts"], descending)), INSTANTS)
     return _events(pdf, list(keys), cols, "ts", to_parts, INSTANTS)[0]
+
+
+def test_odd_batches_meet_the_keys_descending_and_each_keys_rows_in_order():
+    """_runtime.keys_descending: key groups and keys descend in odd batches, a key's rows
+    still by event time (nulls first); the same rows as the ascending order, key by key."""
+    assert [_runtime.keys_descending(b) for b in range(4)] == [False, True, False, True]
+    rows = _rows(3)
+    up, down = _events_of(_table(rows)), _events_of(_table(rows), descending=True)
+    keys_up = [k for k, _ in itertools.groupby((kg, parts) for kg, parts, _, _ in up)]
+    keys_down = [k for k, _ in itertools.groupby((kg, parts) for kg, parts, _, _ in down)]
+    assert len(keys_up) > 3 and keys_down == keys_up[::-1] == sorted(keys_up, reverse=True)
+
+    def by_key(events):
+        out: dict = {}
+        for kg, parts, ts, row in events:
+            out.setdefault((kg, parts), []).append((-1 if ts is None else ts, row["s"]))
+        return out
+    assert by_key(down) == by_key(up)
+    assert all(ts == sorted(ts) for ts in ([t for t, _ in v] for v in by_key(down).values()))
 
 
 def test_events_come_in_key_and_event_time_order_whatever_the_delivery_order():
