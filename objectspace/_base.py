@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import _layout as L
 from ._cache import OBJECT_BYTES
+from ._keycodec import decode_key
 from ._unsaved import Unsaved
 from .errors import EncodingError, ObjectDeletedError
 
@@ -77,12 +78,12 @@ class PersistedObject:
     # containers, the space's and the cache's entries for it. Each kind sets its own, measured
     # with tracemalloc (tests/objectspace/test_cache.py holds them to it).
     _handle_bytes = OBJECT_BYTES
-    __slots__ = ("_space", "_name", "_nkey", "_items", "_codec", "_flags", "_pflags",
+    __slots__ = ("_space", "_pname", "_nkey", "_items", "_codec", "_flags", "_pflags",
                  "_listed", "_dead", "_msaved", "_mlast", "_mhead", "_old", "_isums", "__weakref__")
 
     def _init_base(self, space, name, nkey: bytes, codec, fresh: bool) -> None:
         self._space = space
-        self._name = name
+        self._pname = name      # None: decoded from _nkey when asked (see _name)
         self._nkey = nkey
         self._items = space._obj_prefix + nkey + L.ITEMS
         self._codec = codec
@@ -95,6 +96,15 @@ class PersistedObject:
         self._mhead = L.meta_head(self.kind, codec.code)
         self._old = False       # loaded from a format-1 index entry (see _collect)
         self._isums = None      # inplace spaces: slot -> digest of its stored encoding (see _inplace.py)
+
+    @property
+    def _name(self) -> Name:
+        """The name, as given, or decoded from its key (``_nkey``) for the handles that keep
+        none: lists, queues, stacks and arrays loaded from the store, whose name is read only
+        for messages and ``name``, while at 1,000,000 keys it would be ~110 bytes of a ~800-byte
+        handle (a Spark operator's names are tuples of the key and the object's name)."""
+        n = self._pname
+        return decode_key(self._nkey) if n is None else n
 
     @property
     def _ns(self) -> bytes:

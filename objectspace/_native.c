@@ -696,7 +696,7 @@ enum { X_SPACE, X_NKEY, X_ITEMS, X_CODEC, X_FLAGS, X_PFLAGS, X_LISTED, X_DEAD, X
 static const char *field_names[NFIELDS] = {
     "_space", "_nkey", "_items", "_codec", "_flags", "_pflags", "_listed", "_dead", "_msaved", "_mlast",
     "_mhead", "_old", "_vals", "_dirty", "_pending", "_head", "_tail", "_lo", "_hi", "_snap", "_complete",
-    "_maxlen", "encode", "_name", "_isums", "_version", "name"};
+    "_maxlen", "encode", "_pname", "_isums", "_version", "name"};
 static Py_ssize_t offs[NFIELDS];
 
 #define GET(o, x) (*(PyObject **)((char *)(o) + offs[x]))
@@ -2211,7 +2211,7 @@ bad:
 
 /* The handle of a list, queue, stack or array from its metadata ints, as _load builds it
    (new reference; prefix: the space's _obj_prefix, bytes), or NULL: a MemoryError. */
-static PyObject *build_handle(PyObject *space, PyObject *name, PyObject *nkey, PyObject *prefix, checked *k,
+static PyObject *build_handle(PyObject *space, PyObject *nkey, PyObject *prefix, checked *k,
                               PyObject *codec, PyObject *mhead, PyObject **ints, int n) {
     PyTypeObject *t = k->type;
     Py_ssize_t np = PyBytes_GET_SIZE(prefix), nk = PyBytes_GET_SIZE(nkey);
@@ -2233,7 +2233,7 @@ static PyObject *build_handle(PyObject *space, PyObject *name, PyObject *nkey, P
     }
     /* PersistedObject._init_base(fresh=False) */
     set_ref(o, X_SPACE, space);
-    set_ref(o, X_NAME, name);
+    set_ref(o, X_NAME, Py_None);    /* the name: from nkey when asked (PersistedObject._name) */
     set_ref(o, X_NKEY, nkey);
     set_steal(o, X_ITEMS, items);
     set_ref(o, X_CODEC, codec);
@@ -2488,7 +2488,7 @@ static PyObject *reload_lookup(PyObject *self, PyObject *const *args, Py_ssize_t
     if (mhead == NULL && (mhead = mheads[m[2]][m[3]] = PyBytes_FromStringAndSize((const char *)m, 4)) == NULL) {
         goto done;
     }
-    o = build_handle(space, name, nkey, prefix, k, codec_obj, mhead, ints, n);
+    o = build_handle(space, nkey, prefix, k, codec_obj, mhead, ints, n);
     if (o == NULL) {                /* a MemoryError: nothing changed */
         goto done;
     }

@@ -108,7 +108,7 @@ class PersistedQueue(SlotSequence, Sequence):
     def _load(cls, space, name, nkey, codec, meta):
         bounded = len(meta) > 2
         self = cls.__new__(_BoundedQueue if bounded else cls)
-        self._init_base(space, name, nkey, codec, fresh=False)
+        self._init_base(space, None, nkey, codec, fresh=False)     # the name: from nkey (see _base._name)
         self._init_slots(meta[0], meta[1], fresh=False)
         self._maxlen = meta[2] if bounded else None
         return self

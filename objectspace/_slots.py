@@ -58,7 +58,7 @@ def repeat_in_place(self, n):
 
 
 class SlotSequence(PersistedObject):
-    _handle_bytes = 800
+    _handle_bytes = 720
     __slots__ = ("_vals", "_dirty", "_pending", "_head", "_tail", "_lo", "_hi", "_snap",
                  "_complete", "_version")
 
@@ -95,7 +95,7 @@ class SlotSequence(PersistedObject):
     @classmethod
     def _load(cls, space, name, nkey, codec, meta):
         self = cls.__new__(cls)
-        self._init_base(space, name, nkey, codec, fresh=False)
+        self._init_base(space, None, nkey, codec, fresh=False)     # the name: from nkey (see _base._name)
         self._init_slots(0, meta[0], fresh=False)
         return self
 

@@ -128,10 +128,13 @@ class Context:
         self.watermark: int | None = None
         self.processing_time: int | None = None
         self.shard = -1
-        # Objects met earlier (this batch or, while the shard stays open, earlier ones).
+        # Objects met earlier (this batch or, while the shard stays open, earlier ones), and
+        # what empties them once the object cache dropped some (see _look_up).
         self._objects: dict = getattr(shard, "objects", None)
         if self._objects is None:
             self._objects = {}
+        self._forget = getattr(shard, "forget_dropped", None)
+        self._memo_key: tuple | None = None
         # The shard's state variables: checked and recorded when an object is first met (RFC 0010).
         self._vars = getattr(shard, "vars", None)
         self._declared = None if self._vars is None else self._vars.declared
@@ -222,6 +225,13 @@ class Context:
         if self._vars is not None:
             self._vars.on_use(self.key_group, name, kind)
         obj = getattr(self._space(), attr)(full, *args, **kwargs)
+        if memo[:2] != self._memo_key:
+            # Another key's first lookup: the memo must not keep objects the cache dropped
+            # alive past its budget, so once it dropped some the memo starts again here, not
+            # only at the next save (at 1,000,000 keys: up to ~70,000 dropped handles, ~50 MB).
+            self._memo_key = memo[:2]
+            if self._forget is not None:
+                self._forget()
         self._objects[memo] = obj
         return obj
 

@@ -277,3 +277,31 @@ def test_a_read_that_drops_items_inside_a_change_or_a_save_leaves_the_slot_sets_
     assert (list(again.get_list("l")), list(again.get_queue("q")), list(again.get_stack("s"))) == \
         (["x", 1], [3, 1, 2], [2, 1, 0])
     db.close()
+
+
+def test_a_reloaded_list_queue_stack_or_array_keeps_no_name_and_gives_it(tmp_path):
+    """Handles loaded from the store of the kinds the C reload builds keep no name object
+    (``_pname`` None: ~110 bytes of a Spark operator's handle); ``name``, ``repr`` and the
+    messages decode it from the name's key, the same value and types as given."""
+    names = ["q", ("u1", "items"), (b"\x00\xff", -5, 2 ** 70, "é\U0001f600"), ("x\x00y",)]
+    db = dkv.open(str(tmp_path), background=False, fsync=False)
+    space = ObjectSpace(db)
+    for i, name in enumerate(names):
+        for kind in ("list", "queue", "stack", "array"):
+            _MAKE[kind](space, (kind, i) if kind != "queue" else name)
+    space.checkpoint(1)
+    fresh = ObjectSpace(db)
+    for i, name in enumerate(names):
+        q = fresh.get_queue(name)
+        assert q._pname is None and q.name == name and type(q.name) is type(name)
+        if isinstance(name, tuple):
+            assert [type(p) for p in q.name] == [type(p) for p in name]
+        assert repr(name) in repr(q)
+        with pytest.raises(IndexError):
+            q[10]
+        for kind in ("list", "stack", "array"):
+            obj = getattr(fresh, f"get_{kind}")((kind, i))
+            assert obj._pname is None and obj.name == (kind, i)
+    made = fresh.create_queue("new", [1])       # a handle made here keeps the name it was given
+    assert made._pname == "new" and made.name == "new"
+    db.close()

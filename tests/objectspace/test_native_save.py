@@ -46,7 +46,7 @@ NAMES = [("q", 0), ("q", 1), ("bq", 0), ("l", 0), ("l", 1), ("s", 0), ("a", 0), 
          ("q", 2), ("l", 2)]
 KIND_OF = {"q": "queue", "bq": "bqueue", "l": "list", "s": "stack", "a": "array", "d": "dict", "set": "set",
            "v": "value"}
-BASE = ("_flags", "_pflags", "_listed", "_dead", "_msaved", "_mlast", "_old")
+BASE = ("_flags", "_pflags", "_listed", "_dead", "_msaved", "_mlast", "_old", "_pname", "_name", "_items", "_ns")
 SLOTS = ("_head", "_tail", "_lo", "_hi", "_snap", "_complete", "_version")
 
 
