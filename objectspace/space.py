@@ -477,12 +477,17 @@ class ObjectSpace(KindMethods):
         out: list = []
         self._sized = []
         objs = list(self._touched.values())
+        # Objects touched in descending name order (a spark_ops batch meets its keys so every
+        # other time) give their records in ascending order: the store sorts a batch's keys
+        # as one run then, not as runs of an object's few records each. The order of the
+        # objects themselves (their confirm, the cache's order) stays the touch order.
+        coll = objs[::-1] if len(objs) > 1 and objs[0]._nkey > objs[-1]._nkey else objs
         native = _SAVE if not full else None
         if native is not None:
-            slow = native.collect(objs, out)    # the objects it handed to their _collect: others write no index entry
+            slow = native.collect(coll, out)    # the objects it handed to their _collect: others write no index entry
         else:
-            slow = objs
-            for obj in objs:
+            slow = coll
+            for obj in coll:
                 obj._collect(out, full)
         graves = list(self._graves.values())
         if graves:

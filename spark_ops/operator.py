@@ -228,7 +228,8 @@ class Context:
         if memo[:2] != self._memo_key:
             # Another key's first lookup: the memo must not keep objects the cache dropped
             # alive past its budget, so once it dropped some the memo starts again here, not
-            # only at the next save (at 1,000,000 keys: up to ~70,000 dropped handles, ~50 MB).
+            # only at the next save (clean objects, of an operator that reads them: up to
+            # spill_events dropped handles, ~98,000 at 1,000,000 keys and the default budget).
             self._memo_key = memo[:2]
             if self._forget is not None:
                 self._forget()

@@ -392,3 +392,22 @@ def test_create_takes_only_the_documented_values(tmp_path, bad):
     assert not (tmp_path / "new").exists()
     with ObjectSpace.open(str(tmp_path / "s"), create=False) as space:      # the store is as it was
         assert dict(space.get_dict("d")) == {"a": 1}
+
+
+def test_objects_touched_in_descending_name_order_write_ascending_records(db):
+    """A save lists the records of objects touched in descending name order (a spark_ops
+    batch meets its keys so every other time) in ascending key order, so the store sorts a
+    batch's keys as one run; the objects' confirm keeps the order they were touched in."""
+    space = ObjectSpace(db, prefix=b"p/")
+    for i in range(30):
+        space.create_queue(("q", i), [i])
+    commit(space)
+    for order in (range(30), reversed(range(30))):
+        touched = list(order)
+        for i in touched:
+            space.get_queue(("q", i)).append(-i)
+        keys = [k for k, _ in space.save()]
+        assert keys == sorted(keys) and len(keys) == 2 * 30     # a slot and the metadata each
+        assert [o.name for o in space._last_saved[0]] == [("q", i) for i in touched]
+        space.on_saved()
+    assert [list(space.get_queue(("q", i))) for i in (0, 7)] == [[0, 0, 0], [7, -7, -7]]

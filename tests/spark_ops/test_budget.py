@@ -24,6 +24,7 @@ import msgpack
 
 from spark_ops import _runtime
 from spark_ops._units import memory_bytes
+from spark_ops.operator import Operator
 from spark_ops.operators import Buffer
 from spark_ops.testing import OperatorHarness
 
@@ -209,4 +210,34 @@ def test_keys_that_outgrow_the_budget_reload_only_what_does_not_fit(tmp_path):
     # batches 1-3 reload about the keys that did not fit, not all of them
     assert all(e <= keys - fits // 2 for e in evicted[1:]), (evicted, held)
     assert all(e > 0 for e in evicted), evicted
+    h.close()
+
+
+class Reader(Operator):
+    """Reads each key's value; writes it only when it is new: the objects it meets are clean,
+    so the cache may drop them while the batch runs. Counts, at each event, the handles the
+    context's memo holds that the cache dropped, of keys other than the current one."""
+
+    def __init__(self) -> None:
+        self.kept: list[int] = []
+
+    def on_event(self, key, row, ctx) -> None:
+        v = ctx.value("v")
+        if v.value is None:
+            v.value = row["v"]
+        st, here = ctx._shard, (ctx.key_group, ctx._parts)
+        if st.cache.evictions:
+            self.kept.append(sum(1 for m, obj in st.objects.items()
+                                 if m[:2] != here and id(obj) not in st.cache._cost and not obj._listed))
+
+
+def test_the_memo_of_handles_keeps_none_the_cache_dropped(tmp_path):
+    """Context's memo of handles (by key group, key and name) must not keep objects alive
+    that the object cache dropped: past the budget, until the next save (every spill_events
+    events) it would. It starts again at a key's first lookup once the cache dropped some."""
+    op = Reader()
+    h = OperatorHarness(op, key="k", state=str(tmp_path / "state"), partitions=1, memory=MEMORY)
+    for b in range(3):
+        h.run_batch([{"k": f"k{i:05d}", "v": b} for i in range(12_000)])
+    assert len(op.kept) > 10_000 and max(op.kept) == 0, max(op.kept)
     h.close()
