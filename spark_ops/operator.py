@@ -134,7 +134,6 @@ class Context:
         if self._objects is None:
             self._objects = {}
         self._forget = getattr(shard, "forget_dropped", None)
-        self._memo_key: tuple | None = None
         # The shard's state variables: checked and recorded when an object is first met (RFC 0010).
         self._vars = getattr(shard, "vars", None)
         self._declared = None if self._vars is None else self._vars.declared
@@ -225,14 +224,12 @@ class Context:
         if self._vars is not None:
             self._vars.on_use(self.key_group, name, kind)
         obj = getattr(self._space(), attr)(full, *args, **kwargs)
-        if memo[:2] != self._memo_key:
-            # Another key's first lookup: the memo must not keep objects the cache dropped
-            # alive past its budget, so once it dropped some the memo starts again here, not
-            # only at the next save (clean objects, of an operator that reads them: up to
-            # spill_events dropped handles, ~98,000 at 1,000,000 keys and the default budget).
-            self._memo_key = memo[:2]
-            if self._forget is not None:
-                self._forget()
+        if self._forget is not None and self._shard.cache.evictions != self._shard._evictions_seen:
+            # The memo must not keep objects the cache dropped alive past its budget: once it
+            # dropped some, the memo starts again at the next miss, not only at the next save
+            # (clean objects, of an operator that reads them: up to spill_events dropped
+            # handles, ~98,000 at 1,000,000 keys and the default budget).
+            self._forget()
         self._objects[memo] = obj
         return obj
 
