@@ -234,7 +234,7 @@ class Reader(Operator):
 def test_the_memo_of_handles_keeps_none_the_cache_dropped(tmp_path):
     """Context's memo of handles (by key group, key and name) must not keep objects alive
     that the object cache dropped: past the budget, until the next save (every spill_events
-    events) it would. It starts again at a key's first lookup once the cache dropped some."""
+    events) it would. It starts again at its next miss once the cache dropped some."""
     op = Reader()
     h = OperatorHarness(op, key="k", state=str(tmp_path / "state"), partitions=1, memory=MEMORY)
     for b in range(3):
