@@ -81,12 +81,16 @@ class BatchEvents:
     def __len__(self) -> int:
         return self.total
 
+    def keys(self) -> list:
+        """(key group, key index) of the shard's keys in this batch's processing order."""
+        return self.mine[::-1] if keys_descending(self.batch) else self.mine
+
     def __iter__(self):
         seq = self.seq0
         base = T0 + dt.timedelta(seconds=self.batch)
         stamps = [base + dt.timedelta(milliseconds=j) for j in range(max(self.count, self.per_key))]
         events = []
-        for kg, i in (reversed(self.mine) if keys_descending(self.batch) else self.mine):
+        for kg, i in self.keys():
             n = (i % self.count) if (self.prefill and self.batch == 0) else self.per_key
             user = f"u{i:07d}"
             for j in range(n):
@@ -117,7 +121,7 @@ class BatchTable:
 
         from spark_ops._shards import KG
         e = self.events
-        mine = e.mine[::-1] if keys_descending(e.batch) else e.mine       # BatchEvents' order
+        mine = e.keys()
         kgs = np.array([kg for kg, _ in mine], dtype=np.int32)
         idx = np.array([i for _, i in mine], dtype=np.int64)
         n = (idx % e.count) if (e.prefill and e.batch == 0) else np.full(len(idx), e.per_key, dtype=np.int64)

@@ -692,7 +692,7 @@ static PyObject *decode(PyObject *self, PyObject *data) {
 
 enum { X_SPACE, X_NKEY, X_ITEMS, X_CODEC, X_FLAGS, X_PFLAGS, X_LISTED, X_DEAD, X_MSAVED, X_MLAST,
        X_MHEAD, X_OLD, X_VALS, X_DIRTY, X_PENDING, X_HEAD, X_TAIL, X_LO, X_HI, X_SNAP, X_COMPLETE, X_MAXLEN,
-       X_ENCODE, X_NAME, X_ISUMS, X_VERSION, X_CNAME, NFIELDS };
+       X_ENCODE, X_PNAME, X_ISUMS, X_VERSION, X_CNAME, NFIELDS };
 static const char *field_names[NFIELDS] = {
     "_space", "_nkey", "_items", "_codec", "_flags", "_pflags", "_listed", "_dead", "_msaved", "_mlast",
     "_mhead", "_old", "_vals", "_dirty", "_pending", "_head", "_tail", "_lo", "_hi", "_snap", "_complete",
@@ -2233,7 +2233,7 @@ static PyObject *build_handle(PyObject *space, PyObject *nkey, PyObject *prefix,
     }
     /* PersistedObject._init_base(fresh=False) */
     set_ref(o, X_SPACE, space);
-    set_ref(o, X_NAME, Py_None);    /* the name: from nkey when asked (PersistedObject._name) */
+    set_ref(o, X_PNAME, Py_None);    /* the name: from nkey when asked (PersistedObject._name) */
     set_ref(o, X_NKEY, nkey);
     set_steal(o, X_ITEMS, items);
     set_ref(o, X_CODEC, codec);
