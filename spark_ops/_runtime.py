@@ -420,7 +420,9 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
                 emitted, metrics, finish = _process(st, spec, batch, shard, _chunked(events), watermark,
                                                     processing_time, end_of_input, new_basis, convert, run)
             finally:
-                st.sink = None
+                # The rows are the caller's now: a shard kept open between batches must not hold
+                # the last ones (up to OUT_CHUNK rows, each with a whole buffer) until the next.
+                st.sink, st.emitted = None, []
             n_emitted = metrics.pop("emitted")
             # While the checkpoint uploads: the caller's conversion of the rest of the output.
             if convert is not None:

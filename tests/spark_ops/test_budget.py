@@ -241,3 +241,15 @@ def test_the_memo_of_handles_keeps_none_the_cache_dropped(tmp_path):
         h.run_batch([{"k": f"k{i:05d}", "v": b} for i in range(12_000)])
     assert len(op.kept) > 10_000 and max(op.kept) == 0, max(op.kept)
     h.close()
+
+
+def test_an_open_shard_keeps_no_output_rows_between_batches():
+    """The rows a batch emitted are the caller's once it returns: a shard kept open for the
+    next batch must not hold the last ones (up to OUT_CHUNK rows, each a whole buffer) until
+    then, outside every budget (at 100,000 keys and buffers of 100: ~25 MB a host)."""
+    h = OperatorHarness(Buffer(count=2, key_columns=("k",)), key="k", partitions=1)
+    out = h.run_batch([{"k": f"k{i % 50:03d}", "v": i} for i in range(100)])
+    assert len(out) == 50
+    st = _runtime._SHARDS[(h.spec.state, 0, 1)]
+    assert st.emitted == [] and st.converted == []
+    h.close()
