@@ -149,7 +149,9 @@ def host_frame(rows: BatchTable):
 
 def run_as_host(spec, batch: int, frame, out_schema, sink) -> tuple[list, dict]:
     """One batch as a shard host runs a task: the table rebuilt over the bytes of its
-    ``frame`` (host_frame), then ``run_task``, its parts to ``sink``."""
+    ``frame`` (host_frame), then ``run_task``, its parts to ``sink``. The metrics are the
+    record the shard wrote for the batch (what ``spark_ops.read_metrics`` reads)."""
+    import spark_ops
     from spark_ops import _frames, _host_server, _worker
     from spark_ops._plan import US
     (table,) = _frames.loads(frame)
@@ -159,7 +161,8 @@ def run_as_host(spec, batch: int, frame, out_schema, sink) -> tuple[list, dict]:
                                    False, out_schema, batch * 1000)
     finally:
         _host_server._PARTS = None
-    return emitted, {}
+    mine = [m for m in spark_ops.read_metrics(spec.state) if m.get("batch") == batch and m.get("shard") == 0]
+    return emitted, mine[-1] if mine else {}
 
 
 def rss_mb() -> float:

@@ -19,11 +19,15 @@ def _run(tmp_path, *extra):
 
 
 def test_a_host_task_and_the_events_emit_the_same_items(tmp_path):
-    events = _run(tmp_path / "events")["summary"]
-    host = _run(tmp_path / "host", "--host")["summary"]
+    events_run, host_run = _run(tmp_path / "events"), _run(tmp_path / "host", "--host")
+    events, host = events_run["summary"], host_run["summary"]
     assert events["output_ok"] and host["output_ok"]
     assert events["emitted_items"] == host["emitted_items"] == events["expected_items"] > 0
     assert host["shard_keys"] == events["shard_keys"]
+    # a host's batches report the shard's own figures (the record it wrote), as the events' do
+    for field in ("dirty_slots", "objects_evicted"):
+        got = [b[field] for b in host_run["batches"]]
+        assert got == [b[field] for b in events_run["batches"]] and None not in got, field
 
 
 def test_the_host_table_holds_the_events_rows():
