@@ -3,7 +3,7 @@ still exactly the model's, every part of the budget holds (checked after every b
 from inside the operator, during the batches), and a restart from the state folder goes on.
 
 The budget split (spark_ops/_runtime.py ``budget``, docs/spark_ops.md "Memory"), for memory M:
-  * object cache (objectspace.ObjectCache of clean objects): M / 2. Eviction runs whenever
+  * object cache (objectspace.ObjectCache of clean objects): M / 4. Eviction runs whenever
     its accounted bytes pass the budget (down to 80%), so ``cache.nbytes <= cache.budget``
     holds after every use or save. Dirty objects are not in it: they are the early saves'
     business (``spill_events``), not the cache's.
@@ -91,7 +91,7 @@ def test_a_small_memory_budget_is_respected_with_many_keys(tmp_path):
     dkv_budget, cache_budget = _runtime.budget(memory)
     limits = {"cache": cache_budget, "memtable": dkv_budget["memtable_bytes"],
               "immutable": 2 * dkv_budget["flush_bytes"], "block_cache": dkv_budget["block_cache_bytes"]}
-    assert limits == {"cache": 4 << 20, "memtable": 1 << 20, "immutable": 4 << 20, "block_cache": 1 << 20}
+    assert limits == {"cache": 2 << 20, "memtable": 1 << 20, "immutable": 4 << 20, "block_cache": 1 << 20}
 
     batches = make_batches()
     expected = run_model(BufferModel(["k"], count=COUNT), batches, keys=["k"])
@@ -174,8 +174,8 @@ class SaveWatch(Buffer):
 
 def test_early_saves_come_every_spill_events_events_at_a_small_budget():
     """ShardState.spill_events: "Events between early saves: the dirty objects they make fit
-    in a quarter of the object cache" (docs/spark_ops.md: a shard saves early whenever the
-    objects it dirtied would outgrow about an eighth of the budget)."""
+    in memory // SPILL_SHARE" (docs/spark_ops.md: a shard saves early whenever the objects
+    it dirtied would outgrow a thirty-second of the budget)."""
     op = SaveWatch(count=COUNT, key_columns=("k",))
     h = OperatorHarness(op, key="k", partitions=1, memory=MEMORY)
     rows = [{"k": f"user{i:05d}", "seq": i * PER_BATCH + j, "pad": pad(i * PER_BATCH + j)}
