@@ -58,6 +58,15 @@ class ObjectCache:
         return (f"<ObjectCache {len(self._lru)} objects, ~{self.nbytes >> 10} KiB of {self.budget >> 10} KiB, "
                 f"{self.evictions} evicted>")
 
+    def resize(self, nbytes: int) -> None:
+        """A new byte budget; a smaller one drops least recently used objects (and items)
+        at once, down to 80% of it, as an eviction does."""
+        if not isinstance(nbytes, int) or nbytes < 0:
+            raise ValueError(f"cache_bytes must be an int >= 0, got {nbytes!r}")
+        self.budget = nbytes
+        if self.nbytes > nbytes:
+            self._evict()
+
     def pressed(self) -> bool:
         """True when the budget is nearly spent: objects then keep no saved items they only
         wrote (a queue's appended slots), only what reads brought in."""

@@ -61,26 +61,36 @@ def keys_descending(batch: int) -> bool:
 
 def budget(memory: int) -> tuple[dict, int]:
     """A shard's memory budget split: dkv options (active memtable, immutable memtables,
-    block cache) and the object cache's bytes. A quarter goes to the clean objects the
-    operator uses (those it dirtied between early saves are another thirty-second, see
-    SPILL_SHARE), half to dkv; a flush or compaction builds one output table in memory:
-    table_bytes is at most an eighth too. The rest is what the process pays beyond the bytes
-    the shares count: the allocator's pools around objects that reload and die by the
-    hundred thousand a batch, a memtable's dict (~1.7x the bytes it counts), the task's rows.
-    Measured on Spark at 1,000,000 keys (RFC 0012, *Step 7*): with half the budget for
-    objects and an eighth for dirty ones, a host peaked 1.81x its budget above its peak at
-    1,000 keys; with these shares, 1.11x."""
+    block cache) and the object cache's bytes. Half goes to the clean objects the operator
+    uses (those it dirtied between early saves are another eighth, SPILL_SHARE), half to
+    dkv; a flush or compaction builds one output table in memory: table_bytes is at most an
+    eighth too. Once a shard's keys outgrow its cache (it dropped whole objects), the
+    objects' shares shrink to a quarter and a thirty-second (ShardState.keys_outgrew_cache):
+    objects that reload and die by the hundred thousand a batch cost the process far more
+    than their bytes (the allocator's pools around them, the rows dirty objects hold between
+    early saves). Measured on Spark at 1,000,000 keys (RFC 0012, *Step 7*): with the first
+    shares a host peaked 1.83x its budget above its peak at 1,000 keys, with the second
+    1.32x; at 100,000 keys, whose handles fit, the second shares cost 12-20% of a batch."""
     share = max(1 << 20, memory // 8)
     return (dict(memtable_bytes=share, flush_bytes=2 * share, block_cache_bytes=share,
-                 table_bytes=min(DKV_OPTIONS["table_bytes"], share)), memory // 4)
+                 table_bytes=min(DKV_OPTIONS["table_bytes"], share)), memory // 2)
 
 
-SPILL_SHARE = 32
+SPILL_SHARE = 8
 """A shard saves early once the objects its events dirtied would fill memory // SPILL_SHARE
-(their estimate: two items an event). What the events between two early saves hold (the
-rows, the dirty handles, the write batch that saves them) costs the process ~2.5x that
-estimate: each halving of this share (an eighth, a sixteenth, a thirty-second) lowered a
-host's peak by 80-90 MB at 1,000,000 keys and memory="512m" (RFC 0012, *Step 7*)."""
+(their estimate: two items an event)."""
+OUTGROWN_CACHE_SHARE = 4
+OUTGROWN_SPILL_SHARE = 32
+"""The object cache's and the early saves' shares (memory // these) once a shard's keys
+outgrew its cache. What the events between two early saves hold (the rows, the dirty
+handles, the write batch that saves them) costs the process ~2.5x its estimate then: each
+halving (an eighth, a sixteenth, a thirty-second) took 80-90 MB off a host's peak at
+1,000,000 keys and memory="512m" (RFC 0012, *Step 7*)."""
+
+
+def spill_events(memory: int, share: int, item_bytes: int) -> int:
+    """Events between early saves: the dirty objects they make fit in memory // share."""
+    return max(1000, memory // share // (2 * item_bytes))
 
 
 @dataclass
@@ -121,9 +131,8 @@ class ShardState:
         opts = {**DKV_OPTIONS, **derived, **spec.dkv_options}
         self.cache = ObjectCache(cache_bytes, None)
         self._evictions_seen = 0
-        # Events between early saves: the dirty objects they make fit in memory // SPILL_SHARE
-        # (see _process).
-        self.spill_events = max(1000, memory // SPILL_SHARE // (2 * self.cache.item_bytes))
+        self.outgrown = False           # the cache dropped whole objects: keys_outgrew_cache
+        self.spill_events = spill_events(memory, SPILL_SHARE, self.cache.item_bytes)     # see _process
         kw = dict(instance=plan.instance, key_group_range=(lo, hi), **opts)
         if plan.checkpoint is not None:
             # A re-run of a batch drops the checkpoint its failed attempt may have left.
@@ -211,10 +220,21 @@ class ShardState:
 
     def forget_dropped(self) -> None:
         """Empty the memo of object handles when the object cache dropped some: the memo
-        must not keep them alive (it holds only live handles otherwise)."""
+        must not keep them alive (it holds only live handles otherwise). The first time the
+        cache dropped whole objects, the shard's object shares shrink (keys_outgrew_cache)."""
         if self.cache.evictions != self._evictions_seen or len(self.objects) > MEMO_OBJECTS:
             self.objects.clear()
             self._evictions_seen = self.cache.evictions
+            if self.cache.evictions and not self.outgrown:
+                self.keys_outgrew_cache()
+
+    def keys_outgrew_cache(self) -> None:
+        """The shard's keys do not fit its object cache: from now on objects are dropped and
+        reloaded every batch, which costs the process ~2x their bytes, so the cache gets a
+        quarter of the budget and early saves come at a thirty-second (budget())."""
+        self.outgrown = True
+        self.spill_events = spill_events(self.memory, OUTGROWN_SPILL_SHARE, self.cache.item_bytes)
+        self.cache.resize(self.memory // OUTGROWN_CACHE_SHARE)
 
     def commit(self, batch: int):
         """Save dirty slots of every space into one write batch and start checkpoint epoch

@@ -228,7 +228,7 @@ class Context:
             # The memo must not keep objects the cache dropped alive past its budget: once it
             # dropped some, the memo starts again at the next miss, not only at the next save
             # (clean objects, of an operator that reads them: up to spill_events dropped
-            # handles, ~98,000 at 1,000,000 keys and the default budget).
+            # handles, ~25,000 at the default budget).
             self._forget()
         self._objects[memo] = obj
         return obj

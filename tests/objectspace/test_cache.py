@@ -50,6 +50,27 @@ def test_a_small_budget_is_kept_and_what_it_dropped_reloads_exactly():
     db.close()
 
 
+def test_a_smaller_budget_drops_objects_at_once_and_they_reload_exactly():
+    db = dkv.open("memory://cache-resize", background=False)
+    cache = ObjectCache(8 << 20)
+    spaces = [ObjectSpace(db, prefix=bytes([0, kg, 0]), cache=cache) for kg in range(2)]
+    _fill(spaces, 1000, 3)
+    _commit(db, spaces, 1)
+    assert cache.evictions == 0 and len(cache) == 1000
+    before = cache.nbytes
+    cache.resize(before // 4)           # below what the handles alone take: items, then handles go
+    assert cache.budget == before // 4 and cache.nbytes <= cache.budget * 4 // 5, cache
+    assert 0 < cache.evictions and len(cache) < 1000
+    cache.resize(64 << 20)              # larger: nothing is dropped, nothing comes back
+    assert cache.budget == 64 << 20 and cache.nbytes <= before // 4
+    for i in range(0, 1000, 37):
+        assert list(spaces[i % 2].get_queue(("u%07d" % i, "items"))) == [_row(i, j) for j in range(3)]
+    for bad in (-1, 1.5, "8m"):
+        with pytest.raises(ValueError, match="cache_bytes must be an int >= 0"):
+            cache.resize(bad)
+    db.close()
+
+
 def test_dirty_objects_are_never_dropped():
     db = dkv.open("memory://cache-dirty", background=False)
     cache = ObjectCache(1)                     # everything clean goes at once

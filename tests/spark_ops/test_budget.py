@@ -3,10 +3,11 @@ still exactly the model's, every part of the budget holds (checked after every b
 from inside the operator, during the batches), and a restart from the state folder goes on.
 
 The budget split (spark_ops/_runtime.py ``budget``, docs/spark_ops.md "Memory"), for memory M:
-  * object cache (objectspace.ObjectCache of clean objects): M / 4. Eviction runs whenever
-    its accounted bytes pass the budget (down to 80%), so ``cache.nbytes <= cache.budget``
-    holds after every use or save. Dirty objects are not in it: they are the early saves'
-    business (``spill_events``), not the cache's.
+  * object cache (objectspace.ObjectCache of clean objects): M / 2, M / 4 once the shard's
+    keys outgrew it (it dropped whole objects). Eviction runs whenever its accounted bytes
+    pass the budget (down to 80%), so ``cache.nbytes <= cache.budget`` holds after every use
+    or save. Dirty objects are not in it: they are the early saves' business
+    (``spill_events``: M / 8 of them, M / 32 once the keys outgrew the cache), not the cache's.
   * dkv active memtable: M / 8 (``memtable_bytes``). A write that brings it to that size
     seals it, so between writes it is always below.
   * dkv sealed (immutable) memtables: a flush starts at ``flush_bytes`` = M / 4; the slack
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 
 import msgpack
+from objectspace import ObjectCache
 
 from spark_ops import _runtime
 from spark_ops._units import memory_bytes
@@ -91,7 +93,7 @@ def test_a_small_memory_budget_is_respected_with_many_keys(tmp_path):
     dkv_budget, cache_budget = _runtime.budget(memory)
     limits = {"cache": cache_budget, "memtable": dkv_budget["memtable_bytes"],
               "immutable": 2 * dkv_budget["flush_bytes"], "block_cache": dkv_budget["block_cache_bytes"]}
-    assert limits == {"cache": 2 << 20, "memtable": 1 << 20, "immutable": 4 << 20, "block_cache": 1 << 20}
+    assert limits == {"cache": 4 << 20, "memtable": 1 << 20, "immutable": 4 << 20, "block_cache": 1 << 20}
 
     batches = make_batches()
     expected = run_model(BufferModel(["k"], count=COUNT), batches, keys=["k"])
@@ -117,7 +119,8 @@ def test_a_small_memory_budget_is_respected_with_many_keys(tmp_path):
         # (ii) the budget, after the batch and as the operator saw it during the batch.
         st = _runtime._SHARDS[shard_key]
         states.append(st)
-        assert st.cache.budget == cache_budget
+        # the keys outgrew the cache in the first batch: from then on a quarter of the budget
+        assert st.outgrown and st.cache.budget == memory // _runtime.OUTGROWN_CACHE_SHARE == 2 << 20
         assert {k: st.db.opts.__dict__[k] for k in dkv_budget} == dkv_budget
         check_budget(f"after batch {b}", measure(st), limits)
         assert len(op.samples) >= len(rows) // SAMPLE_EVERY
@@ -174,8 +177,9 @@ class SaveWatch(Buffer):
 
 def test_early_saves_come_every_spill_events_events_at_a_small_budget():
     """ShardState.spill_events: "Events between early saves: the dirty objects they make fit
-    in memory // SPILL_SHARE" (docs/spark_ops.md: a shard saves early whenever the objects
-    it dirtied would outgrow a thirty-second of the budget)."""
+    in memory // share" (docs/spark_ops.md: a shard saves early whenever the objects it
+    dirtied would outgrow an eighth of the budget, a thirty-second once its keys outgrew
+    its cache)."""
     op = SaveWatch(count=COUNT, key_columns=("k",))
     h = OperatorHarness(op, key="k", partitions=1, memory=MEMORY)
     rows = [{"k": f"user{i:05d}", "seq": i * PER_BATCH + j, "pad": pad(i * PER_BATCH + j)}
@@ -207,6 +211,11 @@ def test_keys_that_outgrow_the_budget_reload_only_what_does_not_fit(tmp_path):
         evicted.append(m["objects_evicted"])
     fits = min(held[1:])
     assert 1_000 < fits < keys // 2, held           # the cache holds some of the keys, not most
+    # keys that outgrow the cache shrink the objects' shares (spark_ops/_runtime.py budget())
+    st = _runtime._SHARDS[(h.spec.state, 0, 1)]
+    memory = memory_bytes(MEMORY)
+    assert st.outgrown and st.cache.budget == memory // _runtime.OUTGROWN_CACHE_SHARE
+    assert st.spill_events == _runtime.spill_events(memory, _runtime.OUTGROWN_SPILL_SHARE, st.cache.item_bytes)
     # batches 1-3 reload about the keys that did not fit, not all of them
     assert all(e <= keys - fits // 2 for e in evicted[1:]), (evicted, held)
     assert all(e > 0 for e in evicted), evicted
@@ -252,4 +261,21 @@ def test_an_open_shard_keeps_no_output_rows_between_batches():
     assert len(out) == 50
     st = _runtime._SHARDS[(h.spec.state, 0, 1)]
     assert st.emitted == [] and st.converted == []
+    h.close()
+
+
+def test_a_shard_whose_keys_fit_keeps_the_larger_shares():
+    """Until its cache drops whole objects a shard keeps half of memory= for clean objects and
+    an eighth for dirty ones (saving early less often: each early save costs a pass over
+    the shard's spaces)."""
+    h = OperatorHarness(Buffer(count=3, key_columns=("k",)), key="k", partitions=1, memory=MEMORY)
+    for b in range(3):
+        h.run_batch([{"k": f"k{i:03d}", "v": b} for i in range(300)])
+    st = _runtime._SHARDS[(h.spec.state, 0, 1)]
+    memory = memory_bytes(MEMORY)
+    assert st.cache.evictions == 0 and not st.outgrown
+    assert st.cache.budget == _runtime.budget(memory)[1] == memory // 2
+    opened_with = ObjectCache(1).item_bytes     # the per-item cost a new cache starts from
+    assert st.spill_events == _runtime.spill_events(memory, _runtime.SPILL_SHARE, opened_with)
+    assert st.spill_events > _runtime.spill_events(memory, _runtime.OUTGROWN_SPILL_SHARE, opened_with)
     h.close()
