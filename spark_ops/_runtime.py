@@ -88,6 +88,12 @@ halving (an eighth, a sixteenth, a thirty-second) took 80-90 MB off a host's pea
 1,000,000 keys and memory="512m" (RFC 0012, *Step 7*)."""
 
 
+HANDLE_BYTES = 720
+"""What the object cache counts for a list, queue, stack or array handle (objectspace's
+estimate): a shard holding more handles than memory // OUTGROWN_CACHE_SHARE of them fits
+has outgrown the smaller share, whether or not its cache dropped any yet."""
+
+
 def spill_events(memory: int, share: int, item_bytes: int) -> int:
     """Events between early saves: the dirty objects they make fit in memory // share."""
     return max(1000, memory // share // (2 * item_bytes))
@@ -221,12 +227,16 @@ class ShardState:
     def forget_dropped(self) -> None:
         """Empty the memo of object handles when the object cache dropped some: the memo
         must not keep them alive (it holds only live handles otherwise). The first time the
-        cache dropped whole objects, the shard's object shares shrink (keys_outgrew_cache)."""
+        cache dropped whole objects, or holds more than the smaller share would, the shard's
+        object shares shrink (keys_outgrew_cache)."""
         if self.cache.evictions != self._evictions_seen or len(self.objects) > MEMO_OBJECTS:
             self.objects.clear()
             self._evictions_seen = self.cache.evictions
             if self.cache.evictions and not self.outgrown:
                 self.keys_outgrew_cache()
+        elif not self.outgrown and len(self.cache) > self.memory // OUTGROWN_CACHE_SHARE // HANDLE_BYTES:
+            self.keys_outgrew_cache()       # more handles than the smaller share holds: decide now,
+            #                                 before the allocator's pools grow around them
 
     def keys_outgrew_cache(self) -> None:
         """The shard's keys do not fit its object cache: from now on objects are dropped and
