@@ -69,8 +69,9 @@ def budget(memory: int) -> tuple[dict, int]:
     objects that reload and die by the hundred thousand a batch cost the process far more
     than their bytes (the allocator's pools around them, the rows dirty objects hold between
     early saves). Measured on Spark at 1,000,000 keys (RFC 0012, *Step 7*): with the first
-    shares a host peaked 1.83x its budget above its peak at 1,000 keys, with the second
-    1.32x; at 100,000 keys, whose handles fit, the second shares cost 12-20% of a batch."""
+    shares a host peaked 1.81-1.83x its budget above its peak at 1,000 keys, switching to the
+    second within the first batch 1.32x (1.11x with the second from the start); at 100,000
+    keys, whose handles fit, the second shares would cost 11-28% of a batch."""
     share = max(1 << 20, memory // 8)
     return (dict(memtable_bytes=share, flush_bytes=2 * share, block_cache_bytes=share,
                  table_bytes=min(DKV_OPTIONS["table_bytes"], share)), memory // 2)
