@@ -227,17 +227,20 @@ class ShardState:
 
     def forget_dropped(self) -> None:
         """Empty the memo of object handles when the object cache dropped some: the memo
-        must not keep them alive (it holds only live handles otherwise). The first time the
-        cache dropped whole objects, or holds more than the smaller share would, the shard's
-        object shares shrink (keys_outgrew_cache)."""
+        must not keep them alive (it holds only live handles otherwise). Then the shard
+        checks its object shares (mind_shares)."""
         if self.cache.evictions != self._evictions_seen or len(self.objects) > MEMO_OBJECTS:
             self.objects.clear()
             self._evictions_seen = self.cache.evictions
-            if self.cache.evictions and not self.outgrown:
-                self.keys_outgrew_cache()
-        elif not self.outgrown and len(self.cache) > self.memory // OUTGROWN_CACHE_SHARE // HANDLE_BYTES:
-            self.keys_outgrew_cache()       # more handles than the smaller share holds: decide now,
-            #                                 before the allocator's pools grow around them
+        self.mind_shares()
+
+    def mind_shares(self) -> None:
+        """The first time the cache dropped whole objects, or holds more handles than the
+        smaller share fits (decided then, before the allocator's pools grow around them),
+        the shard's object shares shrink (keys_outgrew_cache)."""
+        if not self.outgrown and (self.cache.evictions or
+                                  len(self.cache) > self.memory // OUTGROWN_CACHE_SHARE // HANDLE_BYTES):
+            self.keys_outgrew_cache()
 
     def keys_outgrew_cache(self) -> None:
         """The shard's keys do not fit its object cache: from now on objects are dropped and
