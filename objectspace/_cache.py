@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 OBJECT_BYTES = 1200       # a handle: the object, its name and key bytes, its containers (each kind
                           # sets its own _handle_bytes, measured; this is the default)
+LEAST_HANDLE_BYTES = 700  # the cheapest kind's handle (a value's; tests/objectspace/test_cache.py checks it)
 ITEM_BYTES = 100          # per cached item, besides the value's own estimate
 DEFAULT_ITEM = 400        # per-item cost before any save has been seen
 SAMPLE = 32               # records sampled per save to learn the item cost
@@ -66,6 +67,12 @@ class ObjectCache:
         self.budget = nbytes
         if self.nbytes > nbytes:
             self._evict()
+
+    @staticmethod
+    def handles_within(nbytes: int) -> int:
+        """The most object handles a budget of ``nbytes`` holds (handles of the cheapest
+        kind, without items): more objects than this cannot all stay cached in it."""
+        return nbytes // LEAST_HANDLE_BYTES
 
     def pressed(self) -> bool:
         """True when the budget is nearly spent: objects then keep no saved items they only

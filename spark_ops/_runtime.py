@@ -64,8 +64,10 @@ def budget(memory: int) -> tuple[dict, int]:
     block cache) and the object cache's bytes. Half goes to the clean objects the operator
     uses (those it dirtied between early saves are another eighth, SPILL_SHARE), half to
     dkv; a flush or compaction builds one output table in memory: table_bytes is at most an
-    eighth too. Once a shard's keys outgrow its cache (it dropped whole objects), the
-    objects' shares shrink to a quarter and a thirty-second (ShardState.keys_outgrew_cache):
+    eighth too. Once a shard's keys outgrow the smaller cache share (a batch meets more
+    keys than it holds handles, or the cache holds more handles than that or dropped whole
+    objects: ShardState.mind_shares, meet_keys), the objects' shares shrink to a quarter
+    and a thirty-second (ShardState.keys_outgrew_cache):
     objects that reload and die by the hundred thousand a batch cost the process far more
     than their bytes (the allocator's pools around them, the rows dirty objects hold between
     early saves). Measured on Spark at 1,000,000 keys (RFC 0012, *Step 7*): with the first
@@ -87,12 +89,6 @@ outgrew its cache. What the events between two early saves hold (the rows, the d
 handles, the write batch that saves them) costs the process ~2.5x its estimate then: each
 halving (an eighth, a sixteenth, a thirty-second) took 80-90 MB off a host's peak at
 1,000,000 keys and memory="512m" (RFC 0012, *Step 7*)."""
-
-
-HANDLE_BYTES = 720
-"""What the object cache counts for a list, queue, stack or array handle (objectspace's
-estimate): a shard holding more handles than memory // OUTGROWN_CACHE_SHARE of them fits
-has outgrown the smaller share, whether or not its cache dropped any yet."""
 
 
 def spill_events(memory: int, share: int, item_bytes: int) -> int:
@@ -238,8 +234,20 @@ class ShardState:
         """The first time the cache dropped whole objects, or holds more handles than the
         smaller share fits (decided then, before the allocator's pools grow around them),
         the shard's object shares shrink (keys_outgrew_cache)."""
-        if not self.outgrown and (self.cache.evictions or
-                                  len(self.cache) > self.memory // OUTGROWN_CACHE_SHARE // HANDLE_BYTES):
+        if not self.outgrown and (self.cache.evictions or len(self.cache) > self.handles_fit()):
+            self.keys_outgrew_cache()
+
+    def handles_fit(self) -> int:
+        """The most object handles the smaller cache share holds (ObjectCache.handles_within)."""
+        return self.cache.handles_within(self.memory // OUTGROWN_CACHE_SHARE)
+
+    def meet_keys(self, events) -> None:
+        """Before a batch: one that meets more keys than the smaller cache share holds
+        handles (a key has one object at least) outgrows it whatever the shard held, so
+        the smaller shares apply from its first event: decided during the batch, the
+        allocator's pools would grow around the first shares' early saves first and stay
+        (RFC 0012, *Step 7*). The keys are counted only where the rows could be more."""
+        if not self.outgrown and _batch_keys(events, self.handles_fit()) > self.handles_fit():
             self.keys_outgrew_cache()
 
     def keys_outgrew_cache(self) -> None:
@@ -464,6 +472,7 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
         open_ms = (time.perf_counter() - t_open) * 1000
         try:
             st.sink, st.sent = (sink if convert is not None else None), 0
+            st.meet_keys(events)
             try:
                 emitted, metrics, finish = _process(st, spec, batch, shard, _chunked(events), watermark,
                                                     processing_time, end_of_input, new_basis, convert, run)
@@ -504,6 +513,16 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
                      json.dumps(metrics).encode())
     log.info("spark_ops shard %d batch %d: %s", shard, batch, metrics)
     return emitted, metrics
+
+
+def _batch_keys(events, beyond: int) -> int:
+    """How many keys ``events`` (run_shard_batch's) hold, counted only if they have more
+    than ``beyond`` rows (else their row count, an upper bound); 0 when not known (an
+    iterable of lists other than the worker's EventChunks is not iterated twice)."""
+    if isinstance(events, list):
+        return len(events) if len(events) <= beyond else len({e[1] for e in events})
+    count = getattr(events, "distinct_keys", None)
+    return 0 if count is None else count(beyond)
 
 
 def _chunked(events):

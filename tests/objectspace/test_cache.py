@@ -10,6 +10,7 @@ import pytest
 
 import dkv
 from objectspace import ObjectCache, ObjectSpace
+from objectspace._cache import LEAST_HANDLE_BYTES
 
 TS = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -259,6 +260,26 @@ def test_each_kind_counts_what_a_loaded_handle_holds(tmp_path):
         tracemalloc.stop()
         ratios[kind] = round(fresh._cache.nbytes / used, 2)
     assert all(0.8 <= r <= 1.25 for r in ratios.values()), ratios
+    db.close()
+
+
+def test_no_handle_costs_less_than_handles_within_counts(tmp_path):
+    """ObjectCache.handles_within(nbytes), "the most object handles a budget holds", is an
+    upper bound: every kind's loaded handle costs the cache LEAST_HANDLE_BYTES or more, and
+    the cheapest kind costs exactly that (a kind made cheaper must lower the figure)."""
+    db = dkv.open(str(tmp_path), background=False, fsync=False)
+    space = ObjectSpace(db)
+    for kind, make in _MAKE.items():
+        make(space, (kind, 0))
+    space.checkpoint(1)
+    costs = {}
+    for kind in _MAKE:
+        cache = ObjectCache(1 << 40)
+        getattr(ObjectSpace(db, cache=cache), f"get_{kind}")((kind, 0))
+        costs[kind] = cache.nbytes
+    assert min(costs.values()) == LEAST_HANDLE_BYTES, costs
+    assert ObjectCache.handles_within(10 * LEAST_HANDLE_BYTES - 1) == 9
+    assert ObjectCache(1 << 20).handles_within(0) == 0
     db.close()
 
 

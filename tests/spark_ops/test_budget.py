@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 
 import msgpack
+import pytest
+
 from objectspace import ObjectCache
 
 from spark_ops import _runtime
@@ -278,4 +280,37 @@ def test_a_shard_whose_keys_fit_keeps_the_larger_shares():
     opened_with = ObjectCache(1).item_bytes     # the per-item cost a new cache starts from
     assert st.spill_events == _runtime.spill_events(memory, _runtime.SPILL_SHARE, opened_with)
     assert st.spill_events > _runtime.spill_events(memory, _runtime.OUTGROWN_SPILL_SHARE, opened_with)
+    h.close()
+
+
+class FirstLook(Buffer):
+    """The built-in buffer noting, at its batch's first event, whether its shard runs with
+    the smaller shares (test-only access to the shard, as BudgetProbe)."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.first: list[tuple[bool, int]] = []
+        self._seen = -1
+
+    def on_event(self, key, row, ctx) -> None:
+        if ctx.batch_id != self._seen:
+            self._seen, st = ctx.batch_id, ctx._shard
+            self.first.append((st.outgrown, st.cache.budget))
+        super().on_event(key, row, ctx)
+
+
+@pytest.mark.parametrize("keys, per_key, outgrown", [(3_500, 1, True), (1_000, 4, False)])
+def test_a_batch_that_meets_more_keys_than_the_smaller_cache_holds_starts_with_the_smaller_shares(
+        keys, per_key, outgrown):
+    """ShardState.meet_keys: more keys in a batch than the smaller cache share holds handles
+    (8 MiB: 2 MiB, ~3,000 handles) switch the shares before the first event; more rows than
+    that but fewer keys do not."""
+    memory = memory_bytes(MEMORY)
+    fit = ObjectCache.handles_within(memory // _runtime.OUTGROWN_CACHE_SHARE)
+    assert keys * per_key > fit and (keys > fit) == outgrown
+    op = FirstLook(count=1_000, key_columns=("k",))
+    h = OperatorHarness(op, key="k", partitions=1, memory=MEMORY)
+    h.run_batch([{"k": f"k{i:05d}", "v": j} for i in range(keys) for j in range(per_key)])
+    share = memory // _runtime.OUTGROWN_CACHE_SHARE if outgrown else memory // 2
+    assert op.first == [(outgrown, share)]
     h.close()

@@ -104,6 +104,18 @@ def test_a_tasks_batches_become_one_chunk_per_column_with_the_same_events(monkey
     assert task_table([]) is None and task_table(iter(batches[:0])) is None
 
 
+def test_a_tasks_keys_are_counted_only_where_its_rows_could_be_more():
+    """EventChunks.distinct_keys (ShardState.meet_keys asks it): the keys of one or several
+    key columns (null keys count as one), or just the row count where that is no more than
+    the bound asked about."""
+    t = pa.table({"a": pa.array([1, 1, 2, 2, 2, None, None], pa.int64()),
+                  "b": pa.array(["x", "y", "x", "x", "x", None, None])})
+    assert EventChunks(t, ["a"], ["a", "b"], None, {}).distinct_keys(3) == 3
+    assert EventChunks(t, ["a", "b"], ["a", "b"], None, {}).distinct_keys(3) == 4
+    assert EventChunks(t, ["a", "b"], ["a", "b"], None, {}).distinct_keys(7) == 7
+    assert EventChunks(None, ["a"], ["a"], None, {}).distinct_keys(0) == 0
+
+
 def test_a_key_that_has_no_order_is_a_clear_error():
     """A list-typed key (apply_operator refuses it up front; the shard names it too)."""
     rows = [{"k": [i % 3], "kg": 0, "ts": dt.datetime(2024, 1, 1, tzinfo=UTC), "v": float(i), "s": "x"}
