@@ -81,6 +81,10 @@ class BatchEvents:
     def __len__(self) -> int:
         return self.total
 
+    def distinct_keys(self, beyond: int) -> int:
+        """The keys its events hold, as EventChunks.distinct_keys tells the shard (meet_keys)."""
+        return sum(1 for _, i in self.mine if i % self.count) if self.prefill and self.batch == 0 else len(self.mine)
+
     def keys(self) -> list:
         """(key group, key index) of the shard's keys in this batch's processing order."""
         return self.mine[::-1] if keys_descending(self.batch) else self.mine

@@ -116,14 +116,17 @@ class FlushMixin(LockHolder):
 
     def _flush_due(self) -> bool:
         """The immutable memtables reached ``flush_segments`` segments in files,
-        ``flush_inline_segments`` inline ones, or ``flush_bytes``."""
+        ``flush_inline_segments`` inline ones, or ``flush_bytes`` of encoded segments: a
+        sealed memtable not encoded yet is not counted at its dict's size (~10x its
+        segment's), or a writer ahead of the encoder would flush every memtable it seals,
+        with the dicts, not the segments, as the flush's sources."""
         sources = self._view[0]
         if not sources:
             return False
         o = self.opts
         files, inline = self._live_segment_counts()
         return (files >= o.flush_segments or inline >= o.flush_inline_segments
-                or sum(m.nbytes for m in sources) >= o.flush_bytes)
+                or sum(m.nbytes for m in sources if type(m) is not Memtable) >= o.flush_bytes)
 
     def _maybe_flush(self) -> None:
         if self._flush_queued or self._closing or not self._flush_due():

@@ -524,3 +524,37 @@ def test_memtable_keys_added_between_scans_wait_and_join_the_view():
     assert {k for k, _ in seen if k >= b"c"} == {k for k in model if k >= b"c"}
     assert list(db.scan()) == sorted(model.items())
     db.close()
+
+
+def test_sealed_memtables_waiting_for_their_encoding_do_not_count_towards_flush_bytes(monkeypatch):
+    """flush_bytes counts the sealed memtables' WAL segments (dkv/_options.py): a memtable
+    sealed but not encoded yet (the upload thread behind the writer) is a dict ~10x its
+    segment and must not make a flush due by its dict's size, or every seal would flush the
+    dicts themselves into a small L0 table."""
+    gate = threading.Event()
+    real = dkv._delta.encode
+
+    def slow_encode(*a, **kw):
+        assert gate.wait(30)
+        return real(*a, **kw)
+    monkeypatch.setattr(dkv._delta, "encode", slow_encode)
+    # (the writer itself waits past 2 * flush_bytes of sealed memtables, encoded or not)
+    db = dkv.open(MemoryStore(), memtable_bytes=16 << 10, flush_bytes=64 << 10, flush_segments=100,
+                  max_sealed_memtables=8, compaction=False)
+    try:
+        for i in range(1000):                 # ~6 memtables of 16 KiB that zstd makes ~1 KiB each
+            db.put(b"key%06d" % i, b"v" * 40)
+        unencoded = db._sealed_unencoded()
+        assert unencoded >= 5 and db.stats()["immutable_bytes"] > (64 << 10), db.stats()
+        assert not db.stats()["flush_pending"]
+        gate.set()
+        deadline = time.monotonic() + 30
+        while db._sealed_unencoded() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        s = db.stats()
+        assert s["sealed_memtables"] == unencoded and s["immutable_bytes"] < (64 << 10)
+        assert not s["flush_pending"] and _levels(db)[0] == 0
+        assert db.get(b"key000007") == b"v" * 40
+    finally:
+        gate.set()
+        db.close()
