@@ -44,8 +44,11 @@ DEFAULT_MEMORY = 512 << 20
 # that the values of queue slots appended and popped within them never reach an SST (RFC 0005).
 # Slot records share one bloom entry per object (objectspace.BLOOM_STRIP): a shard's filters
 # then grow with its objects, not its records (17 MB -> 1 MB at 500,000 buffers of 20).
+# A shard seals a memtable every few hundred thousand events at big state, faster than the
+# upload thread encodes them while the operator holds the GIL: one sealed memtable may wait
+# for its encoding (each is a dict of memtable_bytes, ~10x its segment), not four.
 DKV_OPTIONS = dict(retain=3, pace=1.5, table_bytes=8 << 20, block_bytes=64 << 10, level_base_bytes=1 << 30,
-                   flush_segments=32, bloom_strip=BLOOM_STRIP)
+                   flush_segments=32, bloom_strip=BLOOM_STRIP, max_sealed_memtables=1)
 
 
 def keys_descending(batch: int) -> bool:
@@ -70,10 +73,11 @@ def budget(memory: int) -> tuple[dict, int]:
     and a thirty-second (ShardState.keys_outgrew_cache):
     objects that reload and die by the hundred thousand a batch cost the process far more
     than their bytes (the allocator's pools around them, the rows dirty objects hold between
-    early saves). Measured on Spark at 1,000,000 keys (RFC 0012, *Step 7*): with the first
-    shares a host peaked 1.81-1.83x its budget above its peak at 1,000 keys, switching to the
-    second within the first batch 1.32x (1.11x with the second from the start); at 100,000
-    keys, whose handles fit, the second shares would cost 11-28% of a batch."""
+    early saves). Measured on Spark at 1,000,000 keys (RFC 0012, *Steps 7 and 8*): with the
+    first shares a host peaked 1.81-1.83x its budget above its peak at 1,000 keys, switching
+    to the second within the first batch 1.32x, with the second from the first event (the
+    batch's keys counted first) 1.08-1.13x, 1.34-1.39x when a flush falls in the batch; at
+    100,000 keys, whose handles fit, the second shares would cost 11-28% of a batch."""
     share = max(1 << 20, memory // 8)
     return (dict(memtable_bytes=share, flush_bytes=2 * share, block_cache_bytes=share,
                  table_bytes=min(DKV_OPTIONS["table_bytes"], share)), memory // 2)

@@ -198,13 +198,16 @@ class EventChunks:
             yield _events(pdf, self.keys, self.columns, self.event_time, to_parts, self.instants)[0]
 
     def distinct_keys(self, beyond: int) -> int:
-        """How many keys the rows hold (rows with a null key count as one), counted only if
-        there are more than ``beyond`` rows (else the row count, an upper bound): a hash
-        aggregation over the key columns, ~100 ms for 5,000,000 rows of 500,000 keys."""
+        """How many keys the rows hold, counted only if there are more than ``beyond`` rows
+        (else the row count, an upper bound): the distinct values of the key column, the
+        most of any key column's where there are several (a lower bound then); ~100 ms for
+        5,000,000 rows of 500,000 keys. Not a group_by over all key columns: Arrow's
+        query engine, which that starts, stays in the process (~11 MB of RSS)."""
+        import pyarrow.compute as pc
         table = self.table
         if table is None or table.num_rows <= beyond:
             return 0 if table is None else table.num_rows
-        return table.group_by(list(self.keys)).aggregate([]).num_rows
+        return max(pc.count_distinct(table.column(k)).as_py() for k in self.keys)
 
     def heartbeat(self):
         """The largest event time (ms) of rows with a null key (they are dropped, but
