@@ -94,6 +94,15 @@ handles, the write batch that saves them) costs the process ~2.5x its estimate t
 halving (an eighth, a sixteenth, a thirty-second) took 80-90 MB off a host's peak at
 1,000,000 keys and memory="512m" (RFC 0012, *Step 7*)."""
 
+FLUSHING_CACHE_SHARE = 16
+"""The object cache's share (memory // this) while the store of a shard whose keys outgrew
+the cache flushes: a flush holds its sources until it publishes, the writer's memtables wait
+longer for their encoding meanwhile, and the flush's own buffers come on top (~110-160 MB
+over a batch without one at 1,000,000 keys and memory="512m"); the clean objects give
+back three quarters of their share until it ends, and the flush's allocations reuse their
+memory. A host's peak with a flush in the batch: 820-844 MB with the cache at a quarter,
+774 at an eighth, 759 at a sixteenth (RFC 0012, *Step 8*)."""
+
 
 def spill_events(memory: int, share: int, item_bytes: int) -> int:
     """Events between early saves: the dirty objects they make fit in memory // share."""
@@ -237,9 +246,16 @@ class ShardState:
     def mind_shares(self) -> None:
         """The first time the cache dropped whole objects, or holds more handles than the
         smaller share fits (decided then, before the allocator's pools grow around them),
-        the shard's object shares shrink (keys_outgrew_cache)."""
+        the shard's object shares shrink (keys_outgrew_cache). From then on, the cache
+        holds FLUSHING_CACHE_SHARE while the store flushes (checked at each early save and
+        commit)."""
         if not self.outgrown and (self.cache.evictions or len(self.cache) > self.handles_fit()):
             self.keys_outgrew_cache()
+        elif self.outgrown:
+            # While the store flushes, the clean objects make room for it (FLUSHING_CACHE_SHARE).
+            share = FLUSHING_CACHE_SHARE if self.db.stats()["flush_pending"] else OUTGROWN_CACHE_SHARE
+            if self.cache.budget != self.memory // share:
+                self.cache.resize(self.memory // share)
 
     def handles_fit(self) -> int:
         """The most object handles the smaller cache share holds (ObjectCache.handles_within)."""
@@ -251,7 +267,9 @@ class ShardState:
         the smaller shares apply from its first event: decided during the batch, the
         allocator's pools would grow around the first shares' early saves first and stay
         (RFC 0012, *Step 7*). The keys are counted only where the rows could be more."""
-        if not self.outgrown and _batch_keys(events, self.handles_fit()) > self.handles_fit():
+        if self.outgrown:
+            self.mind_shares()          # a flush may have ended since the last commit
+        elif _batch_keys(events, self.handles_fit()) > self.handles_fit():
             self.keys_outgrew_cache()
 
     def keys_outgrew_cache(self) -> None:
