@@ -76,8 +76,9 @@ def budget(memory: int) -> tuple[dict, int]:
     early saves). Measured on Spark at 1,000,000 keys (RFC 0012, *Steps 7 and 8*): with the
     first shares a host peaked 1.81-1.83x its budget above its peak at 1,000 keys, switching
     to the second within the first batch 1.32x, with the second from the first event (the
-    batch's keys counted first) 1.08-1.13x, 1.34-1.39x when a flush falls in the batch; at
-    100,000 keys, whose handles fit, the second shares would cost 11-28% of a batch."""
+    batch's keys counted first) 1.08-1.13x without a flush in the batch, 1.34-1.39x with
+    one, 1.23x with the cache giving way to the flush (FLUSHING_CACHE_SHARE); at 100,000
+    keys, whose handles fit, the second shares would cost 11-28% of a batch."""
     share = max(1 << 20, memory // 8)
     return (dict(memtable_bytes=share, flush_bytes=2 * share, block_cache_bytes=share,
                  table_bytes=min(DKV_OPTIONS["table_bytes"], share)), memory // 2)
