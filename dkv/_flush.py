@@ -5,7 +5,7 @@ immutable memtables and becomes a live WAL segment). Encoding runs on the upload
 the sealed memtable's records become the segment's bytes and, in memory, a Delta over
 them that replaces the dict. Flushing runs on its own thread once the immutable memtables
 reach ``flush_segments`` segments in files (or ``flush_inline_segments`` segments inline in
-manifests, RFC 0011) or ``flush_bytes`` bytes: it merges all of them into one
+manifests, RFC 0011) or ``flush_bytes`` bytes of encoded segments: it merges all of them into one
 L0 sorted run (a key range at a time, so memory stays bounded), publishes a new Version,
 and drops the WAL segments the run covers. Records that died within those checkpoint
 intervals never reach an SST with their values (a tombstone does when older tables exist). Compaction runs on a third thread so a long merge never
@@ -126,7 +126,10 @@ class FlushMixin(LockHolder):
         o = self.opts
         files, inline = self._live_segment_counts()
         return (files >= o.flush_segments or inline >= o.flush_inline_segments
-                or sum(m.nbytes for m in sources if type(m) is not Memtable) >= o.flush_bytes)
+                or sum(m.nbytes for m in sources if type(m) is not Memtable) >= o.flush_bytes
+                # a writer waits past this (_wait_for_background): a flush must end every such wait,
+                # also for a memtable nobody encodes before the wait ends (a checkpoint's own seal)
+                or sum(m.nbytes for m in sources) > 2 * o.flush_bytes)
 
     def _maybe_flush(self) -> None:
         if self._flush_queued or self._closing or not self._flush_due():

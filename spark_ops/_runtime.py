@@ -248,8 +248,9 @@ class ShardState:
         """The first time the cache dropped whole objects, or holds more handles than the
         smaller share fits (decided then, before the allocator's pools grow around them),
         the shard's object shares shrink (keys_outgrew_cache). From then on, the cache
-        holds FLUSHING_CACHE_SHARE while the store flushes (checked at each early save and
-        commit)."""
+        holds FLUSHING_CACHE_SHARE while the store flushes. Checked before each batch
+        (meet_keys), after each early save and commit, and when the memo of handles meets
+        an object the cache dropped (forget_dropped)."""
         if not self.outgrown and (self.cache.evictions or len(self.cache) > self.handles_fit()):
             self.keys_outgrew_cache()
         elif self.outgrown:
@@ -267,7 +268,9 @@ class ShardState:
         handles (a key has one object at least) outgrows it whatever the shard held, so
         the smaller shares apply from its first event: decided during the batch, the
         allocator's pools would grow around the first shares' early saves first and stay
-        (RFC 0012, *Step 7*). The keys are counted only where the rows could be more."""
+        (RFC 0012, *Step 7*). The keys are counted only where the rows could be more. An
+        operator that keeps state for few of its keys may switch without need: its shares
+        are then smaller than they could be, for the shard's life in the process."""
         if self.outgrown:
             self.mind_shares()          # a flush may have ended since the last commit
         elif _batch_keys(events, self.handles_fit()) > self.handles_fit():

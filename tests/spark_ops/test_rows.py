@@ -116,6 +116,10 @@ def test_a_tasks_keys_are_counted_only_where_its_rows_could_be_more():
     assert EventChunks(t, ["b", "a"], ["a", "b"], None, {}).distinct_keys(3) == 3   # 4 in fact
     assert EventChunks(t, ["a", "b"], ["a", "b"], None, {}).distinct_keys(7) == 7
     assert EventChunks(None, ["a"], ["a"], None, {}).distinct_keys(0) == 0
+    # a key Arrow cannot count (a struct) counts 0: the shard's own triggers decide then
+    s = t.append_column("s", pa.array([{"x": i % 2} for i in range(7)]))
+    assert EventChunks(s, ["s"], ["s"], None, {}).distinct_keys(3) == 0
+    assert EventChunks(s, ["s", "a"], ["s", "a"], None, {}).distinct_keys(3) == 3
 
 
 def test_a_key_that_has_no_order_is_a_clear_error():
