@@ -581,6 +581,11 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             self.stats_counters[f"{kind}_bytes"] += n
             self.stats_counters[f"{kind}_files"] += 1
 
+    @property
+    def flush_pending(self) -> bool:
+        """A flush is queued or running (stats()'s "flush_pending", without the rest)."""
+        return self._flush_queued or self._flushing
+
     def stats(self) -> dict:
         """Sizes and counters: memtables, levels, sequence numbers, bytes written by kind."""
         immutable, version = self._view
@@ -592,7 +597,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
             # records, from counts kept in memory (no I/O); until a compaction merges them,
             # overwritten versions and tombstones count too
             "immutable_records": sum(len(m) if type(m) is Memtable else m.ref.count for m in immutable),
-            "flush_pending": self._flush_queued or self._flushing,
+            "flush_pending": self.flush_pending,
             "levels": [{"level": i, "tables": len(run), "bytes": sum(t.ref.size for t in run),
                         "records": sum(t.ref.count for t in run)}
                        for i, run in enumerate((version.l0, *version.levels))],

@@ -255,7 +255,7 @@ class ShardState:
             self.keys_outgrew_cache()
         elif self.outgrown:
             # While the store flushes, the clean objects make room for it (FLUSHING_CACHE_SHARE).
-            share = FLUSHING_CACHE_SHARE if self.db.stats()["flush_pending"] else OUTGROWN_CACHE_SHARE
+            share = FLUSHING_CACHE_SHARE if self.db.flush_pending else OUTGROWN_CACHE_SHARE
             if self.cache.budget != self.memory // share:
                 self.cache.resize(self.memory // share)
 
@@ -273,7 +273,9 @@ class ShardState:
         are then smaller than they could be, for the shard's life in the process."""
         if self.outgrown:
             self.mind_shares()          # a flush may have ended since the last commit
-        elif _batch_keys(events, self.handles_fit()) > self.handles_fit():
+            return
+        fit = self.handles_fit()
+        if _batch_keys(events, fit) > fit:
             self.keys_outgrew_cache()
 
     def keys_outgrew_cache(self) -> None:

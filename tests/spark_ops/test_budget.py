@@ -328,12 +328,11 @@ def test_a_shard_whose_keys_outgrew_the_cache_gives_most_of_it_to_a_flush(monkey
     memory = memory_bytes(MEMORY)
     assert st.outgrown and st.cache.budget == memory // _runtime.OUTGROWN_CACHE_SHARE
     held = len(st.cache)
-    real = st.db.stats
-    monkeypatch.setattr(st.db, "stats", lambda: {**real(), "flush_pending": True})
+    monkeypatch.setattr(type(st.db), "flush_pending", property(lambda db: True))
     st.mind_shares()
     assert st.cache.budget == memory // _runtime.FLUSHING_CACHE_SHARE
     assert st.cache.nbytes <= st.cache.budget and len(st.cache) < held
-    monkeypatch.setattr(st.db, "stats", real)
+    monkeypatch.undo()
     st.mind_shares()
     assert st.cache.budget == memory // _runtime.OUTGROWN_CACHE_SHARE
     h.close()
