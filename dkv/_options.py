@@ -46,6 +46,9 @@ class Options:
     fsync: bool = True                    # local folders: fsync files and folders
     cache_dir: str | None = None          # s3: local folder caching SSTs
     cache_bytes: int | None = None        # s3: byte budget of that folder
+    range_read_cost: int | None = None    # s3: bytes a ranged GET is worth; an SST is read by range
+                                          # until that would cost its size, then fetched whole into
+                                          # cache_dir (None: 4 MiB; 0: whole at its first read)
     endpoint_url: str | None = None       # s3 options, else boto3's standard chain
     region_name: str | None = None
     aws_access_key_id: str | None = None
@@ -73,9 +76,10 @@ class Options:
         if opts.max_attempts is not None and (not isinstance(opts.max_attempts, int) or isinstance(
                 opts.max_attempts, bool) or opts.max_attempts < 1):
             raise ValueError(f"dkv option max_attempts must be a positive int, got {opts.max_attempts!r}")
-        if opts.part_bytes is not None and (not isinstance(opts.part_bytes, int) or isinstance(
-                opts.part_bytes, bool) or opts.part_bytes < 0):
-            raise ValueError(f"dkv option part_bytes must be an int >= 0, got {opts.part_bytes!r}")
+        for name in ("part_bytes", "range_read_cost"):
+            value = getattr(opts, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"dkv option {name} must be an int >= 0, got {value!r}")
         for name in ("connect_timeout", "read_timeout"):
             value = getattr(opts, name)
             if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import dkv
 from dkv.keys import key_prefix
+from dkv.storage import STORE_OPTIONS   # the dkv options that make the store, not the DB
 from objectspace import BLOOM_STRIP, SCHEMA_STATE, InPlaceChangeError, ObjectCache, ObjectSpace
 
 from . import _layout, _rows, _watermark
@@ -395,8 +396,6 @@ _CONFIG: dict = {}
 _LOCK = threading.Lock()
 
 
-STORE_OPTIONS = ("fsync", "cache_dir", "cache_bytes", "endpoint_url", "region_name", "aws_access_key_id",
-                 "aws_secret_access_key", "aws_session_token")
 
 
 def _store(location: str, dkv_options: dict):

@@ -5,7 +5,7 @@ overwrites an object: every file name is unique, and manifests are created with
 ``put_if_absent`` so two writers cannot both commit the same name. Two more have defaults
 built on the six that a store may do better: ``put_unreferenced`` (WAL segments and SSTs,
 which nothing reads before a manifest names them), ``put_if_absent_deferred`` with
-``sync`` (writer claims) and ``get_many``.
+``sync`` (writer claims), ``get_many`` and ``get_sized``.
 """
 from __future__ import annotations
 
@@ -69,6 +69,11 @@ class ObjectStore(abc.ABC):
     def sync(self, key: str) -> None:  # noqa: B027 - a no-op unless a store defers durability
         """Make an object created by ``put_if_absent_deferred`` durable (a no-op where it
         already is)."""
+
+    def get_sized(self, key: str, start: int | None = None, end: int | None = None) -> tuple[bytes, int | None]:
+        """``get``, and the object's size when the read tells it at no extra cost (S3: the
+        answer's Content-Range), else None."""
+        return self.get(key, start, end), None
 
     def get_many(self, keys: Iterable[str]) -> builtins.list[bytes]:
         """``get`` of every key, in order. A remote store fetches them concurrently."""

@@ -1,10 +1,21 @@
 """CachedStore: a local folder that keeps whole copies of immutable remote objects.
 
 SSTs in S3 are read in small ranges (a footer, a metadata segment, single blocks). Over
-the network each range is a round trip, so the first read of an SST fetches the whole
-object into a local cache folder and later reads are ``pread`` calls. The folder has a
-byte budget; the least recently used files are evicted. Only keys accepted by
-``cacheable`` are cached (dkv passes SSTs); everything else goes straight through.
+the network each range is a round trip, so an SST that is read much is fetched whole into a
+local cache folder and later reads are ``pread`` calls. The folder has a byte budget; the
+least recently used files are evicted. Only keys accepted by ``cacheable`` are cached (dkv
+passes SSTs); everything else goes straight through.
+
+When to fetch whole is a rent-or-buy choice, in time. With ``range_read_cost`` = 0 an
+object is fetched whole at its first read. Otherwise ``range_read_cost`` is what a round
+trip is worth in bytes (a GET's first-byte latency times the bandwidth of a whole fetch's
+parallel parts), so a ranged read costs that plus its bytes, and a whole fetch that plus
+the object's size. A range of an object not held locally is read from the remote store
+(renting) until the reads so far and this one would cost the object's size; then the
+object is fetched whole (buying). The rule spends at most about twice the time of the
+better choice made in hindsight: a table that a restart only probes (its tail: the bloom
+filter says no) or reads a few blocks of stays remote, one it reads much is fetched after
+a few reads, and a restart that touches every key fetches every table.
 """
 from __future__ import annotations
 
@@ -24,11 +35,14 @@ log = logging.getLogger(__name__)
 
 class CachedStore(_Forwarding):
     def __init__(self, inner: ObjectStore, cache_dir: str, budget_bytes: int = 1 << 30,
-                 cacheable: Callable[[str], bool] = lambda key: True) -> None:
+                 cacheable: Callable[[str], bool] = lambda key: True, range_read_cost: int = 0) -> None:
         super().__init__(inner)
         self.cache_dir = cache_dir
         self.budget = budget_bytes
         self.cacheable = cacheable
+        self.range_read_cost = range_read_cost
+        self._rented: dict[str, tuple[int, int | None]] = {}   # key -> (charges so far, size): ranged reads
+        self.ranged_reads = self.ranged_bytes = 0
         os.makedirs(cache_dir, exist_ok=True)
         self._files: OrderedDict[str, int] = OrderedDict()   # local path -> size, LRU order
         self._bytes = 0
@@ -40,7 +54,7 @@ class CachedStore(_Forwarding):
         up = self.inner.parent()
         if up is None:
             return None
-        return CachedStore(up[0], self.cache_dir, self.budget, self.cacheable), up[1]
+        return CachedStore(up[0], self.cache_dir, self.budget, self.cacheable, self.range_read_cost), up[1]
 
     def _local(self, key: str) -> str:
         digest = hashlib.sha1(f"{self.inner.location}/{key}".encode()).hexdigest()
@@ -55,6 +69,10 @@ class CachedStore(_Forwarding):
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         if not self.cacheable(key):
             return self.inner.get(key, start, end)
+        if self.range_read_cost and (start is not None or end is not None):
+            data = self._rent(key, start, end)
+            if data is not None:
+                return data
         for attempt in range(3):
             path = self._ensure(key)
             try:
@@ -68,6 +86,36 @@ class CachedStore(_Forwarding):
                     if path in self._files and not os.path.exists(path):
                         self._bytes -= self._files.pop(path)
         return self.inner.get(key, start, end)
+
+    def _rent(self, key: str, start: int | None, end: int | None) -> bytes | None:
+        """Bytes ``[start, end)`` read by range from the remote store, or None when the
+        object is local (or being fetched) or fetching it whole is now the cheaper way."""
+        path = self._local(key)
+        cost = self.range_read_cost
+        with self._lock:
+            if path in self._files or path in self._fetching:
+                return None
+            charged, size = self._rented.get(key, (0, None))
+        if size is not None:
+            lo, hi = clip_range(size, start, end)
+            if charged + (hi - lo) >= size:     # (both choices pay this read's round trip)
+                return None
+        data, total = self.inner.get_sized(key, start, end)
+        if total is None and size is None:
+            total = self.inner.size(key)
+        if total is not None and (start or 0) <= 0 and len(data) >= total:
+            self._store_local(path, data)       # the range was the whole object: keep it
+            with self._lock:
+                self._rented.pop(key, None)
+            return data
+        with self._lock:
+            if len(self._rented) >= 100_000:    # keys never fetched whole nor deleted here
+                self._rented.clear()
+            was, known = self._rented.get(key, (0, None))
+            self._rented[key] = (was + len(data) + cost, known if total is None else total)
+            self.ranged_reads += 1
+            self.ranged_bytes += len(data)
+        return data
 
     def _ensure(self, key: str) -> str:
         path = self._local(key)
@@ -89,6 +137,7 @@ class CachedStore(_Forwarding):
         finally:
             with self._lock:
                 self._fetching.pop(path).set()
+                self._rented.pop(key, None)
 
     def put(self, key: str, data: bytes) -> None:
         self.inner.put(key, data)
@@ -119,6 +168,7 @@ class CachedStore(_Forwarding):
         self.inner.delete(key)
         path = self._local(key)
         with self._lock:
+            self._rented.pop(key, None)
             size = self._files.pop(path, None)
             if size is not None:
                 self._bytes -= size

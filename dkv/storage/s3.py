@@ -256,6 +256,13 @@ class S3Store(ObjectStore):
             return self._get_in_parts(key)
         return self._read(key, start, end)[0]
 
+    def get_sized(self, key: str, start: int | None = None, end: int | None = None) -> tuple[bytes, int | None]:
+        """``get``, and the object's size from the answer's Content-Range (one request)."""
+        if start is None and end is None:
+            data = self.get(key)
+            return data, len(data)
+        return self._read(key, start, end)
+
     def _get_in_parts(self, key: str) -> bytes:
         part = self.part_bytes
         first, total = self._read(key, 0, part, whole=True)

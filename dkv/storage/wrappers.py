@@ -77,6 +77,9 @@ class PrefixStore(_Forwarding):
     def get_many(self, keys: Iterable[str]) -> builtins.list[bytes]:
         return self.inner.get_many([self.prefix + key for key in keys])
 
+    def get_sized(self, key: str, start: int | None = None, end: int | None = None) -> tuple[bytes, int | None]:
+        return self.inner.get_sized(self.prefix + key, start, end)
+
     def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         n = len(self.prefix)
         return [(k[n:], s) for k, s in self.inner.list(self.prefix + prefix)]

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import dkv
 from dkv.keys import key_prefix
+from dkv.storage import STORE_OPTIONS
 
 from .._layout import SCHEMA_STATE
 from ..errors import ObjectSpaceError
@@ -125,9 +126,7 @@ class InstanceRef:
 
 
 def _store_options(dkv_options: dict) -> dict:
-    keys = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key", "aws_session_token",
-            "cache_dir", "cache_bytes", "fsync")
-    return {k: v for k, v in dkv_options.items() if k in keys}
+    return {k: v for k, v in dkv_options.items() if k in STORE_OPTIONS}
 
 
 def find_instances(location: str | os.PathLike[str] | dkv.ObjectStore, *, epoch: int | None = None,

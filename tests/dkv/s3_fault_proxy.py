@@ -23,7 +23,12 @@ Faults:
 entry replaces ``"*"``); ``proxy.force("GET", "500", "500")`` makes the next requests of a kind
 fail in that order, whatever the rates; ``proxy.down()`` refuses every connection (the listening
 socket is closed) until ``proxy.up()``. ``proxy.log`` is a list of ``(kind, method, path, fault)``
-for each request; ``proxy.counts()`` sums it up.
+for each request; ``proxy.counts()`` sums it up, and ``proxy.sent`` counts the body bytes
+answered per kind.
+
+A network, for benchmarks: ``latency_seconds`` delays every answer (a round trip's
+first-byte latency) and ``bytes_per_second`` paces each answer's body (one connection's
+bandwidth); both 0 by default.
 """
 from __future__ import annotations
 
@@ -58,6 +63,9 @@ class FaultProxy:
         self.upstream = (u.hostname, u.port)
         self.rng = random.Random(seed)
         self.delay_seconds = delay_seconds
+        self.latency_seconds = 0.0
+        self.bytes_per_second = 0.0
+        self.sent: collections.Counter = collections.Counter()
         self.rates: dict = {}
         self.forced: dict = collections.defaultdict(collections.deque)
         self.log: list = []
@@ -299,6 +307,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             self.connection.close()
             raise _Abort()
+        if p.latency_seconds or p.bytes_per_second:
+            p._stop.wait(p.latency_seconds + (len(data) / p.bytes_per_second if p.bytes_per_second else 0))
+        with p._lock:
+            p.sent[kind] += len(data)
         self.wfile.write(data)
         self.wfile.flush()
 

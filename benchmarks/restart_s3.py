@@ -1,0 +1,152 @@
+"""What a restart on S3 reads before its first batch is done: lazy tables against whole ones.
+
+    scripts/env.sh python benchmarks/restart_s3.py                       # 20,000 keys, quick
+    scripts/env.sh python benchmarks/restart_s3.py --keys 100000 --latency-ms 20 --mbps 50
+
+Writes the state of ``--keys`` keys as a buffer operator keeps it (a queue of ``--items``
+rows each, in objectspace on dkv) to a moto S3 server over HTTP, as a long run leaves it
+(checkpointed, flushed and compacted into tables), then restarts it as a new machine would:
+a fresh process and an empty local cache folder, through a proxy that gives every request
+``--latency-ms`` of first-byte latency and each connection ``--mbps`` of bandwidth. The
+restarted space reads (and appends one row to) ``--fractions`` of the keys, as a first batch
+that touches those keys would, and checkpoints. Each fraction runs with the SSTs fetched whole
+at their first read (``range_read_cost=0``, dkv before issue 34's restart item) and with
+dkv's default (tables read by range while that costs less than fetching them, then fetched
+whole in parallel parts), in alternating order, and the table prints the GETs, the bytes
+they answered, and the seconds from open to the checkpoint's end, as ratios lazy/whole.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+BUCKET = "restart-bench"
+
+
+def _row(rng: random.Random, key: int, i: int) -> dict:
+    return {"user": key, "ts": 1_700_000_000_000 + i, "value": rng.random(), "page": f"/p/{rng.randrange(1000)}"}
+
+
+def build(endpoint: str, url: str, keys: int, items: int) -> dict:
+    """The state, checkpointed, flushed and compacted; its tables' count and bytes."""
+    from objectspace import ObjectSpace
+    rng = random.Random(1)
+    t0 = time.perf_counter()
+    with ObjectSpace.open(url, endpoint_url=endpoint, max_replay_bytes=1) as space:
+        for k in range(keys):
+            q = space.get_or_create_queue(("u", k))
+            q.extend(_row(rng, k, i) for i in range(items))
+            if k % 20_000 == 19_999:
+                space.checkpoint()
+        space.checkpoint()
+        space.db.compact(full=True)
+        space.db.wait_idle()
+        space.checkpoint()
+        levels = space.db.stats()["levels"]
+    return {"tables": sum(lv["tables"] for lv in levels), "table_bytes": sum(lv["bytes"] for lv in levels),
+            "build_s": round(time.perf_counter() - t0, 1)}
+
+
+def restart(endpoint: str, url: str, keys: int, fraction: float, cost: int | None, cache_dir: str) -> dict:
+    """One restart (run in a fresh process): open, touch the fraction's keys, checkpoint."""
+    from objectspace import ObjectSpace
+    rng = random.Random(2)
+    touched = rng.sample(range(keys), max(1, round(keys * fraction)))
+    opts = {} if cost is None else {"range_read_cost": cost}
+    t0 = time.perf_counter()
+    with ObjectSpace.open(url, endpoint_url=endpoint, cache_dir=cache_dir, **opts) as space:
+        n = 0
+        for k in touched:
+            q = space.get_or_create_queue(("u", k))
+            n += len(list(q))
+            q.append(_row(rng, k, 10_000))
+        space.checkpoint()
+    return {"seconds": time.perf_counter() - t0, "items_read": n}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--keys", type=int, default=20_000)
+    ap.add_argument("--items", type=int, default=20)
+    ap.add_argument("--fractions", default="0.0005,0.005,0.05,1")
+    ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--mbps", type=float, default=50.0, help="one connection's bandwidth, MB/s")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--_restart", help=argparse.SUPPRESS)      # a child: JSON of restart()'s arguments
+    args = ap.parse_args()
+    if args._restart:
+        print(json.dumps(restart(**json.loads(args._restart))))
+        return
+
+    from tests import s3_support
+    os.environ.update(s3_support.AWS_ENV)
+    work = tempfile.mkdtemp(prefix="restart-s3-")
+    moto, endpoint = s3_support.start_moto(os.path.join(work, "moto.log"))
+    proxy = s3_support.fault_proxy_class()(endpoint)
+    try:
+        import boto3
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
+        url = f"s3://{BUCKET}/state-{uuid.uuid4().hex[:8]}"
+        state = build(endpoint, url, args.keys, args.items)
+        print(f"state: {args.keys:,} keys x {args.items} rows, {state['tables']} tables, "
+              f"{state['table_bytes'] / 1e6:.1f} MB (built in {state['build_s']} s)", flush=True)
+        proxy.latency_seconds = args.latency_ms / 1000
+        proxy.bytes_per_second = args.mbps * 1e6
+        results = []
+        for fraction in [float(f) for f in args.fractions.split(",")]:
+            for r in range(args.rounds):
+                for cost in ((0, None) if r % 2 == 0 else (None, 0)):
+                    cache = os.path.join(work, f"cache-{uuid.uuid4().hex[:8]}")     # a new machine's
+                    proxy.log.clear()
+                    proxy.sent.clear()
+                    child = json.dumps({"endpoint": proxy.endpoint, "url": url, "keys": args.keys,
+                                        "fraction": fraction, "cost": cost, "cache_dir": cache})
+                    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--_restart", child],
+                                         check=True, capture_output=True, text=True, cwd=ROOT)
+                    res = json.loads(out.stdout.strip().splitlines()[-1])
+                    gets = sum(1 for kind, *_ in proxy.log if kind == "GET")
+                    results.append({"fraction": fraction, "round": r, "mode": "whole" if cost == 0 else "lazy",
+                                    "gets": gets, "get_bytes": proxy.sent["GET"], **res})
+                    shutil.rmtree(cache, ignore_errors=True)
+                    print(f"  {fraction:g} {results[-1]['mode']}: {gets} GETs, {proxy.sent['GET'] / 1e6:.2f} MB, "
+                          f"{res['seconds']:.2f} s", flush=True)
+        _table(args, state, results)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"args": vars(args), "state": state, "results": results}, f, indent=1)
+    finally:
+        proxy.close()
+        s3_support.stop(moto)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _table(args, state: dict, results: list) -> None:
+    print("\n| keys touched | whole: GETs, MB, s | lazy: GETs, MB, s | lazy / whole (GETs, bytes, time) |")
+    print("|---|---|---|---|")
+    for fraction in dict.fromkeys(r["fraction"] for r in results):
+        def med(mode: str, field: str) -> float:
+            vals = sorted(r[field] for r in results if r["fraction"] == fraction and r["mode"] == mode)
+            return vals[len(vals) // 2]
+        w = [med("whole", f) for f in ("gets", "get_bytes", "seconds")]
+        z = [med("lazy", f) for f in ("gets", "get_bytes", "seconds")]
+        print(f"| {fraction:g} ({max(1, round(args.keys * fraction)):,}) | {w[0]:.0f}, {w[1] / 1e6:.2f}, {w[2]:.2f} "
+              f"| {z[0]:.0f}, {z[1] / 1e6:.2f}, {z[2]:.2f} | {z[0] / max(w[0], 1):.2f}, "
+              f"{z[1] / max(w[1], 1):.3f}, {z[2] / w[2]:.2f} |")
+    print(f"\n{state['tables']} tables, {state['table_bytes'] / 1e6:.1f} MB; {args.latency_ms:g} ms a request, "
+          f"{args.mbps:g} MB/s a connection")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""SSTs on S3 read lazily (issue 34, Restart): a table that a restart touches little is read
+by range; one it reads much is fetched whole into the local cache, once its ranged reads
+would cost its size (CachedStore's rent-or-buy, ``range_read_cost``). Over the moto server,
+through the fault proxy, which counts the GETs."""
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+import dkv
+from dkv.storage import CachedStore, S3Store
+
+pytestmark = pytest.mark.s3
+
+
+def _s3(proxy, s3_server, prefix: str) -> S3Store:
+    return S3Store(s3_server.bucket, prefix, endpoint_url=proxy.endpoint, region_name="us-east-1",
+                   max_attempts=4, read_timeout=60, retry_delay=0.01)
+
+
+def _gets(proxy) -> int:
+    return sum(1 for kind, *_ in proxy.log if kind == "GET")
+
+
+def test_a_table_read_little_is_read_by_range_then_fetched_whole(s3_fault_proxy, s3_server, tmp_path):
+    proxy = s3_fault_proxy
+    inner = _s3(proxy, s3_server, "lazy-" + uuid.uuid4().hex)
+    data = random.Random(1).randbytes(512 * 1024)
+    inner.put("t.sst", data)
+    store = CachedStore(inner, str(tmp_path / "cache"), 1 << 30, cacheable=lambda k: k.endswith(".sst"),
+                        range_read_cost=64 * 1024)
+    proxy.log.clear()
+    # Each 4 KiB read is charged 4 KiB + 64 KiB; a read is rented while the charges before
+    # it and its bytes stay under the object's 512 KiB: eight reads...
+    for i in range(8):
+        lo = i * 60_000
+        assert store.get("t.sst", lo, lo + 4096) == data[lo:lo + 4096]
+    assert _gets(proxy) == 8 and store.ranged_reads == 8 and store.ranged_bytes == 8 * 4096
+    assert store.cached_bytes == 0
+    # ... and the ninth buys: the object is fetched whole (one GET, within a part), and every
+    # later read is local.
+    assert store.get("t.sst", 500_000, 500_100) == data[500_000:500_100]
+    assert _gets(proxy) == 9 and store.cached_bytes == len(data)
+    assert store.get("t.sst", 0, 10) == data[:10] and store.get("t.sst") == data
+    assert _gets(proxy) == 9 and store.ranged_reads == 8
+
+
+def test_a_range_that_is_the_whole_object_is_kept(s3_fault_proxy, s3_server, tmp_path):
+    proxy = s3_fault_proxy
+    inner = _s3(proxy, s3_server, "lazy-" + uuid.uuid4().hex)
+    inner.put("small.sst", b"s" * 3000)
+    inner.put("wal.seg", b"w" * 3000)
+    store = CachedStore(inner, str(tmp_path / "cache"), 1 << 30, cacheable=lambda k: k.endswith(".sst"),
+                        range_read_cost=1 << 20)
+    proxy.log.clear()
+    assert store.get("small.sst", 0, 64 * 1024) == b"s" * 3000     # a table's tail read past its size
+    assert store.cached_bytes == 3000 and store.ranged_reads == 0
+    assert store.get("small.sst", 100, 200) == b"s" * 100
+    assert store.get("wal.seg", 10, 20) == b"w" * 10 and store.get("wal.seg", 10, 20) == b"w" * 10
+    assert _gets(proxy) == 3                # not cacheable: every read goes to S3, as before
+    store.delete("small.sst")
+    assert store.cached_bytes == 0 and inner.size("small.sst") is None
+
+
+def _state(location, n: int, seed: int = 7) -> dict:
+    """A store of n keys in several SSTs at a checkpoint; the model of its contents."""
+    rng = random.Random(seed)
+    model = {}
+    db = dkv.open(location, table_bytes=512 * 1024, memtable_bytes=1 << 20, block_bytes=1024,
+                  background=False)
+    for i in range(n):
+        key = b"user-%06d" % i
+        model[key] = rng.randbytes(rng.randrange(20, 120))
+        db.put(key, model[key])
+    db.checkpoint(1, flush=True).wait()
+    db.close()
+    return model
+
+
+def test_a_restart_that_touches_few_keys_reads_blocks_and_one_that_touches_all_fetches_tables(
+        s3_fault_proxy, s3_server, tmp_path):
+    proxy = s3_fault_proxy
+    inner = _s3(proxy, s3_server, "restart-" + uuid.uuid4().hex)
+    model = _state(CachedStore(inner, str(tmp_path / "writer"), cacheable=lambda k: k.endswith(".sst")), 40_000)
+    tables = {k: s for k, s in inner.list() if k.endswith(".sst")}
+    assert len(tables) >= 4 and min(tables.values()) > 256 * 1024, tables
+
+    # A fresh machine (an empty cache folder) reads five keys: a few ranged GETs per table.
+    store = CachedStore(inner, str(tmp_path / "fresh"), cacheable=lambda k: k.endswith(".sst"),
+                        range_read_cost=16 * 1024)
+    db = dkv.open(store, read_only=True)
+    proxy.log.clear()
+    few = random.Random(3).sample(sorted(model), 5)
+    assert [db.get(k) for k in few] == [model[k] for k in few]
+    assert store.cached_bytes == 0 and 0 < store.ranged_reads <= _gets(proxy)
+    assert store.ranged_bytes < sum(tables.values()) / 4
+    # Reading every key fetches each table whole once its ranged reads would cost its size;
+    # a table then costs at most its size in ranged reads first (about twice its bytes in all).
+    assert all(db.get(k) == v for k, v in model.items())
+    assert store.cached_bytes == sum(tables.values())
+    assert store.ranged_bytes + 16 * 1024 * store.ranged_reads < 2 * sum(tables.values())
+    db.close()
+
+    # range_read_cost=0: each table whole at its first read, as before.
+    eager = CachedStore(inner, str(tmp_path / "eager"), cacheable=lambda k: k.endswith(".sst"))
+    db = dkv.open(eager, read_only=True)
+    assert [db.get(k) for k in few] == [model[k] for k in few]
+    assert eager.ranged_reads == 0 and eager.cached_bytes > store.ranged_bytes
+    db.close()
+
+
+def test_the_option_reaches_the_store_of_an_s3_url_and_bad_values_are_named(s3_server, tmp_path):
+    from dkv.storage import RANGE_READ_COST, open_store
+    url = f"s3://{s3_server.bucket}/opt-{uuid.uuid4().hex}"
+    assert open_store(url, cache_dir=str(tmp_path / "c")).range_read_cost == RANGE_READ_COST == 4 << 20
+    assert open_store(url, cache_dir=str(tmp_path / "c"), range_read_cost=0).range_read_cost == 0
+    model = _state(url, 3000)
+    db = dkv.open(url, read_only=True, cache_dir=str(tmp_path / "c"), range_read_cost=4096)
+    key = sorted(model)[1234]
+    assert db.get(key) == model[key]
+    db.close()
+    for bad in (-1, 1.5, True, "1m"):
+        with pytest.raises(ValueError, match=r"range_read_cost must be an int >= 0, got"):
+            dkv.open(url, range_read_cost=bad)
+
+
+def test_ranged_reads_of_remote_objects_answer_as_the_store_does(s3_server, tmp_path):
+    """The ranges of the storage contract, each read by range from S3 (nothing local yet),
+    answer the same bytes as a slice: clipped at the end, empty past it."""
+    inner = S3Store(s3_server.bucket, "lazy-contract-" + uuid.uuid4().hex)
+    data = bytes(range(256)) * 4
+    n = len(data)
+    cases = [(0, 1), (10, 20), (n - 1, n), (None, 5), (5, None), (n - 4, n + 100), (n + 10, n + 20), (n, None),
+             (7, 7)]
+    for i, (start, end) in enumerate(cases):
+        inner.put(f"o{i}.sst", data)
+        store = CachedStore(inner, str(tmp_path / f"c{i}"), cacheable=lambda k: k.endswith(".sst"),
+                            range_read_cost=10 * n)
+        assert store.get(f"o{i}.sst", start, end) == data[start:end], (start, end)
+        assert store.get(f"o{i}.sst") == data
+    inner.put("empty.sst", b"")
+    store = CachedStore(inner, str(tmp_path / "e"), cacheable=lambda k: k.endswith(".sst"), range_read_cost=10)
+    assert store.get("empty.sst", 0, 10) == b"" and store.get("empty.sst") == b""
