@@ -59,7 +59,7 @@ class Store:
         if kind == "notebook":          # ObjectSpace.open's defaults (RFC 0006, 0007)
             self.space = ObjectSpace.open(self.path, fsync=False, **dkv_options)
         else:                           # the options a spark_ops operator's state uses
-            from spark_ops._runtime import DKV_OPTIONS
+            from spark_ops._budget import DKV_OPTIONS
             self.db = dkv.open(self.path, fsync=False, **{**DKV_OPTIONS, **dkv_options})
             self.space = ObjectSpace(self.db)
         self.epoch = 0

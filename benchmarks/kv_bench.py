@@ -690,7 +690,7 @@ def _walk_delta(path, before):
 
 
 def run_churn(args, root) -> dict:
-    from spark_ops._runtime import DKV_OPTIONS
+    from spark_ops._budget import DKV_OPTIONS
     options = dict(DKV_OPTIONS) if args.churn_options == "spark" else {}
     memtable = options.get("memtable_bytes", dkv.Options().memtable_bytes)
     stores = []
@@ -772,7 +772,7 @@ def run_churn(args, root) -> dict:
 # -- long run: few overwritten keys, many checkpoints -------------------------------------
 
 def run_long(args, root) -> dict:
-    from spark_ops._runtime import DKV_OPTIONS
+    from spark_ops._budget import DKV_OPTIONS
     out = {"checkpoints": args.long_checkpoints, "keys": args.long_keys, "runs": {}}
     for label in args.long_options:
         options = dict(DKV_OPTIONS) if label == "spark" else {}

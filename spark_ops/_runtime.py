@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 import dkv
 from dkv.keys import key_prefix
 from dkv.storage import STORE_OPTIONS   # the dkv options that make the store, not the DB
-from objectspace import BLOOM_STRIP, SCHEMA_STATE, InPlaceChangeError, ObjectCache, ObjectSpace
+from objectspace import SCHEMA_STATE, InPlaceChangeError, ObjectCache, ObjectSpace
 
 from . import _layout, _rows, _watermark
+from ._budget import (DEFAULT_MEMORY, DKV_OPTIONS, FLUSHING_CACHE_SHARE, OUTGROWN_CACHE_SHARE,
+                      OUTGROWN_SPILL_SHARE, SPILL_SHARE, batch_keys, budget, spill_events)
 from ._progress import resident_bytes
 from ._keys import user_key
 from ._opened import _SHARDS, close, keep, take  # noqa: F401 - _SHARDS: tests look at the kept states
@@ -37,21 +39,6 @@ TIMER_ROUNDS = 1000
 """Rounds of firing due timers in one batch: on_timer may register timers due at once."""
 CHUNK_EVENTS = 1 << 14      # events per chunk of a batch (a list is cut so; see _chunked)
 OUT_CHUNK = 1 << 10         # emitted rows converted at once when the caller converts (a row may hold a whole buffer)
-DEFAULT_MEMORY = 512 << 20
-# Big tables (few objects per checkpoint, small manifests), 64 KiB blocks (they compress
-# ~1.4x better than 16 KiB ones; reads of a shard's state are mostly scans), one sorted run
-# below L0 (level_base_bytes past any shard's state: every compaction is L0 + L1 -> L1,
-# which drops tombstones), and up to 32 checkpoint intervals in memory before a flush, so
-# that the values of queue slots appended and popped within them never reach an SST (RFC 0005).
-# Slot records share one bloom entry per object (objectspace.BLOOM_STRIP): a shard's filters
-# then grow with its objects, not its records (17 MB -> 1 MB at 500,000 buffers of 20).
-# A shard seals a memtable every few hundred thousand events at big state, faster than the
-# upload thread encodes them while the operator holds the GIL: one sealed memtable may wait
-# for its encoding (each is a dict of memtable_bytes, ~10x its segment), not four.
-DKV_OPTIONS = dict(retain=3, pace=1.5, table_bytes=8 << 20, block_bytes=64 << 10, level_base_bytes=1 << 30,
-                   flush_segments=32, bloom_strip=BLOOM_STRIP, max_sealed_memtables=1)
-
-
 def keys_descending(batch: int) -> bool:
     """Whether batch ``batch`` meets its keys in descending order (key group, then key; a
     key's own rows stay in their order): the odd batches do, the even ones ascend. Each batch
@@ -61,54 +48,6 @@ def keys_descending(batch: int) -> bool:
     its next use and reload them all (RFC 0012, *Keys in alternating order*). Derived from the
     batch id, so a batch run again meets its keys in the same order."""
     return batch % 2 == 1
-
-
-def budget(memory: int) -> tuple[dict, int]:
-    """A shard's memory budget split: dkv options (active memtable, immutable memtables,
-    block cache) and the object cache's bytes. Half goes to the clean objects the operator
-    uses (those it dirtied between early saves are another eighth, SPILL_SHARE), half to
-    dkv; a flush or compaction builds one output table in memory: table_bytes is at most an
-    eighth too. Once a shard's keys outgrow the smaller cache share (a batch meets more
-    keys than it holds handles, or the cache holds more handles than that or dropped whole
-    objects: ShardState.mind_shares, meet_keys), the objects' shares shrink to a quarter
-    and a thirty-second (ShardState.keys_outgrew_cache):
-    objects that reload and die by the hundred thousand a batch cost the process far more
-    than their bytes (the allocator's pools around them, the rows dirty objects hold between
-    early saves). Measured on Spark at 1,000,000 keys (RFC 0012, *Steps 7 and 8*): with the
-    first shares a host peaked 1.81-1.83x its budget above its peak at 1,000 keys, switching
-    to the second within the first batch 1.32x, with the second from the first event (the
-    batch's keys counted first) 1.08-1.13x without a flush in the batch, 1.34-1.39x with
-    one, 1.23x with the cache giving way to the flush (FLUSHING_CACHE_SHARE); at 100,000
-    keys, whose handles fit, the second shares would cost 11-28% of a batch."""
-    share = max(1 << 20, memory // 8)
-    return (dict(memtable_bytes=share, flush_bytes=2 * share, block_cache_bytes=share,
-                 table_bytes=min(DKV_OPTIONS["table_bytes"], share)), memory // 2)
-
-
-SPILL_SHARE = 8
-"""A shard saves early once the objects its events dirtied would fill memory // SPILL_SHARE
-(their estimate: two items an event)."""
-OUTGROWN_CACHE_SHARE = 4
-OUTGROWN_SPILL_SHARE = 32
-"""The object cache's and the early saves' shares (memory // these) once a shard's keys
-outgrew its cache. What the events between two early saves hold (the rows, the dirty
-handles, the write batch that saves them) costs the process ~2.5x its estimate then: each
-halving (an eighth, a sixteenth, a thirty-second) took 80-90 MB off a host's peak at
-1,000,000 keys and memory="512m" (RFC 0012, *Step 7*)."""
-
-FLUSHING_CACHE_SHARE = 16
-"""The object cache's share (memory // this) while the store of a shard whose keys outgrew
-the cache flushes: a flush holds its sources until it publishes, the writer's memtables wait
-longer for their encoding meanwhile, and the flush's own buffers come on top (~110-160 MB
-over a batch without one at 1,000,000 keys and memory="512m"); the clean objects give
-back three quarters of their share until it ends, and the flush's allocations reuse their
-memory. A host's peak with a flush in the batch: 820-844 MB with the cache at a quarter,
-774 at an eighth, 759 at a sixteenth (RFC 0012, *Step 8*)."""
-
-
-def spill_events(memory: int, share: int, item_bytes: int) -> int:
-    """Events between early saves: the dirty objects they make fit in memory // share."""
-    return max(1000, memory // share // (2 * item_bytes))
 
 
 @dataclass
@@ -276,7 +215,7 @@ class ShardState:
             self.mind_shares()          # a flush may have ended since the last commit
             return
         fit = self.handles_fit()
-        if _batch_keys(events, fit) > fit:
+        if batch_keys(events, fit) > fit:
             self.keys_outgrew_cache()
 
     def keys_outgrew_cache(self) -> None:
@@ -540,16 +479,6 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
                      json.dumps(metrics).encode())
     log.info("spark_ops shard %d batch %d: %s", shard, batch, metrics)
     return emitted, metrics
-
-
-def _batch_keys(events, beyond: int) -> int:
-    """How many keys ``events`` (run_shard_batch's) hold, counted only if they have more
-    than ``beyond`` rows (else their row count, an upper bound); 0 when not known (an
-    iterable of lists other than the worker's EventChunks is not iterated twice)."""
-    if isinstance(events, list):
-        return len(events) if len(events) <= beyond else len({e[1] for e in events})
-    count = getattr(events, "distinct_keys", None)
-    return 0 if count is None else count(beyond)
 
 
 def _chunked(events):

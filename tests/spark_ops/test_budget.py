@@ -2,7 +2,7 @@
 still exactly the model's, every part of the budget holds (checked after every batch and,
 from inside the operator, during the batches), and a restart from the state folder goes on.
 
-The budget split (spark_ops/_runtime.py ``budget``, docs/spark_ops.md "Memory"), for memory M:
+The budget split (spark_ops/_budget.py ``budget``, docs/spark_ops.md "Memory"), for memory M:
   * object cache (objectspace.ObjectCache of clean objects): M / 2, M / 4 once the shard's
     keys outgrew it (it dropped whole objects). Eviction runs whenever its accounted bytes
     pass the budget (down to 80%), so ``cache.nbytes <= cache.budget`` holds after every use
@@ -26,7 +26,7 @@ import pytest
 
 from objectspace import ObjectCache
 
-from spark_ops import _runtime
+from spark_ops import _budget, _runtime
 from spark_ops._units import memory_bytes
 from spark_ops.operator import Operator
 from spark_ops.operators import Buffer
@@ -92,7 +92,7 @@ def check_budget(where: str, m: dict, limits: dict) -> None:
 def test_a_small_memory_budget_is_respected_with_many_keys(tmp_path):
     memory = memory_bytes(MEMORY)
     assert memory == 8 << 20
-    dkv_budget, cache_budget = _runtime.budget(memory)
+    dkv_budget, cache_budget = _budget.budget(memory)
     limits = {"cache": cache_budget, "memtable": dkv_budget["memtable_bytes"],
               "immutable": 2 * dkv_budget["flush_bytes"], "block_cache": dkv_budget["block_cache_bytes"]}
     assert limits == {"cache": 4 << 20, "memtable": 1 << 20, "immutable": 4 << 20, "block_cache": 1 << 20}
@@ -123,8 +123,8 @@ def test_a_small_memory_budget_is_respected_with_many_keys(tmp_path):
         states.append(st)
         # the keys outgrew the cache in the first batch: from then on a quarter of the budget,
         # a sixteenth while the store flushes (the commit may leave one running)
-        assert st.outgrown and st.cache.budget in (memory // _runtime.OUTGROWN_CACHE_SHARE,
-                                                   memory // _runtime.FLUSHING_CACHE_SHARE)
+        assert st.outgrown and st.cache.budget in (memory // _budget.OUTGROWN_CACHE_SHARE,
+                                                   memory // _budget.FLUSHING_CACHE_SHARE)
         assert {k: st.db.opts.__dict__[k] for k in dkv_budget} == dkv_budget
         check_budget(f"after batch {b}", measure(st), limits)
         assert len(op.samples) >= len(rows) // SAMPLE_EVERY
@@ -215,11 +215,11 @@ def test_keys_that_outgrow_the_budget_reload_only_what_does_not_fit(tmp_path):
         evicted.append(m["objects_evicted"])
     fits = min(held[1:])
     assert 1_000 < fits < keys // 2, held           # the cache holds some of the keys, not most
-    # keys that outgrow the cache shrink the objects' shares (spark_ops/_runtime.py budget())
+    # keys that outgrow the cache shrink the objects' shares (spark_ops/_budget.py budget())
     st = _runtime._SHARDS[(h.spec.state, 0, 1)]
     memory = memory_bytes(MEMORY)
-    assert st.outgrown and st.cache.budget == memory // _runtime.OUTGROWN_CACHE_SHARE
-    assert st.spill_events == _runtime.spill_events(memory, _runtime.OUTGROWN_SPILL_SHARE, st.cache.item_bytes)
+    assert st.outgrown and st.cache.budget == memory // _budget.OUTGROWN_CACHE_SHARE
+    assert st.spill_events == _budget.spill_events(memory, _budget.OUTGROWN_SPILL_SHARE, st.cache.item_bytes)
     # batches 1-3 reload about the keys that did not fit, not all of them
     assert all(e <= keys - fits // 2 for e in evicted[1:]), (evicted, held)
     assert all(e > 0 for e in evicted), evicted
@@ -278,10 +278,10 @@ def test_a_shard_whose_keys_fit_keeps_the_larger_shares():
     st = _runtime._SHARDS[(h.spec.state, 0, 1)]
     memory = memory_bytes(MEMORY)
     assert st.cache.evictions == 0 and not st.outgrown
-    assert st.cache.budget == _runtime.budget(memory)[1] == memory // 2
+    assert st.cache.budget == _budget.budget(memory)[1] == memory // 2
     opened_with = ObjectCache(1).item_bytes     # the per-item cost a new cache starts from
-    assert st.spill_events == _runtime.spill_events(memory, _runtime.SPILL_SHARE, opened_with)
-    assert st.spill_events > _runtime.spill_events(memory, _runtime.OUTGROWN_SPILL_SHARE, opened_with)
+    assert st.spill_events == _budget.spill_events(memory, _budget.SPILL_SHARE, opened_with)
+    assert st.spill_events > _budget.spill_events(memory, _budget.OUTGROWN_SPILL_SHARE, opened_with)
     h.close()
 
 
@@ -308,12 +308,12 @@ def test_a_batch_that_meets_more_keys_than_the_smaller_cache_holds_starts_with_t
     (8 MiB: 2 MiB, ~3,000 handles) switch the shares before the first event; more rows than
     that but fewer keys do not."""
     memory = memory_bytes(MEMORY)
-    fit = ObjectCache.handles_within(memory // _runtime.OUTGROWN_CACHE_SHARE)
+    fit = ObjectCache.handles_within(memory // _budget.OUTGROWN_CACHE_SHARE)
     assert keys * per_key > fit and (keys > fit) == outgrown
     op = FirstLook(count=1_000, key_columns=("k",))
     h = OperatorHarness(op, key="k", partitions=1, memory=MEMORY)
     h.run_batch([{"k": f"k{i:05d}", "v": j} for i in range(keys) for j in range(per_key)])
-    share = memory // _runtime.OUTGROWN_CACHE_SHARE if outgrown else memory // 2
+    share = memory // _budget.OUTGROWN_CACHE_SHARE if outgrown else memory // 2
     assert op.first == [(outgrown, share)]
     h.close()
 
@@ -326,13 +326,13 @@ def test_a_shard_whose_keys_outgrew_the_cache_gives_most_of_it_to_a_flush(monkey
     h.run_batch([{"k": f"k{i:05d}", "v": 0} for i in range(4_000)])
     st = _runtime._SHARDS[(h.spec.state, 0, 1)]
     memory = memory_bytes(MEMORY)
-    assert st.outgrown and st.cache.budget == memory // _runtime.OUTGROWN_CACHE_SHARE
+    assert st.outgrown and st.cache.budget == memory // _budget.OUTGROWN_CACHE_SHARE
     held = len(st.cache)
     monkeypatch.setattr(type(st.db), "flush_pending", property(lambda db: True))
     st.mind_shares()
-    assert st.cache.budget == memory // _runtime.FLUSHING_CACHE_SHARE
+    assert st.cache.budget == memory // _budget.FLUSHING_CACHE_SHARE
     assert st.cache.nbytes <= st.cache.budget and len(st.cache) < held
     monkeypatch.undo()
     st.mind_shares()
-    assert st.cache.budget == memory // _runtime.OUTGROWN_CACHE_SHARE
+    assert st.cache.budget == memory // _budget.OUTGROWN_CACHE_SHARE
     h.close()
