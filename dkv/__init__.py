@@ -29,10 +29,11 @@ from .errors import (CheckpointNotFoundError, ClosedError, CorruptionError, DkvE
                      StorageError)
 from .keys import key_group_of, key_prefix
 from .storage import Location as _Location
-from .storage import ObjectStore, open_store
+from .storage import STORE_OPTIONS, ObjectStore, open_store
 
 __all__ = [
     "open", "DB", "WriteBatch", "Checkpoint", "CheckpointInfo", "Options", "ObjectStore", "open_store",
+    "STORE_OPTIONS",
     "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
     "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError", "NewerCheckpointsError", "LocationError",
     "instances", "list_checkpoints", "retire", "collect_garbage", "verify",

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import dkv
 from dkv.keys import key_prefix
-from dkv.storage import STORE_OPTIONS   # the dkv options that make the store, not the DB
 from objectspace import SCHEMA_STATE, InPlaceChangeError, ObjectCache, ObjectSpace
 
 from . import _layout, _rows, _watermark
@@ -330,11 +329,10 @@ def _initial_ignored(store, spec: ShardSpec, shard: int, batch: int) -> None:
                 "when the operator has no state", shard, batch, spec.state)
 
 
+STORE_OPTIONS = dkv.STORE_OPTIONS      # the dkv options that make the store, not the DB (_initial.py too)
 _STORES: dict = {}
 _CONFIG: dict = {}
 _LOCK = threading.Lock()
-
-
 
 
 def _store(location: str, dkv_options: dict):

@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterator, Optional
 
 import dkv
 from dkv.keys import key_prefix
-from dkv.storage import STORE_OPTIONS
 
 from .._layout import SCHEMA_STATE
 from ..errors import ObjectSpaceError
@@ -126,7 +125,7 @@ class InstanceRef:
 
 
 def _store_options(dkv_options: dict) -> dict:
-    return {k: v for k, v in dkv_options.items() if k in STORE_OPTIONS}
+    return {k: v for k, v in dkv_options.items() if k in dkv.STORE_OPTIONS}
 
 
 def find_instances(location: str | os.PathLike[str] | dkv.ObjectStore, *, epoch: int | None = None,

@@ -15,7 +15,7 @@ def test_exports_are_pinned():
         "DkvError", "CorruptionError", "FencedError", "ClosedError", "ReadOnlyError", "StorageError",
         "CheckpointNotFoundError", "ObjectMissingError", "NotAStoreError", "NewerCheckpointsError", "LocationError",
         "instances", "list_checkpoints", "retire", "collect_garbage", "verify",
-        "key_prefix", "key_group_of", "prefix_end", "native_enabled",
+        "key_prefix", "key_group_of", "prefix_end", "native_enabled", "STORE_OPTIONS",
     ])
     for name in dkv.__all__:
         assert hasattr(dkv, name), name

@@ -215,7 +215,8 @@ def _faulty_store(proxy, s3_server, tmp_path, name: str):
     inner = S3Store(s3_server.bucket, name + "-" + uuid.uuid4().hex, endpoint_url=proxy.endpoint,
                     region_name="us-east-1", max_attempts=10, connect_timeout=1, read_timeout=0.5,
                     retry_delay=0.01)
-    return inner, CachedStore(inner, str(tmp_path / name), 1 << 30, cacheable=lambda key: key.endswith(".sst"))
+    return inner, CachedStore(inner, str(tmp_path / name), 1 << 30, cacheable=lambda key: key.endswith(".sst"),
+                              range_read_cost=4096)     # tables bigger than their tail read are read by range first
 
 
 def _model_run(proxy, s3_server, tmp_path, seed, steps, rate, rescale_steps=0):
