@@ -319,6 +319,13 @@ class CheckpointMixin(LockHolder):
                     # it goes (invalid for good: the claim rewound past it).
                     if created and not self._started_from_here(cp.epoch):
                         self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
+                    elif created:
+                        # Fenced all the same (this writer must stop), but the caller learns
+                        # that the checkpoint's state is in the store: the newer writer's.
+                        kept = FencedError(f"{e} (checkpoint {cp.epoch} itself stays: the newer writer "
+                                           "started from it or a later one)")
+                        kept.checkpoint_kept = True
+                        raise kept from e
                     raise
                 if not created:
                     if isinstance(e, StorageError):

@@ -20,7 +20,11 @@ class CorruptionError(DkvError):
 
 class FencedError(DkvError):
     """Another writer owns this store now (a newer writer epoch), or committed this epoch
-    with different contents. This instance must stop writing; reopen to continue."""
+    with different contents. This instance must stop writing; reopen to continue.
+    ``checkpoint_kept`` is True when the checkpoint that raised it was committed before the
+    newer writer opened, which started from it: its state stays in the store."""
+
+    checkpoint_kept = False
 
 
 class ClosedError(DkvError):

@@ -463,8 +463,10 @@ def test_a_zombies_manifest_that_a_new_writer_opened_from_stays():
     _small_checkpoints(w1, model, range(1, 4))
     w1.put(b"k99", b"four")
     model[b"k99"] = b"four"
-    with pytest.raises(dkv.FencedError):
+    with pytest.raises(dkv.FencedError) as fenced:
         w1.checkpoint(4).wait()
+    assert fenced.value.checkpoint_kept, fenced.value     # fenced, and told its checkpoint stays
+    assert "checkpoint 4 itself stays: the newer writer started from it" in str(fenced.value)
     w2 = store.w2
     assert contents(w2) == model
     _small_checkpoints(w2, model, [5, 6])

@@ -68,6 +68,14 @@ def test_two_writer_processes_the_older_is_fenced(tmp_path):
 
     base_epoch = int(_output(control, "B").splitlines()[0].split()[-1])
     committed_a = [int(line.split()[1]) for line in out_a.splitlines() if line.startswith("committed ")]
+    # A's fenced checkpoint stays only when its manifest was made before B opened, which
+    # then started from it (A's create, B's claim and listing, A's listing of the claims):
+    # A is told it is fenced and that the checkpoint stays.
+    kept_a = [int(line.split()[1]) for line in out_a.splitlines() if line.startswith("kept ")]
+    assert kept_a in ([], [base_epoch]), out_a
+    if kept_a:
+        assert "itself stays: the newer writer started from it" in fenced[0]
+        committed_a += kept_a
     committed_b = [int(line.split()[1]) for line in _output(control, "B").splitlines() if line.startswith("committed ")]
     assert committed_a and committed_b[0] == base_epoch + 1 and committed_b == sorted(committed_b)
     if base_epoch in committed_a:       # B started from A's last checkpoint, as A committed it

@@ -133,8 +133,9 @@ def test_zombie_commit_after_a_new_claim_is_not_valid():
 
 def test_zombie_commit_after_a_new_claim_is_fenced_and_deletes_nothing():
     base, state1, w2, zombie = _zombie_race(retain=1)
-    with pytest.raises(dkv.FencedError):
+    with pytest.raises(dkv.FencedError) as fenced:
         zombie.wait()
+    assert not fenced.value.checkpoint_kept         # withdrawn: the new writer did not start from it
     assert _epochs(dkv.list_checkpoints(base)) == [1]
     assert contents(w2) == state1
     w2.put(b"new", b"1")

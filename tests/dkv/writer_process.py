@@ -5,8 +5,10 @@ It opens ``<store>`` as a writer, writes ``b"k%03d"`` keys with values naming it
 a checkpoint after every few writes, printing ``committed <epoch>`` for each, until
 ``<control>/stop-<name>`` exists (then it closes and exits 0) or dkv fences it (then it
 prints ``FENCED <error>`` and exits 3). At open it writes what it read into
-``<control>/<name>.base.json`` and every committed checkpoint's contents into
-``<control>/<name>.<epoch>.json`` (hex keys and values)."""
+``<control>/<name>.base.json`` and each checkpoint's contents into
+``<control>/<name>.<epoch>.json`` (hex keys and values) before it waits for it; a checkpoint
+that was fenced but stays in the store (the newer writer started from it) prints
+``kept <epoch>`` before ``FENCED``."""
 from __future__ import annotations
 
 import json
@@ -45,11 +47,13 @@ def main() -> int:
                     model.pop(key, None)
                     db.delete(key)
             cp = db.checkpoint()
+            _dump(control / f"{name}.{cp.epoch}.json", model)     # what the checkpoint holds if it commits
             cp.wait()
-            _dump(control / f"{name}.{cp.epoch}.json", model)
             print(f"committed {cp.epoch}", flush=True)
             time.sleep(0.02)
     except dkv.FencedError as e:
+        if e.checkpoint_kept:
+            print(f"kept {cp.epoch}", flush=True)
         print(f"FENCED {e}", flush=True)
         try:
             db.close()
