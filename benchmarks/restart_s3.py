@@ -22,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -137,8 +138,7 @@ def _table(args, state: dict, results: list) -> None:
     print("|---|---|---|---|")
     for fraction in dict.fromkeys(r["fraction"] for r in results):
         def med(mode: str, field: str) -> float:
-            vals = sorted(r[field] for r in results if r["fraction"] == fraction and r["mode"] == mode)
-            return vals[len(vals) // 2]
+            return statistics.median(r[field] for r in results if r["fraction"] == fraction and r["mode"] == mode)
         w = [med("whole", f) for f in ("gets", "get_bytes", "seconds")]
         z = [med("lazy", f) for f in ("gets", "get_bytes", "seconds")]
         print(f"| {fraction:g} ({max(1, round(args.keys * fraction)):,}) | {w[0]:.0f}, {w[1] / 1e6:.2f}, {w[2]:.2f} "

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dkv  # noqa: E402
-from spark_ops._runtime import DKV_OPTIONS, budget  # noqa: E402
+from spark_ops._budget import DKV_OPTIONS, budget  # noqa: E402
 
 
 def main(argv=None) -> int:

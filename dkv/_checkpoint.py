@@ -317,15 +317,21 @@ class CheckpointMixin(LockHolder):
                     # this manifest and name it as the carrier of its inline segments (RFC
                     # 0011): it stays (it is valid; the newer writer collects it). Otherwise
                     # it goes (invalid for good: the claim rewound past it).
-                    if created and not self._started_from_here(cp.epoch):
+                    started = self._started_from_here(cp.epoch) if created else False
+                    if created and started is False:
                         self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
-                    elif created:
+                    elif started:
                         # Fenced all the same (this writer must stop), but the caller learns
                         # that the checkpoint's state is in the store: the newer writer's.
                         kept = FencedError(f"{e} (checkpoint {cp.epoch} itself stays: the newer writer "
                                            "started from it or a later one)")
                         kept.checkpoint_kept = True
                         raise kept from e
+                    elif created:       # the claims could not be read again: the manifest stays
+                        unknown = FencedError(f"{e} (whether checkpoint {cp.epoch} stays is unknown: the writer "
+                                              "claims could not be read again; a newer writer's open decides)")
+                        unknown.outcome_unknown = True
+                        raise unknown from e
                     raise
                 if not created:
                     if isinstance(e, StorageError):
@@ -417,10 +423,10 @@ class CheckpointMixin(LockHolder):
             backlog = 1 + 0.5 * behind
             self._pacer.grant(wal_bytes, backlog)
 
-    def _started_from_here(self, epoch: int) -> bool:
+    def _started_from_here(self, epoch: int) -> bool | None:
         """Whether a writer newer than this one claimed the instance starting from ``epoch``
-        or later (True when the claims cannot be read: keeping a manifest is safe, an
-        invalid one is ignored and collected)."""
+        or later; None when the claims cannot be read (the caller keeps the manifest then:
+        keeping one is safe, an invalid one is ignored and collected)."""
         try:
             for name, _ in self.store.list(_paths.ns_prefix(self.ns) + _paths.WRITER_DIR):
                 w = _paths.parse_claim_name(name)
@@ -430,7 +436,7 @@ class CheckpointMixin(LockHolder):
                         return True
             return False
         except Exception:  # noqa: BLE001
-            return True
+            return None
 
     def _stored_whole(self, name: str, data: bytes) -> bool:
         """Whether the object ``name`` holds exactly ``data`` (False when it cannot be read:

@@ -90,4 +90,6 @@ def like(error: BaseException, msg: str) -> DkvError:
         out.errno = error.errno
     if isinstance(error, DkvError) and error.outcome_unknown:
         out.outcome_unknown = True
+    if isinstance(error, FencedError) and isinstance(out, FencedError) and error.checkpoint_kept:
+        out.checkpoint_kept = True
     return out

@@ -21,7 +21,6 @@ DKV_OPTIONS = dict(retain=3, pace=1.5, table_bytes=TABLE_BYTES, block_bytes=64 <
                    flush_segments=32, bloom_strip=BLOOM_STRIP, max_sealed_memtables=1)
 
 
-
 def budget(memory: int) -> tuple[dict, int]:
     """A shard's memory budget split: dkv options (active memtable, immutable memtables,
     block cache) and the object cache's bytes. Half goes to the clean objects the operator

@@ -94,7 +94,7 @@ def read_timers(location: str | os.PathLike[str] | dkv.ObjectStore, *, epoch: in
 def _root_store(location, dkv_options: dict):
     import dkv
     return dkv.open_store(location, create=False, **{k: v for k, v in dkv_options.items()
-                                                      if k in ("endpoint_url", "region_name", "fsync")})
+                                                      if k in dkv.STORE_OPTIONS})
 
 
 def _queries(location, query: str | None, dkv_options: dict) -> list:

@@ -38,6 +38,8 @@ TIMER_ROUNDS = 1000
 """Rounds of firing due timers in one batch: on_timer may register timers due at once."""
 CHUNK_EVENTS = 1 << 14      # events per chunk of a batch (a list is cut so; see _chunked)
 OUT_CHUNK = 1 << 10         # emitted rows converted at once when the caller converts (a row may hold a whole buffer)
+
+
 def keys_descending(batch: int) -> bool:
     """Whether batch ``batch`` meets its keys in descending order (key group, then key; a
     key's own rows stay in their order): the odd batches do, the even ones ascend. Each batch

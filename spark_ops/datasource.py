@@ -24,7 +24,8 @@ free can be queried (RFC 0010).
 
 Options: ``epoch``, ``changes_from``, ``timers``, ``instance`` (an instance or a path of instances,
 e.g. ``<query id>/<operator>``), ``operator`` (keep this operator only), ``key_group``,
-and dkv store options for S3 (``endpoint_url``, ``region_name``, credentials). The read
+and dkv's store options (``dkv.STORE_OPTIONS``: for S3 ``endpoint_url``, ``region_name``,
+credentials, ``cache_dir``, ``range_read_cost``, ...). The read
 is split into one partition per shard (per pair of shards for a change feed), so it runs
 in parallel; each task opens its shard read-only. With the session's Python filter pushdown
 on (``spark.sql.python.filterPushdown.enabled``), ``operator`` and ``key_group`` filters
@@ -59,8 +60,6 @@ TIMERS_SCHEMA = ("operator string, query_id string, instance string, epoch long,
                  "kind string, time long, name string")
 VARIABLES_SCHEMA = ("query_id string, operator string, variable string, kinds array<string>, version int, "
                     "objects long, bytes long, met long, status string, declared string")
-_STORE_OPTIONS = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key",
-                  "aws_session_token", "cache_dir")
 
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -100,6 +99,29 @@ def _flag(options, name) -> bool:
     if v in ("true", "1", "yes"):
         return True
     raise ValueError(f"option {name} must be true or false, got {options.get(name)!r}")
+
+
+def _store_options(options) -> dict:
+    """The options that make the store (``dkv.STORE_OPTIONS``), typed: Spark hands the
+    reader every option as a string."""
+    import dkv
+    out: dict = {}
+    for name in dkv.STORE_OPTIONS:
+        v = options.get(name)
+        if v is None or v == "":
+            continue
+        if name == "fsync":
+            out[name] = _flag(options, name)
+        elif name in ("cache_bytes", "range_read_cost", "part_bytes", "max_attempts"):
+            out[name] = _int(options, name)
+        elif name in ("connect_timeout", "read_timeout"):
+            try:
+                out[name] = float(v)
+            except ValueError:
+                raise ValueError(f"option {name} must be a number of seconds, got {v!r}") from None
+        else:
+            out[name] = v
+    return out
 
 
 def _operator(ref) -> tuple:
@@ -165,7 +187,7 @@ class _Reader(DataSourceReader):
         if self.timers and self.changes_from is not None:
             raise ValueError("objectspace data source: option timers reads the timers registered at an epoch; "
                              "it has no change feed (drop changes_from)")
-        self.dkv_options = {k: options[k] for k in _STORE_OPTIONS if options.get(k)}
+        self.dkv_options = _store_options(options)
         self.operators = self.key_groups = None     # narrowed by pushed filters (_PushdownReader)
 
     def partitions(self):

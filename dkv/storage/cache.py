@@ -89,32 +89,45 @@ class CachedStore(_Forwarding):
 
     def _rent(self, key: str, start: int | None, end: int | None) -> bytes | None:
         """Bytes ``[start, end)`` read by range from the remote store, or None when the
-        object is local (or being fetched) or fetching it whole is now the cheaper way."""
+        object is local (or being fetched) or fetching it whole is now the cheaper way.
+        The read's charge is reserved before the request, so readers at once share the
+        bound; a whole fetch or a delete meanwhile ends the rent (the entry is not put back)."""
+        lo = 0 if start is None else max(0, start)
+        if end is not None and end <= lo:
+            return b""
         path = self._local(key)
         cost = self.range_read_cost
         with self._lock:
             if path in self._files or path in self._fetching:
                 return None
             charged, size = self._rented.get(key, (0, None))
-        if size is not None:
-            lo, hi = clip_range(size, start, end)
-            if charged + (hi - lo) >= size:     # (both choices pay this read's round trip)
-                return None
-        data, total = self.inner.get_sized(key, start, end)
-        if total is None and size is None:
-            total = self.inner.size(key)
-        if total is not None and (start or 0) <= 0 and len(data) >= total:
-            self._store_local(path, data)       # the range was the whole object: keep it
-            with self._lock:
-                self._rented.pop(key, None)
-            return data
-        with self._lock:
+            if size is not None:
+                lo2, hi = clip_range(size, lo, end)
+                n = hi - lo2
+                if charged + n >= size:     # (both choices pay this read's round trip)
+                    return None
+            else:
+                n = 0 if end is None else end - lo
             if len(self._rented) >= 100_000:    # keys never fetched whole nor deleted here
                 self._rented.clear()
-            was, known = self._rented.get(key, (0, None))
-            self._rented[key] = (was + len(data) + cost, known if total is None else total)
-            self.ranged_reads += 1
-            self.ranged_bytes += len(data)
+            self._rented[key] = (charged + n + cost, size)
+        data, total = self.inner.get_sized(key, lo, end)
+        if total is None and size is None and data:
+            total = self.inner.size(key)    # a store whose reads do not tell the size (S3's do)
+        with self._lock:
+            entry = self._rented.get(key)
+            if entry is None:               # fetched whole or deleted meanwhile: nothing to keep
+                return data
+            known = total if total is not None else entry[1]
+            whole = known is not None and lo == 0 and len(data) >= known
+            if whole:
+                self._rented.pop(key)
+            else:
+                self._rented[key] = (entry[0] - n + len(data), known)
+                self.ranged_reads += 1
+                self.ranged_bytes += len(data)
+        if whole:
+            self._store_local(path, data)   # the range was the whole object: keep it
         return data
 
     def _ensure(self, key: str) -> str:

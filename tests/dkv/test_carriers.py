@@ -551,3 +551,57 @@ def test_a_zombies_manifest_stays_when_its_fate_is_unknown(fault):
         assert contents(ro) == model
     # list: its outcome is unknown; create: stored whole, so the claims decided (fenced)
     assert isinstance(failed.value, dkv.StorageError if fault == "list" else dkv.FencedError), failed.value
+
+
+def test_a_fenced_zombie_that_cannot_read_the_claims_again_keeps_its_manifest_and_says_so():
+    """A new writer opens from checkpoint 3 just before the zombie creates manifest 4; the
+    zombie's listing of the claims finds it fenced, then reading the claims again (did the
+    new writer start from 4?) fails. The manifest stays (an invalid one is ignored and
+    collected), and the error says its fate is unknown, not that it stays as a checkpoint."""
+    from dkv.storage import ObjectStore
+
+    class Between(ObjectStore):
+        def __init__(self, inner):
+            self.inner, self.location, self.w2, self.listings = inner, "between://", None, 0
+
+        def put_if_absent(self, key, data):
+            if key == _paths.manifest_name("", 4, 1) and self.w2 is None:
+                self.w2 = dkv.open(self.inner, background=False, retain=2, **INLINE)
+                self.listings = 1
+            return self.inner.put_if_absent(key, data)
+
+        def list(self, prefix=""):
+            if self.listings and prefix.startswith(_paths.WRITER_DIR):
+                self.listings += 1
+                if self.listings == 3:          # the second listing after the create
+                    raise dkv.StorageError("listing writer/ timed out")
+            return self.inner.list(prefix)
+
+        def get(self, key, start=None, end=None):
+            return self.inner.get(key, start, end)
+
+        def put(self, key, data):
+            return self.inner.put(key, data)
+
+        def delete(self, key):
+            return self.inner.delete(key)
+
+        def size(self, key):
+            return self.inner.size(key)
+
+    inner = MemoryStore()
+    store = Between(inner)
+    model: dict = {}
+    w1 = dkv.open(store, background=False, retain=2, **INLINE)
+    _small_checkpoints(w1, model, range(1, 4))
+    w1.put(b"k99", b"four")
+    with pytest.raises(dkv.FencedError) as fenced:
+        w1.checkpoint(4).wait()
+    assert fenced.value.outcome_unknown and not fenced.value.checkpoint_kept, fenced.value
+    assert "whether checkpoint 4 stays is unknown" in str(fenced.value)
+    assert store.w2.opened_from.epoch == 3
+    assert _paths.manifest_name("", 4, 1) in [n for n, _ in inner.list(_paths.MANIFEST_DIR)]
+    _small_checkpoints(store.w2, model, [4, 5])
+    store.w2.close()
+    with dkv.open(inner, read_only=True) as ro:
+        assert contents(ro) == model and [c.writer for c in ro.checkpoints()][-2:] == [2, 2]

@@ -143,3 +143,66 @@ def test_ranged_reads_of_remote_objects_answer_as_the_store_does(s3_server, tmp_
     inner.put("empty.sst", b"")
     store = CachedStore(inner, str(tmp_path / "e"), cacheable=lambda k: k.endswith(".sst"), range_read_cost=10)
     assert store.get("empty.sst", 0, 10) == b"" and store.get("empty.sst") == b""
+
+
+class _SlowSized:
+    """An in-memory remote store whose reads tell the size and take a little while (readers
+    overlap), counting its requests."""
+
+    def __init__(self, objects: dict) -> None:
+        from dkv.storage import MemoryStore
+        self.inner = MemoryStore()
+        for k, v in objects.items():
+            self.inner.put(k, v)
+        self.requests = 0
+
+    def wrap(self):
+        outer = self
+        from dkv.storage.wrappers import _Forwarding
+
+        class Store(_Forwarding):
+            def get(self, key, start=None, end=None):
+                outer.requests += 1
+                import time
+                time.sleep(0.002)
+                return outer.inner.get(key, start, end)
+
+            def get_sized(self, key, start=None, end=None):
+                data = self.get(key, start, end)
+                return data, outer.inner.size(key)
+        return Store(self.inner)
+
+
+def test_readers_at_once_share_the_bound_and_a_delete_ends_the_rent(tmp_path):
+    import threading
+    data = random.Random(5).randbytes(200_000)
+    remote = _SlowSized({"t.sst": data, "u.sst": data})
+    store = CachedStore(remote.wrap(), str(tmp_path / "c"), cacheable=lambda k: k.endswith(".sst"),
+                        range_read_cost=10_000)
+    errors = []
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(40):
+                lo = rng.randrange(len(data))
+                hi = lo + rng.randrange(1, 3000)
+                assert store.get("t.sst", lo, hi) == data[lo:hi]
+        except Exception as e:      # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    # 320 reads: each rented read is charged ~10 KB, so the object (200 KB) was bought after
+    # about 20 of them whatever the interleaving, then read locally.
+    assert store.cached_bytes == len(data) and "t.sst" not in store._rented
+    assert store.ranged_reads < 40 and remote.requests < 45
+    # Edge ranges: an empty one asks nothing; a negative start is clipped to 0, as in HTTP.
+    before = remote.requests
+    assert store.get("u.sst", 7, 7) == b"" and remote.requests == before
+    assert store.get("u.sst", -5, 9) == data[:9]
+    store.delete("u.sst")
+    assert "u.sst" not in store._rented

@@ -182,3 +182,17 @@ def test_a_users_exception_in_a_shard_host_reads_first_as_their_exception_and_fr
     assert 'raise ValueError(f"boom at v=2 for {key}")' in lines[first + 3]
     for noise in ("except _host.HostError", "lock.close()", "_request", "run_shard_batch"):
         assert noise not in py[:py.index("ValueError: boom")], noise
+
+
+def test_the_data_source_types_the_store_options_spark_hands_it_as_strings():
+    import dkv
+    from spark_ops.datasource import _store_options
+    got = _store_options({"endpoint_url": "http://127.0.0.1:9", "range_read_cost": "0", "cache_bytes": "1048576",
+                          "read_timeout": "2.5", "fsync": "false", "epoch": "3", "part_bytes": ""})
+    assert got == {"endpoint_url": "http://127.0.0.1:9", "range_read_cost": 0, "cache_bytes": 1 << 20,
+                   "read_timeout": 2.5, "fsync": False}
+    assert set(got) <= set(dkv.STORE_OPTIONS)
+    with pytest.raises(ValueError, match="option range_read_cost must be an int, got '4m'"):
+        _store_options({"range_read_cost": "4m"})
+    with pytest.raises(ValueError, match="option read_timeout must be a number of seconds, got 'soon'"):
+        _store_options({"read_timeout": "soon"})
