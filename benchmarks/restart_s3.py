@@ -84,6 +84,8 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--mbps", type=float, default=50.0, help="one connection's bandwidth, MB/s")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--lazy-costs", default="default",
+                    help="range_read_cost of the lazy runs, MiB, comma-separated ('default': dkv's)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--_restart", help=argparse.SUPPRESS)      # a child: JSON of restart()'s arguments
     args = ap.parse_args()
@@ -106,9 +108,11 @@ def main() -> None:
         proxy.latency_seconds = args.latency_ms / 1000
         proxy.bytes_per_second = args.mbps * 1e6
         results = []
+        lazy_costs = [None if c == "default" else int(float(c) * (1 << 20)) for c in args.lazy_costs.split(",")]
         for fraction in [float(f) for f in args.fractions.split(",")]:
             for r in range(args.rounds):
-                for cost in ((0, None) if r % 2 == 0 else (None, 0)):
+                modes = [0] + lazy_costs
+                for cost in (modes if r % 2 == 0 else modes[::-1]):
                     cache = os.path.join(work, f"cache-{uuid.uuid4().hex[:8]}")     # a new machine's
                     proxy.log.clear()
                     proxy.sent.clear()
@@ -118,7 +122,7 @@ def main() -> None:
                                          check=True, capture_output=True, text=True, cwd=ROOT)
                     res = json.loads(out.stdout.strip().splitlines()[-1])
                     gets = sum(1 for kind, *_ in proxy.log if kind == "GET")
-                    results.append({"fraction": fraction, "round": r, "mode": "whole" if cost == 0 else "lazy",
+                    results.append({"fraction": fraction, "round": r, "mode": _mode(cost),
                                     "gets": gets, "get_bytes": proxy.sent["GET"], **res})
                     shutil.rmtree(cache, ignore_errors=True)
                     print(f"  {fraction:g} {results[-1]['mode']}: {gets} GETs, {proxy.sent['GET'] / 1e6:.2f} MB, "
@@ -133,17 +137,26 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _mode(cost: int | None) -> str:
+    return "whole" if cost == 0 else "lazy" if cost is None else f"lazy {cost / (1 << 20):g} MiB"
+
+
 def _table(args, state: dict, results: list) -> None:
-    print("\n| keys touched | whole: GETs, MB, s | lazy: GETs, MB, s | lazy / whole (GETs, bytes, time) |")
-    print("|---|---|---|---|")
+    modes = [m for m in dict.fromkeys(r["mode"] for r in results) if m != "whole"]
+    print("\n| keys touched | whole: GETs, MB, s | " + " | ".join(f"{m}: GETs, MB, s (ratios to whole)" for m in modes)
+          + " |")
+    print("|---|---|" + "---|" * len(modes))
     for fraction in dict.fromkeys(r["fraction"] for r in results):
         def med(mode: str, field: str) -> float:
             return statistics.median(r[field] for r in results if r["fraction"] == fraction and r["mode"] == mode)
         w = [med("whole", f) for f in ("gets", "get_bytes", "seconds")]
-        z = [med("lazy", f) for f in ("gets", "get_bytes", "seconds")]
-        print(f"| {fraction:g} ({max(1, round(args.keys * fraction)):,}) | {w[0]:.0f}, {w[1] / 1e6:.2f}, {w[2]:.2f} "
-              f"| {z[0]:.0f}, {z[1] / 1e6:.2f}, {z[2]:.2f} | {z[0] / max(w[0], 1):.2f}, "
-              f"{z[1] / max(w[1], 1):.3f}, {z[2] / w[2]:.2f} |")
+        cells = []
+        for m in modes:
+            z = [med(m, f) for f in ("gets", "get_bytes", "seconds")]
+            cells.append(f"{z[0]:.0f}, {z[1] / 1e6:.2f}, {z[2]:.2f} ({z[0] / max(w[0], 1):.2f}, "
+                         f"{z[1] / max(w[1], 1):.3f}, {z[2] / w[2]:.2f})")
+        print(f"| {fraction:g} ({max(1, round(args.keys * fraction)):,}) | {w[0]:.0f}, {w[1] / 1e6:.2f}, {w[2]:.2f} | "
+              + " | ".join(cells) + " |")
     print(f"\n{state['tables']} tables, {state['table_bytes'] / 1e6:.1f} MB; {args.latency_ms:g} ms a request, "
           f"{args.mbps:g} MB/s a connection")
 

@@ -1,8 +1,8 @@
 """Reading SSTs: lazily opened tables and a shared block cache with a byte budget.
 
 A Table fetches nothing until it is first read; then one ranged read of the file's tail
-gets the footer and (usually) the metadata segment — bloom filter and sparse index —
-which stay in memory. Data blocks are fetched by range on demand and kept decoded in a
+(TAIL_READ, or a thirty-second of a big table) gets the footer and (usually) the metadata
+segment — bloom filter and sparse index — which stay in memory. Data blocks are fetched by range on demand and kept decoded in a
 slot of their table, so a cache hit is one list index. The BlockCache only does the
 accounting and eviction (CLOCK: a block read since the last sweep gets a second chance).
 """
@@ -23,6 +23,10 @@ from .format.manifest import ALL_KEY_GROUPS, TableRef
 from ._memtable import NO_RECORD
 
 TAIL_READ = 64 * 1024
+TAIL_SHARE = 32
+"""A table's first read takes its last max(TAIL_READ, size // TAIL_SHARE) bytes: the footer
+and, in one request, the metadata segment (bloom filter and index, ~1-3% of a table) of big
+tables too, which a read of TAIL_READ alone misses (a second round trip on S3)."""
 
 
 def _maybe(key: bytes) -> bool:
@@ -205,7 +209,7 @@ class Table:
 
     def _load_meta(self) -> sst.SstMeta:
         size = self.ref.size
-        start = max(0, size - TAIL_READ)
+        start = max(0, size - max(TAIL_READ, size // TAIL_SHARE))
         tail = self._store.get(self.path, start, size)
         if len(tail) != size - start:
             raise CorruptionError(f"SST {self.path}: expected {size} bytes, found {start + len(tail)}")

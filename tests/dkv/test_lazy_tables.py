@@ -206,3 +206,29 @@ def test_readers_at_once_share_the_bound_and_a_delete_ends_the_rent(tmp_path):
     assert store.get("u.sst", -5, 9) == data[:9]
     store.delete("u.sst")
     assert "u.sst" not in store._rented
+
+
+def test_a_big_tables_first_read_takes_its_metadata_with_its_footer(tmp_path):
+    """One request opens a big table: its tail read is a thirty-second of it (TAIL_SHARE),
+    which holds the metadata (bloom filter, index) a read of TAIL_READ alone would miss."""
+    from dkv._table import TAIL_READ, TAIL_SHARE
+    from dkv.storage import LocalDirStore, LoggingStore
+    rng = random.Random(9)
+    model = {b"user-%07d" % i: rng.randbytes(60) for i in range(120_000)}
+    with dkv.open(str(tmp_path / "db"), table_bytes=16 << 20, background=False) as w:
+        for k, v in model.items():
+            w.put(k, v)
+        w.checkpoint(1, flush=True).wait()
+        w.compact(full=True)
+        w.checkpoint(2).wait()
+    store = LoggingStore(LocalDirStore(str(tmp_path / "db")))
+    with dkv.open(store, read_only=True) as db:
+        sizes = {k: s for k, s in store.inner.list() if k.endswith(".sst")}
+        store.calls.clear()
+        key = sorted(model)[20_000]
+        assert db.get(key) == model[key]
+        reads = [c for c in store.calls if c.kind == "get" and c.key.endswith(".sst")]
+    table, size = reads[0].key, sizes[reads[0].key]
+    assert size // TAIL_SHARE > TAIL_READ
+    assert reads[0].range == (size - size // TAIL_SHARE, size)
+    assert [c.key for c in reads[1:]] == [table] and reads[1].range[1] <= size - TAIL_READ   # then one block
