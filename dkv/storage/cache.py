@@ -111,9 +111,16 @@ class CachedStore(_Forwarding):
             if len(self._rented) >= 100_000:    # keys never fetched whole nor deleted here
                 self._rented.clear()
             self._rented[key] = (charged + n + cost, size)
-        data, total = self.inner.get_sized(key, lo, end)
-        if total is None and size is None and data:
-            total = self.inner.size(key)    # a store whose reads do not tell the size (S3's do)
+        try:
+            data, total = self.inner.get_sized(key, lo, end)
+            if total is None and size is None and data:
+                total = self.inner.size(key)    # a store whose reads do not tell the size (S3's do)
+        except BaseException:
+            with self._lock:                # the read did not happen: its charge goes back
+                entry = self._rented.get(key)
+                if entry is not None:
+                    self._rented[key] = (entry[0] - n - cost, entry[1])
+            raise
         with self._lock:
             entry = self._rented.get(key)
             if entry is None:               # fetched whole or deleted meanwhile: nothing to keep

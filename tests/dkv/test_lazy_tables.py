@@ -232,3 +232,19 @@ def test_a_big_tables_first_read_takes_its_metadata_with_its_footer(tmp_path):
     assert size // TAIL_SHARE > TAIL_READ
     assert reads[0].range == (size - size // TAIL_SHARE, size)
     assert [c.key for c in reads[1:]] == [table] and reads[1].range[1] <= size - TAIL_READ   # then one block
+
+
+def test_a_failed_ranged_read_is_not_charged_and_a_missing_object_is_named(tmp_path):
+    from dkv.errors import ObjectMissingError
+    data = random.Random(7).randbytes(50_000)
+    remote = _SlowSized({"t.sst": data})
+    store = CachedStore(remote.wrap(), str(tmp_path / "c"), cacheable=lambda k: k.endswith(".sst"),
+                        range_read_cost=1000)
+    assert store.get("t.sst", 0, 100) == data[:100]
+    charged = store._rented["t.sst"][0]
+    with pytest.raises(ObjectMissingError):
+        store.get("gone.sst", 0, 100)
+    remote.inner.delete("t.sst")
+    with pytest.raises(ObjectMissingError):
+        store.get("t.sst", 100, 200)
+    assert store._rented["t.sst"][0] == charged and store.cached_bytes == 0
