@@ -317,22 +317,24 @@ class CheckpointMixin(LockHolder):
                     # this manifest and name it as the carrier of its inline segments (RFC
                     # 0011): it stays (it is valid; the newer writer collects it). Otherwise
                     # it goes (invalid for good: the claim rewound past it).
-                    started = self._started_from_here(cp.epoch) if created else False
-                    if created and started is False:
+                    if not created:
+                        raise
+                    started = self._started_from_here(cp.epoch)
+                    if started is False:
                         self._drop_failed_manifest(CheckpointInfo(cp.epoch, self._writer, name))
-                    elif started:
-                        # Fenced all the same (this writer must stop), but the caller learns
-                        # that the checkpoint's state is in the store: the newer writer's.
-                        kept = FencedError(f"{e} (checkpoint {cp.epoch} itself stays: the newer writer "
-                                           "started from it or a later one)")
-                        kept.checkpoint_kept = True
-                        raise kept from e
-                    elif created:       # the claims could not be read again: the manifest stays
-                        unknown = FencedError(f"{e} (whether checkpoint {cp.epoch} stays is unknown: the writer "
-                                              "claims could not be read again; a newer writer's open decides)")
-                        unknown.outcome_unknown = True
-                        raise unknown from e
-                    raise
+                        raise
+                    # Fenced all the same (this writer must stop), but the caller learns that
+                    # the checkpoint's state is in the store (the newer writer's), or that
+                    # whether it is could not be read (the claims failed the second time).
+                    if started:
+                        fenced = FencedError(f"{e} (checkpoint {cp.epoch} itself stays: the newer writer "
+                                             "started from it or a later one)")
+                        fenced.checkpoint_kept = True
+                    else:
+                        fenced = FencedError(f"{e} (whether checkpoint {cp.epoch} stays is unknown: the writer "
+                                             "claims could not be read again; a newer writer's open decides)")
+                        fenced.outcome_unknown = True
+                    raise fenced from e
                 if not created:
                     if isinstance(e, StorageError):
                         raise with_context(f"checkpoint {cp.epoch}: listing the writer claims after "

@@ -2,8 +2,8 @@
 
 A Table fetches nothing until it is first read; then one ranged read of the file's tail
 (TAIL_READ, or a thirty-second of a big table) gets the footer and (usually) the metadata
-segment — bloom filter and sparse index — which stay in memory. Data blocks are fetched by range on demand and kept decoded in a
-slot of their table, so a cache hit is one list index. The BlockCache only does the
+segment — bloom filter and sparse index — which stay in memory. Data blocks are fetched by
+range on demand and kept decoded in a slot of their table, so a cache hit is one list index. The BlockCache only does the
 accounting and eviction (CLOCK: a block read since the last sweep gets a second chance).
 """
 from __future__ import annotations

@@ -77,7 +77,8 @@ def stage(initial, keys: list, *, key_groups: int, shards: int, root: str, name:
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
-    from ._runtime import STORE_OPTIONS
+    import dkv
+
     from ._shards import KG, TOKEN, route
 
     reserved = [c for c in initial.columns if c.startswith("__spark_ops_")]
@@ -85,7 +86,7 @@ def stage(initial, keys: list, *, key_groups: int, shards: int, root: str, name:
         raise ValueError(f"initial_state column(s) {reserved} use the reserved prefix __spark_ops_")
     ident = f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}"
     prefix = f"{STAGE}/{name}/"
-    store_opts = {k: v for k, v in dkv_options.items() if k in STORE_OPTIONS}
+    store_opts = {k: v for k, v in dkv_options.items() if k in dkv.STORE_OPTIONS}
 
     def write(iterator):
         import pyarrow as pa

@@ -20,7 +20,7 @@ from objectspace import SCHEMA_STATE, InPlaceChangeError, ObjectCache, ObjectSpa
 
 from . import _layout, _rows, _watermark
 from ._budget import (DEFAULT_MEMORY, DKV_OPTIONS, FLUSHING_CACHE_SHARE, OUTGROWN_CACHE_SHARE,
-                      OUTGROWN_SPILL_SHARE, SPILL_SHARE, batch_keys, budget, spill_events)
+                      OUTGROWN_SPILL_SHARE, SHARD_RANGE_READ_COST, SPILL_SHARE, batch_keys, budget, spill_events)
 from ._progress import resident_bytes
 from ._keys import user_key
 from ._opened import _SHARDS, close, keep, take  # noqa: F401 - _SHARDS: tests look at the kept states
@@ -331,19 +331,14 @@ def _initial_ignored(store, spec: ShardSpec, shard: int, batch: int) -> None:
                 "when the operator has no state", shard, batch, spec.state)
 
 
-SHARD_RANGE_READ_COST = 0
-STORE_OPTIONS = dkv.STORE_OPTIONS      # the dkv options that make the store, not the DB (_initial.py too)
 _STORES: dict = {}
 _CONFIG: dict = {}
 _LOCK = threading.Lock()
 
 
 def _store(location: str, dkv_options: dict):
-    opts = {k: v for k, v in dkv_options.items() if k in STORE_OPTIONS}
-    # A restarted shard's first batch reads many of its keys: on S3 its tables are fetched
-    # whole at their first read (in parallel parts), the fastest recovery then, rather than
-    # read by range first (dkv's default, for readers of a few keys; RFC 0012, *Restart*).
-    opts.setdefault("range_read_cost", SHARD_RANGE_READ_COST)
+    opts = {k: v for k, v in dkv_options.items() if k in dkv.STORE_OPTIONS}
+    opts.setdefault("range_read_cost", SHARD_RANGE_READ_COST)     # see _budget.py
     key = (location, tuple(sorted(opts.items())))
     with _LOCK:
         s = _STORES.get(key)

@@ -102,19 +102,22 @@ def _flag(options, name) -> bool:
 
 
 def _store_options(options) -> dict:
-    """The options that make the store (``dkv.STORE_OPTIONS``), typed: Spark hands the
-    reader every option as a string."""
+    """The options that make the store (``dkv.STORE_OPTIONS``), of the types ``dkv.Options``
+    declares them: Spark hands the reader every option as a string."""
+    import dataclasses
+
     import dkv
+    kinds = {f.name: str(f.type).split(" ")[0] for f in dataclasses.fields(dkv.Options)}
     out: dict = {}
     for name in dkv.STORE_OPTIONS:
         v = options.get(name)
         if v is None or v == "":
             continue
-        if name == "fsync":
+        if kinds[name] == "bool":
             out[name] = _flag(options, name)
-        elif name in ("cache_bytes", "range_read_cost", "part_bytes", "max_attempts"):
+        elif kinds[name] == "int":
             out[name] = _int(options, name)
-        elif name in ("connect_timeout", "read_timeout"):
+        elif kinds[name] == "float":
             try:
                 out[name] = float(v)
             except ValueError:
