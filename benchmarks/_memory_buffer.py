@@ -22,9 +22,10 @@ _STATES: dict[str, dict] = {}
 class MemoryBuffer(Operator):
     """buffer(count) (a tumbling count buffer, as spark_ops.operators.Buffer) over a dict of lists."""
 
-    def __init__(self, count: int, key_columns: tuple = ("user",)) -> None:
+    def __init__(self, count: int, key_columns: tuple = ("user",), batches: int = 0) -> None:
         self.count = count
         self.key_columns = tuple(key_columns)
+        self.batches = batches      # > 0: the dict goes after batch batches - 1 (the hosts serve later runs)
         self.token = uuid.uuid4().hex       # set on the driver: every unpickled copy of one run shares it
         self._state: dict = {}
 
@@ -46,3 +47,8 @@ class MemoryBuffer(Operator):
             out["items"] = items
             ctx.emit(out)
             self._state[key] = []
+
+    def close(self, ctx) -> None:
+        if self.batches and ctx.batch_id >= self.batches - 1:
+            _STATES.pop(self.token, None)
+            self._state = {}

@@ -205,6 +205,7 @@ class RunContext:
     state_dir: Path        # where a contender with its own store keeps state (ours)
     key: str               # key column name of the scenario
     memory: str | None = None  # ours: the shard's memory budget (spark_ops' memory=; None: its default)
+    batches: int = 0           # batches the run has (the runtime floor drops its dict after the last)
 
 
 @dataclass(frozen=True)
