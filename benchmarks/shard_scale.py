@@ -13,10 +13,12 @@ a full collection every 200). Per batch it records the shard's time (the part of
 batch the state layer costs),
 durable bytes and objects written (a listing of the folder), the checkpoint's own metrics,
 and this process's RSS. The steady figures leave out the warm-up batches.
-``--host`` hands each batch to the shard the way a shard host gets a Spark task: the rows
-as one Arrow table (through the host's frame format), ordered and converted to events by
-``spark_ops._worker.run_task``, the output sent on in parts; the RSS figures then include
-what the Spark path adds to a host (the task's rows, their order, the conversions).
+``--host`` hands each batch to the shard the way a Spark task reaches it: the rows as one
+Arrow table (through the host's frame format), ordered and converted to events a chunk at a
+time by ``spark_ops._worker.run_task``, the output sent on in parts; the RSS figures then
+include what the Spark path adds (the task's rows, their order, the conversions). In one
+process: the task's table and its order are counted here, where a shard host on Spark holds
+one chunk of them and the worker the rest (spark_ops._taskrows).
 ``--operator memory`` runs the same buffer with its state in a dict of lists in this process
 (benchmarks/_memory_buffer.py; not durable, not exactly-once): the runtime floor, what the
 shard costs without the state layer; buffer's time minus it is the state layer's.

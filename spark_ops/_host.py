@@ -88,12 +88,13 @@ def call(shard: int, fn, args: tuple, *, owner: int | None = None, max_slots: in
     return _result(_call(shard, fn, args, owner, max_slots))
 
 
-def call_parts(shard: int, fn, args: tuple, *, owner: int | None = None, max_slots: int = 64):
+def call_parts(shard: int, fn, args: tuple, *, owner: int | None = None, max_slots: int = 64, rows=None):
     """``call`` for a function that sends output while it runs (``part_sink``): yields each
     part as it arrives, then the items of the function's result. Closed early, it reads
     the rest unused, so that the host finishes its request (its batch commits) before this
-    worker lets another request take the host's slot."""
-    stream = _call(shard, fn, args, owner, max_slots)
+    worker lets another request take the host's slot. ``rows``: the task's TaskRows, which
+    the host asks a chunk at a time (``_host_server.ask``) while the request runs."""
+    stream = _call(shard, fn, args, owner, max_slots, rows)
     done = False
     try:
         for kind, value in stream:
@@ -111,7 +112,7 @@ def call_parts(shard: int, fn, args: tuple, *, owner: int | None = None, max_slo
                 log.warning("a shard host request closed early ended with %r", e)
 
 
-def _call(shard: int, fn, args: tuple, owner: int | None, max_slots: int):
+def _call(shard: int, fn, args: tuple, owner: int | None, max_slots: int, rows=None):
     """The frames of ``fn(*args)`` run in the host of ``shard``: ("part", x) for each part
     it sends, then ("ok", result)."""
     owner = os.getppid() if owner is None else owner
@@ -124,7 +125,7 @@ def _call(shard: int, fn, args: tuple, owner: int | None, max_slots: int):
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue            # another task uses this host: try the next slot
-            yield from _request(sock_path, owner, payload)
+            yield from _request(sock_path, owner, payload, rows)
             return
         finally:
             lock.close()            # closing releases the lock
@@ -172,7 +173,7 @@ def call_at(sock_path: str, fn, args: tuple = ()):
     return _result(_request(sock_path, None, _frames.dumps((fn, args), _cloudpickle())))
 
 
-def _request(sock_path: str, owner: int | None, payload: tuple[bytes, list]):
+def _request(sock_path: str, owner: int | None, payload: tuple[bytes, list], rows=None):
     conn = _connect(sock_path)
     if conn is None:
         if owner is None:
@@ -186,6 +187,9 @@ def _request(sock_path: str, owner: int | None, payload: tuple[bytes, list]):
             _frames.send(conn, *payload)
             while True:
                 reply = _frames.loads(_frames.recv(conn))
+                if reply[0] == "ask":
+                    _frames.send(conn, *_answer(rows, reply[1], reply[2]))
+                    continue
                 if reply[0] != "part":
                     break
                 yield reply
@@ -209,6 +213,21 @@ def _request(sock_path: str, owner: int | None, payload: tuple[bytes, list]):
     except AttributeError:      # an exception type without attributes: raised as it is
         pass
     raise exc
+
+
+def _answer(rows, name: str, args: tuple) -> tuple[bytes, list]:
+    """The frame answering a host's ask (``_host_server.ask``): what the task's rows give
+    (a chunk of them as an Arrow table, sent from its own buffers), or the error."""
+    from ._taskrows import ASKS
+    try:
+        if rows is None or name not in ASKS:
+            raise HostError(f"the shard host asked {name!r} of a request that has no such rows")
+        return _frames.dumps(("answer", getattr(rows, name)(*args)))
+    except Exception as e:  # noqa: BLE001 - the host raises it in the request
+        try:
+            return _frames.dumps(("failed", e))
+        except Exception:  # noqa: BLE001 - it does not pickle
+            return _frames.dumps(("failed", HostError(f"the worker failed to answer {name!r}: {e!r}")))
 
 
 def _connect(path: str, wait: float = 0.0, proc=None):

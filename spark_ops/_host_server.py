@@ -22,6 +22,7 @@ log = logging.getLogger("spark_ops._host")
 
 _PEERCRED = struct.Struct("3i")          # struct ucred: pid, uid, gid (Linux)
 _PARTS = None               # during a request: see part_sink
+_CONN = None                # during a request: its connection (see ask)
 
 
 def _peer_ok(conn) -> bool:
@@ -102,14 +103,14 @@ def _handle(conn) -> None:
     except Exception as e:  # noqa: BLE001 - cannot unpickle: tell the client
         reply = _error_reply(e)
     else:
-        global _PARTS
-        _PARTS = _part_sender(conn)
+        global _PARTS, _CONN
+        _PARTS, _CONN = _part_sender(conn), conn
         try:
             reply = _frames.dumps(("ok", fn(*args)))
         except Exception as e:  # noqa: BLE001 - the task's error goes back to its worker
             reply = _error_reply(e)
         finally:
-            _PARTS = None
+            _PARTS = _CONN = None
     try:
         _frames.send(conn, *reply)
     except OSError as e:
@@ -163,6 +164,22 @@ def main(argv=None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     _metrics_log(a.socket)
     serve(a.socket, a.owner, a.idle)
+
+
+def ask(name: str, *args):
+    """In a shard host, while it runs a request: what the waiting worker's TaskRows give for
+    ``name(*args)`` (``_taskrows.ASKS``; answered in ``_host._request``), e.g. a chunk of the
+    task's rows. The worker answers asks only: it sends nothing the host did not ask for, so
+    neither side waits on the other with data in flight both ways."""
+    conn = _CONN
+    if conn is None:
+        from ._host import HostError
+        raise HostError(f"spark_ops: {name!r} asked of a worker outside a shard host's request")
+    _frames.send(conn, *_frames.dumps(("ask", name, args)))
+    kind, value = _frames.loads(_frames.recv(conn))
+    if kind == "answer":
+        return value
+    raise value
 
 
 def part_sink():

@@ -174,14 +174,15 @@ class StagedRows:
 
         from ._runtime import _store
         from ._shards import KG
-        from ._worker import EventChunks, _sort_order
+        from ._taskrows import TaskRows
+        from ._worker import EventChunks
         store = _store(self.root, self.dkv_options)
         tables = [pa.ipc.open_stream(pa.py_buffer(store.get(obj))).read_all() for obj in wanted]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         kg = table.column(KG)
         table = table.filter(pc.and_(pc.greater_equal(kg, lo), pc.less(kg, hi)))
-        yield from EventChunks(table, self.keys, self.columns, self.event_time, self.instants,
-                               _sort_order(table, self.keys, self.columns, self.order))
+        rows = TaskRows(table, self.keys, self.columns, self.order, self.event_time)
+        yield from EventChunks(rows, self.keys, self.columns, self.event_time, self.instants)
 
 
 class HarnessRows:

@@ -20,6 +20,7 @@ from . import _host, _host_server, _identity, _progress, _runs
 from ._output import rows_to_arrow
 from ._runtime import ShardSpec, _store, keys_descending, run_shard_batch
 from ._shards import KG
+from ._taskrows import RemoteRows, TaskRows
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,9 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
         else:
             local = ShardSpec(**{**spec.__dict__, "state": f"{spec.state}/{query}/{name}"})
             batch_id = int(batch)
-        args = (local, batch_id, shard, table, keys, columns, order, instants, final, out_schema, started,
+        rows = TaskRows(table, keys, columns, order, spec.event_time, keys_descending(batch_id))
+        del table       # the rows hold it
+        args = (local, batch_id, shard, rows, keys, columns, order, instants, final, out_schema, started,
                 metrics_schema, name, run)
         ran = False
         if shard_host and not final:
@@ -79,7 +82,10 @@ def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, or
             try:
                 # The host sends the output as it converts it (run_task's sink): each part
                 # goes on to Spark while the batch runs, and neither process holds it all.
-                for part in _host.call_parts(shard, run_task, args):
+                # The host asks the rows a chunk at a time as it reaches them (RemoteRows):
+                # it holds a chunk of the task, not the task.
+                remote = (*args[:3], rows.remote(), *args[4:])
+                for part in _host.call_parts(shard, run_task, remote, rows=rows):
                     sent += 1
                     yield part
                 ran = True
@@ -129,12 +135,13 @@ def task_table(batches):
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
-def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, order, instants, final: bool,
+def run_task(spec: ShardSpec, batch_id: int, shard: int, rows, keys, columns, order, instants, final: bool,
              out_schema=None, batch_time: int | None = None, metrics_schema=None, operator: str | None = None,
              run: str | None = None):
     """One shard's task after Spark's part: the rows in order, the operator, the checkpoint.
-    Runs in the task's Python worker or in the shard's host (see _host). ``table``: the
-    task's rows (an Arrow table; None without rows). Returns the emitted rows: a list of
+    Runs in the task's Python worker or in the shard's host (see _host). ``rows``: the
+    task's rows, a TaskRows (or in a host, RemoteRows of the worker's), or an Arrow table
+    (None without rows), ordered here. Returns the emitted rows: a list of
     dicts, or with ``out_schema`` (an Arrow schema) a list of record batches. The rows
     become Python events a slice at a time (EventChunks), and the output Arrow batches as
     it grows, so a batch of millions of rows runs in bounded memory. With ``metrics_schema``
@@ -155,8 +162,9 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
         if not decided:
             _identity.check_run(qd, run, name, _identity.identity(spec.operator, name, spec.name is not None),
                                 batch_id, first, spec.retire)
-    events = EventChunks(table, keys, columns, spec.event_time, instants,
-                         _sort_order(table, keys, columns, order, keys_descending(batch_id)))
+    if not isinstance(rows, (TaskRows, RemoteRows)):    # an Arrow table (or None): ordered here
+        rows = TaskRows(rows, keys, columns, order, spec.event_time, keys_descending(batch_id))
+    events = EventChunks(rows, keys, columns, spec.event_time, instants)
     heartbeat = events.heartbeat()
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
     send = _host_server.part_sink()        # in a shard host: output parts go to the worker as they are made
@@ -178,66 +186,28 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, table, keys, columns, o
 
 
 class EventChunks:
-    """A task's rows as event lists of at most ``size`` rows (run_shard_batch's chunks) in
-    processing order, converted when reached; iterable again (a fenced shard runs its batch
-    again). ``order``: the rows' processing order (indices, see _sort_order) when the table
-    is not in it: each chunk takes its rows, so no sorted copy of the whole table is made."""
+    """A task's rows (TaskRows, or a shard host's RemoteRows of them) as event lists of a
+    chunk's rows each (run_shard_batch's chunks) in processing order, converted when
+    reached; iterable again (a fenced shard runs its batch again)."""
 
-    def __init__(self, table, keys, columns, event_time, instants, order=None, size: int = 1 << 14) -> None:
-        self.table, self.keys, self.columns, self.event_time = table, keys, columns, event_time
-        self.instants, self.order, self.size = instants, order, size
+    def __init__(self, rows, keys, columns, event_time, instants) -> None:
+        self.rows, self.keys, self.columns, self.event_time, self.instants = rows, keys, columns, event_time, instants
 
     def __iter__(self):
         from ._keys import to_parts
-        table, order = self.table, self.order
-        if table is None or not table.num_rows:
-            return
-        for start in range(0, table.num_rows, self.size):
-            rows = table.slice(start, self.size) if order is None else table.take(order.slice(start, self.size))
-            pdf = _arrow_to_pandas(rows, self.instants)
+        rows = self.rows
+        for i in range(-(-rows.num_rows // rows.size)):
+            pdf = _arrow_to_pandas(rows.chunk(i), self.instants)
             yield _events(pdf, self.keys, self.columns, self.event_time, to_parts, self.instants)[0]
 
     def distinct_keys(self, beyond: int) -> int:
-        """How many keys the rows hold, counted only if there are more than ``beyond`` rows
-        (else the row count, an upper bound): the distinct values of the key column, the
-        most of any key column's where there are several (a lower bound then; a column
-        Arrow cannot count, a struct, list or dictionary, counts 0); ~100 ms for 5,000,000
-        rows of 500,000 keys. Not a group_by over all key columns: Arrow's
-        query engine, which that starts, stays in the process (~11 MB of RSS)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        table = self.table
-        if table is None or table.num_rows <= beyond:
-            return 0 if table is None else table.num_rows
-        counts = [0]
-        for k in self.keys:
-            try:
-                counts.append(pc.count_distinct(table.column(k)).as_py())
-            except pa.ArrowNotImplementedError:     # a struct, list or dictionary key: not counted
-                pass
-        return max(counts)
+        """How many keys the rows hold, counted only if there are more than ``beyond``
+        (TaskRows.distinct_keys)."""
+        return self.rows.distinct_keys(beyond)
 
     def heartbeat(self):
-        """The largest event time (ms) of rows with a null key (they are dropped, but
-        advance the watermark), or None."""
-        table, et = self.table, self.event_time
-        if table is None or not table.num_rows or et is None:
-            return None
-        import pyarrow.compute as pc
-        nulls = None
-        for k in self.keys:
-            m = pc.is_null(table.column(k))
-            nulls = m if nulls is None else pc.or_(nulls, m)
-        if not pc.any(nulls).as_py():
-            return None
-        import pyarrow as pa
-        col = table.filter(nulls).column(et)
-        if pa.types.is_timestamp(col.type):          # its exact instants, in µs
-            col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
-            top = pc.max(col).as_py()
-            return None if top is None else top // 1000
-        top = pc.max(col).as_py()
-        return None if top is None else int(top)
+        """The largest event time (ms) of rows with a null key, or None (TaskRows.heartbeat)."""
+        return self.rows.heartbeat()
 
 
 def _naive_timestamps(ty):
@@ -276,35 +246,6 @@ def _arrow_to_pandas(table, instants: dict):
     if plain != table.schema:
         table = table.cast(plain)
     return table.to_pandas(maps_as_pydicts="strict")
-
-
-def _sort_order(table, keys, columns, order, descending: bool = False):
-    """The processing order of a task's rows (Arrow; indices, None without rows): by key
-    group, key, the ``order`` columns, then every other column of a plain type, so that
-    ties break the same way on every run (the shuffle delivers rows in no fixed order);
-    nulls first (then NaNs). ``descending``: key groups and keys in descending order (the
-    odd batches: _runtime.keys_descending), the rest ascending still."""
-    if table is None or not table.num_rows:
-        return None
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    ties = [c for c in columns if c not in keys and c not in order and not pa.types.is_nested(table.schema.field(c).type)]
-    by = [KG] + list(keys) + list(order) + ties
-    try:
-        return pc.sort_indices(table, options=_sort_options(by, 1 + len(keys) if descending else 0))
-    except (pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:     # apply_operator checks the types
-        raise TypeError(f"spark_ops: cannot order the rows by {by[1:len(keys) + len(order) + 1]}: {e}") from e
-
-
-def _sort_options(by: list, down: int = 0):
-    """Descending on the first ``down`` columns, ascending on the others, nulls first
-    (pyarrow >= 25 takes the null placement per column; older versions once for all)."""
-    import pyarrow.compute as pc
-    way = ["descending" if i < down else "ascending" for i in range(len(by))]
-    try:
-        return pc.SortOptions(sort_keys=[(c, w, "at_start") for c, w in zip(by, way)])
-    except (TypeError, ValueError):
-        return pc.SortOptions(sort_keys=list(zip(by, way)), null_placement="at_start")
 
 
 def _events(pdf, keys, columns, event_time, to_parts, instants):

@@ -19,6 +19,11 @@ def send_parts(n: int, marker: str, pause: float = 0.0) -> list:
     return ["rest"]
 
 
+def ask_rows(name: str, args: tuple) -> list:
+    """What the worker's rows answer to ``name(*args)`` (``_host_server.ask``)."""
+    return [_host_server.ask(name, *args)]
+
+
 def has_sink() -> bool:
     return _host_server.part_sink() is not None
 

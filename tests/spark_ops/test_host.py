@@ -15,7 +15,8 @@ import pytest
 
 from spark_ops import _frames, _host, _host_owner, _host_server
 from spark_ops._opened import drop_cached
-from spark_ops._runtime import ShardSpec
+from spark_ops._runtime import ShardSpec, keys_descending
+from spark_ops._taskrows import TaskRows
 from spark_ops._worker import run_task
 from spark_ops.operators import Buffer
 
@@ -138,18 +139,109 @@ def test_a_shard_runs_the_same_in_a_host_as_in_the_worker(owner, tmp_path):
         return pa.Table.from_pylist(rows)   # ts: timestamp[us, tz=UTC], as Spark sends it
 
     out = {}
-    for mode in ("host", "worker"):
+    asked = []
+    for mode in ("host", "streamed", "worker"):
         spec = ShardSpec(state=str(tmp_path / mode), operator=Buffer(count=3, key_columns=("user",)),
                          event_time="ts", key_groups=4, shards=1)
         got = []
         for b in range(4):
             args = (spec, b, 0, batch(b), ["user"], ["user", "ts"], ["ts"], {"ts": "__spark_ops_us0"}, False,
                     None, 1000 * b)
-            got.append(_host.call(0, run_task, args, owner=owner.pid) if mode == "host" else run_task(*args))
+            if mode == "host":          # the rows in the request (run_task orders them in the host)
+                got.append(_host.call(0, run_task, args, owner=owner.pid))
+            elif mode == "streamed":    # as the worker sends them: asked a chunk at a time
+                rows = _Counted(args[3], ["user"], ["user", "ts"], ["ts"], "ts", keys_descending(b), size=4)
+                got.append(list(_host.call_parts(0, run_task, (*args[:3], rows.remote(), *args[4:]),
+                                                 owner=owner.pid, rows=rows)))
+                asked.append(rows.asked)
+            else:
+                got.append(run_task(*args))
         drop_cached(spec.state)
         out[mode] = got
-    assert out["host"] == out["worker"]
+    assert out["host"] == out["streamed"] == out["worker"]
     assert sum(len(g) for g in out["host"]) == 6      # 3 keys x 8 rows -> two buffers of 3 each
+    # 6 rows a batch in chunks of 4: two chunks, each asked once, in order; the key count is
+    # asked only of a batch with more rows than the shard's cache could hold handles for (none)
+    assert asked == [["heartbeat", ("chunk", 0), ("chunk", 1)]] * 4
+
+
+class _Counted(TaskRows):
+    """TaskRows that note what a host asked of them."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: list = []
+
+    def chunk(self, i: int):
+        self.asked.append(("chunk", i))
+        return super().chunk(i)
+
+    def heartbeat(self):
+        self.asked.append("heartbeat")
+        return super().heartbeat()
+
+    def distinct_keys(self, beyond: int) -> int:
+        self.asked.append(("distinct_keys", beyond))
+        return super().distinct_keys(beyond)
+
+
+class _FailsAt(TaskRows):
+    """TaskRows whose chunk ``at`` cannot be had (the worker failed to take it)."""
+
+    def __init__(self, *args, at: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.at = at
+
+    def chunk(self, i: int):
+        if i == self.at:
+            raise MemoryError(f"chunk {i}")
+        return super().chunk(i)
+
+
+def test_a_batch_whose_rows_fail_midway_does_not_commit(owner, tmp_path):
+    """A chunk the worker cannot give fails the host's request after the batch's first chunk
+    ran: the batch does not commit, and its rerun (Spark's next attempt) gives what a batch
+    run once gives."""
+    import pyarrow as pa
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    table = pa.Table.from_pylist([{"user": f"u{k}", "ts": t0 + dt.timedelta(seconds=j), "__spark_ops_kg": 0,
+                                   "__spark_ops_token": 0} for k in range(4) for j in range(3)])
+    cols = (["user"], ["user", "ts"], ["ts"])
+    out = {}
+    for mode in ("failed once", "once"):
+        spec = ShardSpec(state=str(tmp_path / mode.replace(" ", "-")), operator=Buffer(count=2, key_columns=("user",)),
+                         event_time="ts", key_groups=4, shards=1)
+        args = (spec, 0, 0, None, *cols, {"ts": "__spark_ops_us0"}, False, None, 0)
+        if mode == "failed once":
+            bad = _FailsAt(table, *cols, "ts", size=5, at=1)
+            with pytest.raises(MemoryError, match="chunk 1"):
+                list(_host.call_parts(0, run_task, (*args[:3], bad.remote(), *args[4:]), owner=owner.pid, rows=bad))
+        rows = TaskRows(table, *cols, "ts", size=5)
+        out[mode] = list(_host.call_parts(0, run_task, (*args[:3], rows.remote(), *args[4:]), owner=owner.pid,
+                                          rows=rows))
+        drop_cached(spec.state)
+    assert out["failed once"] == out["once"] and len(out["once"]) == 4    # 4 keys x 3 rows: a pair each
+
+
+def test_a_host_asks_only_for_rows_and_a_failed_answer_fails_its_request(owner, tmp_path):
+    """What the host asks of the worker's rows is answered from a fixed set (anything else
+    is refused, by name); an error while answering is raised in the host's request and
+    comes back to the worker as the request's error; a host function that asks outside a
+    request is told so."""
+    import pyarrow as pa
+    from .host_parts import ask_rows
+
+    rows = TaskRows(pa.table({"k": [1, 2, 3]}), ["k"], ["k"], [], None, size=2)
+    assert _host.call_parts(0, ask_rows, ("distinct_keys", (0,)), owner=owner.pid, rows=rows).__next__() == 3
+    with pytest.raises(_host.HostError, match="asked 'table' of a request that has no such rows"):
+        list(_host.call_parts(0, ask_rows, ("table", ()), owner=owner.pid, rows=rows))
+    with pytest.raises(_host.HostError, match="asked 'chunk' of a request that has no such rows"):
+        list(_host.call_parts(0, ask_rows, ("chunk", (0,)), owner=owner.pid))
+    with pytest.raises(IndexError, match="chunk 2 of a task of 3 rows in chunks of 2"):
+        list(_host.call_parts(0, ask_rows, ("chunk", (2,)), owner=owner.pid, rows=rows))
+    with pytest.raises(_host.HostError, match="outside a shard host's request"):
+        _host_server.ask("chunk", 0)
+    assert _host.call(0, os.getpid, (), owner=owner.pid) > 0     # the host serves on
 
 
 def test_a_task_attempt_runs_a_shard_once(owner):

@@ -14,7 +14,8 @@ from spark_ops._keys import to_parts
 from spark_ops import _output, _runtime, _worker
 from spark_ops._output import rows_to_arrow
 from spark_ops._shards import TOKEN
-from spark_ops._worker import KG, EventChunks, _arrow_to_pandas, _events, _sort_order, task_table
+from spark_ops._taskrows import TaskRows, _sort_order
+from spark_ops._worker import KG, EventChunks, _arrow_to_pandas, _events, task_table
 
 UTC = dt.timezone.utc
 INSTANTS = {"ts": "__spark_ops_us0"}
@@ -97,7 +98,7 @@ def test_a_tasks_batches_become_one_chunk_per_column_with_the_same_events(monkey
     cols = ["k", "ts", "v", "s", "nested"]
 
     def events(t):
-        chunks = EventChunks(t, ["k"], cols, "ts", INSTANTS, _sort_order(t, ["k"], cols, ["ts"]), size=64)
+        chunks = EventChunks(TaskRows(t, ["k"], cols, ["ts"], "ts", size=64), ["k"], cols, "ts", INSTANTS)
         return [(kg, parts, ts, r["v"] if r["v"] == r["v"] else "nan", r["s"]) for ch in chunks
                 for kg, parts, ts, r in ch]
     assert events(table) == events(few) == events(pa.Table.from_batches(batches))
@@ -105,21 +106,21 @@ def test_a_tasks_batches_become_one_chunk_per_column_with_the_same_events(monkey
 
 
 def test_a_tasks_keys_are_counted_only_where_its_rows_could_be_more():
-    """EventChunks.distinct_keys (ShardState.meet_keys asks it): the keys of the key column
+    """TaskRows.distinct_keys (ShardState.meet_keys asks it): the keys of the key column
     (null keys are dropped rows, not counted), the most of any column's for several key
     columns (a lower bound: the shard's own triggers see the rest), or just the row count
     where that is no more than the bound asked about."""
     t = pa.table({"a": pa.array([1, 1, 2, 2, 2, 3, None], pa.int64()),
                   "b": pa.array(["x", "y", "x", "x", "x", "x", None])})
-    assert EventChunks(t, ["a"], ["a", "b"], None, {}).distinct_keys(3) == 3
-    assert EventChunks(t, ["b"], ["a", "b"], None, {}).distinct_keys(3) == 2
-    assert EventChunks(t, ["b", "a"], ["a", "b"], None, {}).distinct_keys(3) == 3   # 4 in fact
-    assert EventChunks(t, ["a", "b"], ["a", "b"], None, {}).distinct_keys(7) == 7
-    assert EventChunks(None, ["a"], ["a"], None, {}).distinct_keys(0) == 0
+    assert TaskRows(t, ["a"], ["a", "b"], [], None).distinct_keys(3) == 3
+    assert TaskRows(t, ["b"], ["a", "b"], [], None).distinct_keys(3) == 2
+    assert TaskRows(t, ["b", "a"], ["a", "b"], [], None).distinct_keys(3) == 3   # 4 in fact
+    assert TaskRows(t, ["a", "b"], ["a", "b"], [], None).distinct_keys(7) == 7
+    assert TaskRows(None, ["a"], ["a"], [], None).distinct_keys(0) == 0
     # a key Arrow cannot count (a struct) counts 0: the shard's own triggers decide then
     s = t.append_column("s", pa.array([{"x": i % 2} for i in range(7)]))
-    assert EventChunks(s, ["s"], ["s"], None, {}).distinct_keys(3) == 0
-    assert EventChunks(s, ["s", "a"], ["s", "a"], None, {}).distinct_keys(3) == 3
+    assert TaskRows(s, ["s"], ["s"], [], None).distinct_keys(3) == 0
+    assert TaskRows(s, ["s", "a"], ["s", "a"], [], None).distinct_keys(3) == 3
 
 
 def test_a_key_that_has_no_order_is_a_clear_error():
