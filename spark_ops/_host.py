@@ -5,8 +5,9 @@ in worker A in one batch and in worker B in the next. Each worker caches the sta
 opened, but a shard that moved has to catch up on what the other worker wrote and reload
 its objects — on a steady stream that is half of the batches. A shard host is a process
 per executor (the workers' parent process, the "owner") and shard index: the worker that
-runs a shard's task sends it the task's rows and gets the emitted rows back, so the shard's
-state stays open in one process whichever worker Spark picked.
+runs a shard's task sends it the request, answers its asks for the task's rows a chunk at a
+time, and gets the emitted rows back, so the shard's state stays open in one process
+whichever worker Spark picked.
 
 A host serves one request at a time. A client claims a host slot with a file lock held
 for the request; when slot 0 of a shard index is busy (two queries running the same shard
@@ -17,8 +18,10 @@ the worker runs the shard itself, as it would without hosts.
 Requests and replies travel as frames (``_frames.py``: a pickle, with Arrow's buffers out
 of band). Requests are ``(function, args)`` pickled with cloudpickle (the operator may be
 defined in a notebook); replies are ``("ok", result)`` or ``("error", exception or None,
-traceback text)``, after any number of ``("part", output)`` frames that the request sent
-while it ran (part_sink).
+traceback text, the user's frames)``, after any number of ``("part", output)`` frames that
+the request sent while it ran (part_sink) and of ``("ask", name, args)`` frames (the host's
+asks for the task's rows, ``_host_server.ask``), each of which the worker answers at once
+with ``("answer", value)`` or ``("failed", exception)`` (``_answer``).
 
 This module is the client's side: finding or starting a shard's host and sending it a
 request. The host's side is ``_host_server`` (its loop and replies), ``_host_heap`` (GC and
@@ -217,17 +220,23 @@ def _request(sock_path: str, owner: int | None, payload: tuple[bytes, list], row
 
 def _answer(rows, name: str, args: tuple) -> tuple[bytes, list]:
     """The frame answering a host's ask (``_host_server.ask``): what the task's rows give
-    (a chunk of them as an Arrow table, sent from its own buffers), or the error."""
+    (a chunk of them as an Arrow table, sent from its own buffers), or the error, noted as
+    the worker's and logged here with its traceback (the host raises it in the request)."""
     from ._taskrows import ASKS
     try:
         if rows is None or name not in ASKS:
-            raise HostError(f"the shard host asked {name!r} of a request that has no such rows")
+            raise RuntimeError(f"spark_ops: the shard host asked {name!r} of a request that has no such rows")
         return _frames.dumps(("answer", getattr(rows, name)(*args)))
     except Exception as e:  # noqa: BLE001 - the host raises it in the request
+        log.warning("answering the shard host's ask %s%r failed", name, args, exc_info=True)
+        if hasattr(e, "add_note"):
+            e.add_note(f"raised in the Spark worker answering the shard host's ask {name}{args!r} "
+                       f"(its traceback is in the worker's log)")
         try:
             return _frames.dumps(("failed", e))
         except Exception:  # noqa: BLE001 - it does not pickle
-            return _frames.dumps(("failed", HostError(f"the worker failed to answer {name!r}: {e!r}")))
+            return _frames.dumps(("failed", RuntimeError(f"spark_ops: the Spark worker failed to answer the "
+                                                         f"shard host's ask {name}{args!r}: {e!r}")))
 
 
 def _connect(path: str, wait: float = 0.0, proc=None):

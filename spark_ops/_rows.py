@@ -2,8 +2,8 @@
 
 The runtime (``_process`` in _runtime.py) decides once per batch whether the operator's
 class overrides ``on_rows``; if it does, the events go through ``KeyRows`` instead of the
-per-row ``on_event`` loop. Events come sorted by key group, key and order (see _worker's
-``_sort_order`` and the harness), so a key's rows are consecutive: they are gathered until
+per-row ``on_event`` loop. Events come sorted by key group, key and order (see
+``_taskrows._sort_order`` and the harness), so a key's rows are consecutive: they are gathered until
 the key changes (across the runtime's chunks and early saves) and the operator is called
 once per key with them. pandas is imported only here, when an operator uses on_rows.
 """

@@ -11,9 +11,14 @@ rows anyway, holds no second copy in a frame.
 """
 from __future__ import annotations
 
-ASKS = frozenset({"chunk", "distinct_keys", "heartbeat"})
+from typing import Any
+
+ASKS = frozenset({"chunk", "distinct_keys"})
 """What a host may ask of the worker's TaskRows (``_host._request`` answers nothing else)."""
 CHUNK_ROWS = 1 << 14
+CHUNK_BYTES = 64 << 20
+"""A chunk's rows are fewer than CHUNK_ROWS where that many would take more bytes than this
+(wide rows): a host holds about a chunk of its task at a time."""
 
 
 class TaskRows:
@@ -24,18 +29,30 @@ class TaskRows:
 
     def __init__(self, table, keys, columns, order, event_time, descending: bool = False,
                  size: int = CHUNK_ROWS) -> None:
-        self.table, self.keys, self.event_time, self.size = table, list(keys), event_time, size
+        self.table, self.keys, self.event_time = table, list(keys), event_time
         self.columns, self.order, self.descending = columns, order, descending
         self.num_rows = 0 if table is None else table.num_rows
-        self.indices = None     # the processing order, sorted at the first chunk
+        if self.num_rows:
+            size = max(1, min(size, CHUNK_BYTES * self.num_rows // max(1, table.nbytes)))
+        self.size = size
+        self.indices: Any = None     # the processing order (sort): Arrow indices
+        self.sort_ms = 0.0
+
+    def sort(self) -> None:
+        """Find the processing order (once; ``sort_ms`` is what it took). A key Arrow cannot
+        order is a TypeError that names it."""
+        if self.indices is None and self.num_rows:
+            import time
+            t0 = time.perf_counter()
+            self.indices = _sort_order(self.table, self.keys, self.columns, self.order, self.descending)
+            self.sort_ms = (time.perf_counter() - t0) * 1000
 
     def chunk(self, i: int):
         """Rows ``i * size`` to ``(i + 1) * size`` in processing order (an Arrow table)."""
         start = i * self.size
         if not 0 <= start < self.num_rows:
             raise IndexError(f"chunk {i} of a task of {self.num_rows} rows in chunks of {self.size}")
-        if self.indices is None:
-            self.indices = _sort_order(self.table, self.keys, self.columns, self.order, self.descending)
+        self.sort()
         return self.table.take(self.indices.slice(start, self.size))
 
     def distinct_keys(self, beyond: int) -> int:
@@ -81,8 +98,10 @@ class TaskRows:
         return None if top is None else int(top)
 
     def remote(self) -> RemoteRows:
-        """What a shard host's request carries in place of these rows."""
-        return RemoteRows(self.num_rows, self.size)
+        """What a shard host's request carries in place of these rows: their count, chunk
+        size, the time their sort took (made here, before the request) and the heartbeat."""
+        self.sort()
+        return RemoteRows(self.num_rows, self.size, self.sort_ms, self.heartbeat())
 
 
 class RemoteRows:
@@ -90,8 +109,11 @@ class RemoteRows:
     that holds the rows when reached (``_host_server.ask``). Usable only while the host
     runs the request that carried it."""
 
-    def __init__(self, num_rows: int, size: int) -> None:
-        self.num_rows, self.size = num_rows, size
+    def __init__(self, num_rows: int, size: int, sort_ms: float = 0.0, heartbeat_ms: int | None = None) -> None:
+        self.num_rows, self.size, self.sort_ms, self.heartbeat_ms = num_rows, size, sort_ms, heartbeat_ms
+
+    def sort(self) -> None:
+        """Sorted by the worker already (TaskRows.remote)."""
 
     def chunk(self, i: int):
         from ._host_server import ask
@@ -104,10 +126,7 @@ class RemoteRows:
         return ask("distinct_keys", beyond)
 
     def heartbeat(self):
-        if not self.num_rows:
-            return None
-        from ._host_server import ask
-        return ask("heartbeat")
+        return self.heartbeat_ms
 
 
 def _sort_order(table, keys, columns, order, descending: bool = False):

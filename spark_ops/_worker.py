@@ -112,9 +112,9 @@ TASK_CHUNK_ROWS = 1 << 20     # rows of a task's table per chunk (task_table)
 def task_table(batches):
     """A task's record batches (an iterable of Spark's, maxRecordsPerBatch rows each) as one
     table of few chunks, TASK_CHUNK_ROWS rows each (None without rows). The rows are ordered,
-    then taken a chunk at a time (EventChunks): over ~100 chunks per column, Arrow's sort and
-    takes cost a shard host ~35-70 MB more at its peak at 1,000,000 keys, and the takes 20x
-    the time, than over one. The batches are copied a chunk's worth at a time as they come,
+    then taken a chunk at a time (TaskRows): over ~100 chunks per column, Arrow's sort and
+    takes cost ~35-70 MB more at their peak at 1,000,000 keys, and the takes 20x the time,
+    than over one. The batches are copied a chunk's worth at a time as they come,
     so the worker holds its rows and one chunk more, not two copies of the task."""
     import pyarrow as pa
     parts: list = []
@@ -164,6 +164,8 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, rows, keys, columns, or
                                 batch_id, first, spec.retire)
     if not isinstance(rows, (TaskRows, RemoteRows)):    # an Arrow table (or None): ordered here
         rows = TaskRows(rows, keys, columns, order, spec.event_time, keys_descending(batch_id))
+    sorted_ms = rows.sort_ms        # a sort made before this call (in the worker, for a host): prepare_ms has it
+    rows.sort()     # before the shard opens: a key that has no order fails here (TaskRows.sort)
     events = EventChunks(rows, keys, columns, spec.event_time, instants)
     heartbeat = events.heartbeat()
     convert = None if out_schema is None else (lambda rows: rows_to_arrow(rows, out_schema))
@@ -172,7 +174,7 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, rows, keys, columns, or
     if send is not None and metrics_schema is not None:
         sink = lambda part: send(_progress.with_null_metrics(part, metrics_schema))  # noqa: E731
     emitted, metrics = run_shard_batch(spec, batch_id, shard, events, batch_time=batch_time, end_of_input=final,
-                                       heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000,
+                                       heartbeat_time=heartbeat, prepare_ms=(time.perf_counter() - t0) * 1000 + sorted_ms,
                                        convert=convert, sink=sink, run=run)
     if _progress.log.isEnabledFor(logging.INFO):
         _progress.log.info("%s", _progress.summary_line(operator or type(spec.operator).__name__.lower(), metrics))

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+import spark_ops
 from spark_ops import _frames, _host, _host_owner, _host_server
 from spark_ops._opened import drop_cached
 from spark_ops._runtime import ShardSpec, keys_descending
@@ -162,7 +163,7 @@ def test_a_shard_runs_the_same_in_a_host_as_in_the_worker(owner, tmp_path):
     assert sum(len(g) for g in out["host"]) == 6      # 3 keys x 8 rows -> two buffers of 3 each
     # 6 rows a batch in chunks of 4: two chunks, each asked once, in order; the key count is
     # asked only of a batch with more rows than the shard's cache could hold handles for (none)
-    assert asked == [["heartbeat", ("chunk", 0), ("chunk", 1)]] * 4
+    assert asked == [[("chunk", 0), ("chunk", 1)]] * 4
 
 
 class _Counted(TaskRows):
@@ -175,10 +176,6 @@ class _Counted(TaskRows):
     def chunk(self, i: int):
         self.asked.append(("chunk", i))
         return super().chunk(i)
-
-    def heartbeat(self):
-        self.asked.append("heartbeat")
-        return super().heartbeat()
 
     def distinct_keys(self, beyond: int) -> int:
         self.asked.append(("distinct_keys", beyond))
@@ -214,13 +211,101 @@ def test_a_batch_whose_rows_fail_midway_does_not_commit(owner, tmp_path):
         args = (spec, 0, 0, None, *cols, {"ts": "__spark_ops_us0"}, False, None, 0)
         if mode == "failed once":
             bad = _FailsAt(table, *cols, "ts", size=5, at=1)
-            with pytest.raises(MemoryError, match="chunk 1"):
+            with pytest.raises(MemoryError, match="chunk 1") as failed:
                 list(_host.call_parts(0, run_task, (*args[:3], bad.remote(), *args[4:]), owner=owner.pid, rows=bad))
+            assert "raised in the Spark worker answering the shard host's ask chunk(1,)" in str(failed.value.__notes__)
+            assert spark_ops.read_metrics(spec.state) == []       # nothing of the batch committed
         rows = TaskRows(table, *cols, "ts", size=5)
         out[mode] = list(_host.call_parts(0, run_task, (*args[:3], rows.remote(), *args[4:]), owner=owner.pid,
                                           rows=rows))
         drop_cached(spec.state)
     assert out["failed once"] == out["once"] and len(out["once"]) == 4    # 4 keys x 3 rows: a pair each
+
+
+def _task(n_keys: int, per_key: int):
+    import pyarrow as pa
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    return pa.Table.from_pylist([{"user": f"u{k:05d}", "ts": t0 + dt.timedelta(seconds=j), "__spark_ops_kg": k % 4,
+                                  "__spark_ops_token": 0} for k in range(n_keys) for j in range(per_key)])
+
+
+_COLS = (["user"], ["user", "ts"], ["ts"])
+
+
+def test_a_stream_closed_early_still_gives_the_host_its_rows(owner, tmp_path):
+    """The task stops reading after the first output part, while the host has chunks still
+    to ask: the worker's drain answers them, so the batch runs whole and commits."""
+    import pyarrow as pa
+    out_schema = pa.schema([("user", pa.string()), ("items", pa.list_(pa.struct(
+        [("user", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])))])
+    spec = ShardSpec(state=str(tmp_path / "s"), operator=Buffer(count=1, key_columns=("user",)),
+                     event_time="ts", key_groups=4, shards=1)
+    rows = _Counted(_task(1000, 4), *_COLS, "ts", size=500)
+    args = (spec, 0, 0, rows.remote(), *_COLS, {"ts": "__spark_ops_us0"}, False, out_schema, 0)
+    parts = _host.call_parts(0, run_task, args, owner=owner.pid, rows=rows)
+    first = next(parts)
+    assert first.num_rows >= 1 and len(rows.asked) < 8      # a part came before the last chunk was asked
+    parts.close()
+    assert rows.asked == [("chunk", i) for i in range(8)]
+    [m] = [m for m in spark_ops.read_metrics(spec.state) if m.get("batch") == 0]
+    assert m["rows"] == 4000 and m["emitted"] == 4000
+
+
+def test_a_big_task_has_its_keys_counted_by_the_worker(owner, tmp_path):
+    """A task with more rows than the shard's cache holds handles: the host asks the worker
+    how many keys its rows hold (the shares before the first event, ShardState.meet_keys)."""
+    spec = ShardSpec(state=str(tmp_path / "s"), operator=Buffer(count=5, key_columns=("user",)),
+                     event_time="ts", key_groups=4, shards=1, memory=1 << 20)
+    rows = _Counted(_task(3000, 2), *_COLS, "ts")
+    args = (spec, 0, 0, rows.remote(), *_COLS, {"ts": "__spark_ops_us0"}, False, None, 0)
+    list(_host.call_parts(0, run_task, args, owner=owner.pid, rows=rows))
+    [(_, beyond)] = [a for a in rows.asked if a[0] == "distinct_keys"]
+    assert 0 < beyond < 6000 and rows.distinct_keys(beyond) == 3000
+
+
+def test_a_worker_gone_before_its_rows_were_asked_commits_nothing(owner, tmp_path):
+    """The worker's connection closes right after its request: the host's ask for the first
+    chunk fails, the batch does not commit, and the host serves on."""
+    import socket
+    pid = _host.call(0, os.getpid, (), owner=owner.pid)
+    [sock] = (tmp_path / "hosts").glob("*.sock")
+    spec = ShardSpec(state=str(tmp_path / "s"), operator=Buffer(count=5, key_columns=("user",)),
+                     event_time="ts", key_groups=4, shards=1)
+    rows = TaskRows(_task(10, 2), *_COLS, "ts")
+    args = (spec, 0, 0, rows.remote(), *_COLS, {"ts": "__spark_ops_us0"}, False, None, 0)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(sock))
+    _frames.send(s, *_frames.dumps((run_task, args), _host._cloudpickle()))
+    s.close()
+    assert _host.call(0, os.getpid, (), owner=owner.pid) == pid      # served after that request ended
+    assert spark_ops.read_metrics(spec.state) == []
+    assert "a request failed" in sock.with_suffix(".log").read_text()
+
+
+def test_an_answer_that_does_not_pickle_is_still_one_frame():
+    """An error while answering that cannot be sent as it is goes back as a RuntimeError
+    that names the ask and the error: the host reads one frame either way."""
+    import threading
+
+    class Unpicklable(Exception):
+        def __init__(self) -> None:
+            super().__init__("no")
+            self.lock = threading.Lock()
+
+    class Rows:
+        def chunk(self, i):
+            raise Unpicklable()
+
+    kind, err = _frames.loads(_rebuffered(_host._answer(Rows(), "chunk", (3,))))
+    assert kind == "failed" and isinstance(err, RuntimeError)
+    assert "failed to answer the shard host's ask chunk(3,)" in str(err) and "Unpicklable('no')" in str(err)
+    kind, err = _frames.loads(_rebuffered(_host._answer(Rows(), "table", ())))
+    assert kind == "failed" and "asked 'table' of a request that has no such rows" in str(err)
+
+
+def _rebuffered(frame):
+    data, buffers = frame
+    return bytearray(data), [bytearray(memoryview(b).cast("B")) for b in buffers]
 
 
 def test_a_host_asks_only_for_rows_and_a_failed_answer_fails_its_request(owner, tmp_path):
@@ -233,9 +318,9 @@ def test_a_host_asks_only_for_rows_and_a_failed_answer_fails_its_request(owner, 
 
     rows = TaskRows(pa.table({"k": [1, 2, 3]}), ["k"], ["k"], [], None, size=2)
     assert _host.call_parts(0, ask_rows, ("distinct_keys", (0,)), owner=owner.pid, rows=rows).__next__() == 3
-    with pytest.raises(_host.HostError, match="asked 'table' of a request that has no such rows"):
+    with pytest.raises(RuntimeError, match="asked 'table' of a request that has no such rows"):
         list(_host.call_parts(0, ask_rows, ("table", ()), owner=owner.pid, rows=rows))
-    with pytest.raises(_host.HostError, match="asked 'chunk' of a request that has no such rows"):
+    with pytest.raises(RuntimeError, match="asked 'chunk' of a request that has no such rows"):
         list(_host.call_parts(0, ask_rows, ("chunk", (0,)), owner=owner.pid))
     with pytest.raises(IndexError, match="chunk 2 of a task of 3 rows in chunks of 2"):
         list(_host.call_parts(0, ask_rows, ("chunk", (2,)), owner=owner.pid, rows=rows))

@@ -280,3 +280,17 @@ def test_persisted_dicts_and_lists_are_emitted_as_their_plain_twins():
     assert got[0]["s"] == {"x": 1.5, "t": None, "name": "p"} and got[0]["m"] == [("a", 1)]
     assert got[0]["tags"] == ["x", "y"] and got[0]["items"] == [{"t": t, "n": 1}]
     assert got[1]["k"] == "a" and got[1]["at"] == t
+
+
+def test_a_chunk_of_wide_rows_holds_fewer_of_them(monkeypatch):
+    """A chunk has CHUNK_ROWS rows, fewer where they would take more than CHUNK_BYTES (a
+    shard host holds about a chunk of its task); every row is in one chunk, in order."""
+    from spark_ops import _taskrows
+    t = pa.table({KG: pa.array([0] * 100, pa.int32()), "k": pa.array(range(100), pa.int64()),
+                  "blob": pa.array([b"x" * 1000] * 100)})
+    assert TaskRows(t, ["k"], ["k", "blob"], [], None).size == _taskrows.CHUNK_ROWS
+    monkeypatch.setattr(_taskrows, "CHUNK_BYTES", 10_000)
+    rows = TaskRows(t, ["k"], ["k", "blob"], [], None)
+    assert 5 <= rows.size <= 10
+    got = [c.column("k").to_pylist() for c in (rows.chunk(i) for i in range(-(-100 // rows.size)))]
+    assert all(len(c) <= rows.size for c in got) and sum(got, []) == list(range(100))
