@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 IDLE_SECONDS = 600.0
 START_SECONDS = 60.0
 _CHILDREN: list = []        # hosts this process started (reaped when they exit)
+ASKS = frozenset({"chunk", "distinct_keys"})
+"""What a host may ask of the task's rows (spark_ops._taskrows.TaskRows; ``_answer``)."""
 
 
 class HostError(RuntimeError):
@@ -222,7 +224,6 @@ def _answer(rows, name: str, args: tuple) -> tuple[bytes, list]:
     """The frame answering a host's ask (``_host_server.ask``): what the task's rows give
     (a chunk of them as an Arrow table, sent from its own buffers), or the error, noted as
     the worker's and logged here with its traceback (the host raises it in the request)."""
-    from ._taskrows import ASKS
     try:
         if rows is None or name not in ASKS:
             raise RuntimeError(f"spark_ops: the shard host asked {name!r} of a request that has no such rows")

@@ -168,7 +168,7 @@ def main(argv=None) -> None:
 
 def ask(name: str, *args):
     """In a shard host, while it runs a request: what the waiting worker's TaskRows give for
-    ``name(*args)`` (``_taskrows.ASKS``; answered in ``_host._request``), e.g. a chunk of the
+    ``name(*args)`` (``_host.ASKS``; answered in ``_host._request``), e.g. a chunk of the
     task's rows. The worker answers asks only: it sends nothing the host did not ask for, so
     neither side waits on the other with data in flight both ways."""
     conn = _CONN

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-ASKS = frozenset({"chunk", "distinct_keys"})
-"""What a host may ask of the worker's TaskRows (``_host._request`` answers nothing else)."""
 CHUNK_ROWS = 1 << 14
 CHUNK_BYTES = 64 << 20
 """A chunk's rows are fewer than CHUNK_ROWS where that many would take more bytes than this
