@@ -44,6 +44,9 @@ def _micros(v: _dt.datetime) -> int:
     return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
 
 
+_PLAIN_PARTS = frozenset({str, int})
+
+
 def from_parts(parts) -> tuple:
     out = []
     for p in parts:
@@ -70,5 +73,7 @@ def from_parts(parts) -> tuple:
 
 def user_key(parts, arity: int):
     """The key as operators see it: a scalar for one key column, else a tuple."""
+    if arity == 1 and type(parts[0]) in _PLAIN_PARTS:     # a str or int key: the part itself
+        return parts[0]
     key = from_parts(parts)
     return key[0] if arity == 1 else key

@@ -294,3 +294,14 @@ def test_a_chunk_of_wide_rows_holds_fewer_of_them(monkeypatch):
     assert 5 <= rows.size <= 10
     got = [c.column("k").to_pylist() for c in (rows.chunk(i) for i in range(-(-100 // rows.size)))]
     assert all(len(c) <= rows.size for c in got) and sum(got, []) == list(range(100))
+
+
+def test_a_key_of_one_column_comes_back_as_it_went_in():
+    """user_key (the key operators see) of to_parts' parts: the value itself for one key
+    column (str and int keys pass as they are), a tuple for several."""
+    from spark_ops._keys import user_key
+    t = dt.datetime(2024, 1, 1, 12, 30)
+    for v in ("u1", "", 7, -1, 2**70, True, False, None, 1.5, b"\x00b", t, dt.date(2024, 2, 29)):
+        got = user_key(to_parts((v,)), 1)
+        assert got == v and type(got) is type(v), v
+    assert user_key(to_parts(("a", 1, None)), 3) == ("a", 1, None)
