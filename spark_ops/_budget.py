@@ -1,6 +1,6 @@
 """A shard's memory budget: how ``memory=`` is split between dkv and the object cache, the
 dkv options every shard opens its store with, and the shares a shard moves to once its
-keys outgrow its cache (used by ShardState in _runtime.py; RFC 0005, RFC 0012 steps 7-8)."""
+keys outgrow its cache (used by ShardState in _shardstate.py; RFC 0005, RFC 0012 steps 7-8)."""
 from __future__ import annotations
 
 from objectspace import BLOOM_STRIP

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
                              PersistedQueue, PersistedSet, PersistedSortedDict, PersistedSortedSet, PersistedStack,
                              PersistedStream, PersistedValue)
 
-    from ._runtime import ShardState
+    from ._shardstate import ShardState
     from ._units import Duration
 
 __all__ = ["Operator", "Context", "Timer"]
