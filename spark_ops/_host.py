@@ -81,8 +81,15 @@ def host_dir() -> str:
     return d
 
 
+PROTOCOL = 2
+"""The requests' protocol (2: a host asks its worker for the task's rows, spark_ops._taskrows).
+It names a host's files, so a worker never sends a request to a host started by code
+that speaks another one (spark_ops upgraded under a running Spark application); such a
+host idles out, or ends with its owner."""
+
+
 def _paths(owner: int, shard: int, slot: int) -> tuple[str, str]:
-    base = os.path.join(host_dir(), f"h{owner}-{shard}-{slot}")
+    base = os.path.join(host_dir(), f"h{owner}-p{PROTOCOL}-{shard}-{slot}")
     return base + ".sock", base + ".lock"
 
 

@@ -519,3 +519,17 @@ def test_a_zombie_owner_is_not_alive():
         child.wait()
     assert not _host_owner._alive(child.pid)
     assert _host_owner._alive(os.getpid()) and not _host_owner._zombie(os.getpid())
+
+
+def test_a_host_of_another_protocol_is_never_asked(owner, tmp_path, monkeypatch):
+    """A host's files carry the requests' protocol: a worker whose spark_ops speaks another
+    one (an upgrade under a running application) starts its own host rather than send a
+    request the old host could not read; the old one serves its own callers still."""
+    old = _host.call(0, os.getpid, (), owner=owner.pid)
+    monkeypatch.setattr(_host, "PROTOCOL", _host.PROTOCOL + 1)
+    new = _host.call(0, os.getpid, (), owner=owner.pid)
+    assert new != old
+    assert {p.name.split("-")[1] for p in (tmp_path / "hosts").glob("*.sock")} == {
+        f"p{_host.PROTOCOL - 1}", f"p{_host.PROTOCOL}"}
+    monkeypatch.setattr(_host, "PROTOCOL", _host.PROTOCOL - 1)
+    assert _host.call(0, os.getpid, (), owner=owner.pid) == old
