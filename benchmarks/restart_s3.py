@@ -10,10 +10,12 @@ a fresh process and an empty local cache folder, through a proxy that gives ever
 ``--latency-ms`` of first-byte latency and each connection ``--mbps`` of bandwidth. The
 restarted space reads (and appends one row to) ``--fractions`` of the keys, as a first batch
 that touches those keys would, and checkpoints. Each fraction runs with the SSTs fetched whole
-at their first read (``range_read_cost=0``, dkv before issue 34's restart item) and with
+at their first read (``range_read_cost=0``, dkv before issue 34's restart item), with
 dkv's default (tables read by range while that costs less than fetching them, then fetched
-whole in parallel parts), in alternating order, and the table prints the GETs, the bytes
-they answered, and the seconds from open to the checkpoint's end, as ratios lazy/whole.
+whole in parallel parts), and with the keys named to ``ObjectSpace.prefetch`` first (a
+chunk of 16,384 at a time, as a spark_ops task's rows come), in alternating order
+(``--modes``), and the table prints the GETs, the bytes they answered, and the seconds
+from open to the checkpoint's end, as ratios to the first mode.
 """
 from __future__ import annotations
 
@@ -59,8 +61,14 @@ def build(endpoint: str, url: str, keys: int, items: int) -> dict:
             "build_s": round(time.perf_counter() - t0, 1)}
 
 
-def restart(endpoint: str, url: str, keys: int, fraction: float, cost: int | None, cache_dir: str) -> dict:
-    """One restart (run in a fresh process): open, touch the fraction's keys, checkpoint."""
+PREFETCH_CHUNK = 16_384
+"""Keys named to a prefetch at once: a spark_ops task's chunk of rows."""
+
+
+def restart(endpoint: str, url: str, keys: int, fraction: float, cost: int | None, cache_dir: str,
+            prefetch: bool = False, index: bool = True) -> dict:
+    """One restart (run in a fresh process): open, touch the fraction's keys, checkpoint;
+    ``prefetch``: the keys are named to ``ObjectSpace.prefetch`` first, a chunk at a time."""
     from objectspace import ObjectSpace
     rng = random.Random(2)
     touched = rng.sample(range(keys), max(1, round(keys * fraction)))
@@ -68,12 +76,17 @@ def restart(endpoint: str, url: str, keys: int, fraction: float, cost: int | Non
     t0 = time.perf_counter()
     with ObjectSpace.open(url, endpoint_url=endpoint, cache_dir=cache_dir, **opts) as space:
         n = 0
+        t_prefetch = time.perf_counter()
+        if prefetch:
+            for i in range(0, len(touched), PREFETCH_CHUNK):
+                space.prefetch([("u", k) for k in touched[i:i + PREFETCH_CHUNK]], index=index)
+        t_prefetch = time.perf_counter() - t_prefetch
         for k in touched:
             q = space.get_or_create_queue(("u", k))
             n += len(list(q))
             q.append(_row(rng, k, 10_000))
         space.checkpoint()
-    return {"seconds": time.perf_counter() - t0, "items_read": n}
+    return {"seconds": time.perf_counter() - t0, "prefetch_seconds": t_prefetch, "items_read": n}
 
 
 def main() -> None:
@@ -84,8 +97,10 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--mbps", type=float, default=50.0, help="one connection's bandwidth, MB/s")
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--lazy-costs", default="default",
-                    help="range_read_cost of the lazy runs, MiB, comma-separated ('default': dkv's)")
+    ap.add_argument("--modes", default="whole,lazy,prefetch",
+                    help="comma-separated: whole (range_read_cost=0), lazy (dkv's default), 'lazy N' (N MiB), "
+                         "prefetch (lazy, the keys named to ObjectSpace.prefetch first), whole+prefetch, "
+                         "prefetch-objects (without the index ranges); the first is the ratios' basis")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--_restart", help=argparse.SUPPRESS)      # a child: JSON of restart()'s arguments
     args = ap.parse_args()
@@ -108,25 +123,24 @@ def main() -> None:
         proxy.latency_seconds = args.latency_ms / 1000
         proxy.bytes_per_second = args.mbps * 1e6
         results = []
-        lazy_costs = [None if c == "default" else int(float(c) * (1 << 20)) for c in args.lazy_costs.split(",")]
+        modes = args.modes.split(",")
         for fraction in [float(f) for f in args.fractions.split(",")]:
             for r in range(args.rounds):
-                modes = [0] + lazy_costs
-                for cost in (modes if r % 2 == 0 else modes[::-1]):
+                for mode in (modes if r % 2 == 0 else modes[::-1]):
                     cache = os.path.join(work, f"cache-{uuid.uuid4().hex[:8]}")     # a new machine's
                     proxy.log.clear()
                     proxy.sent.clear()
                     child = json.dumps({"endpoint": proxy.endpoint, "url": url, "keys": args.keys,
-                                        "fraction": fraction, "cost": cost, "cache_dir": cache})
+                                        "fraction": fraction, "cache_dir": cache, **_mode(mode)})
                     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--_restart", child],
                                          check=True, capture_output=True, text=True, cwd=ROOT)
                     res = json.loads(out.stdout.strip().splitlines()[-1])
                     gets = sum(1 for kind, *_ in proxy.log if kind == "GET")
-                    results.append({"fraction": fraction, "round": r, "mode": _mode(cost),
+                    results.append({"fraction": fraction, "round": r, "mode": mode,
                                     "gets": gets, "get_bytes": proxy.sent["GET"], **res})
                     shutil.rmtree(cache, ignore_errors=True)
                     print(f"  {fraction:g} {results[-1]['mode']}: {gets} GETs, {proxy.sent['GET'] / 1e6:.2f} MB, "
-                          f"{res['seconds']:.2f} s", flush=True)
+                          f"{res['seconds']:.2f} s (prefetch {res['prefetch_seconds']:.2f})", flush=True)
         _table(args, state, results)
         if args.json:
             with open(args.json, "w") as f:
@@ -137,19 +151,27 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _mode(cost: int | None) -> str:
-    return "whole" if cost == 0 else "lazy" if cost is None else f"lazy {cost / (1 << 20):g} MiB"
+def _mode(mode: str) -> dict:
+    """restart()'s arguments for a mode of --modes."""
+    if mode.startswith("lazy "):
+        return {"cost": int(float(mode.split()[1]) * (1 << 20))}
+    known = {"whole": {"cost": 0}, "lazy": {"cost": None}, "prefetch": {"cost": None, "prefetch": True},
+             "whole+prefetch": {"cost": 0, "prefetch": True},
+             "prefetch-objects": {"cost": None, "prefetch": True, "index": False}}
+    if mode not in known:
+        raise SystemExit(f"unknown mode {mode!r} in --modes; known: {', '.join(known)}, 'lazy N'")
+    return known[mode]
 
 
 def _table(args, state: dict, results: list) -> None:
-    modes = [m for m in dict.fromkeys(r["mode"] for r in results) if m != "whole"]
-    print("\n| keys touched | whole: GETs, MB, s | " + " | ".join(f"{m}: GETs, MB, s (ratios to whole)" for m in modes)
+    base, *modes = dict.fromkeys(r["mode"] for r in results)
+    print(f"\n| keys touched | {base}: GETs, MB, s | " + " | ".join(f"{m}: GETs, MB, s (ratios to {base})" for m in modes)
           + " |")
     print("|---|---|" + "---|" * len(modes))
     for fraction in dict.fromkeys(r["fraction"] for r in results):
         def med(mode: str, field: str) -> float:
             return statistics.median(r[field] for r in results if r["fraction"] == fraction and r["mode"] == mode)
-        w = [med("whole", f) for f in ("gets", "get_bytes", "seconds")]
+        w = [med(base, f) for f in ("gets", "get_bytes", "seconds")]
         cells = []
         for m in modes:
             z = [med(m, f) for f in ("gets", "get_bytes", "seconds")]

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from operator import itemgetter
 
-from . import _getpath, _locate, _locks, _paths, _recovery, _scanpath
+from . import _getpath, _locate, _locks, _paths, _prefetch, _recovery, _scanpath
 from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
 from ._flush import FlushMixin
 from ._lanes import Lanes
@@ -417,6 +417,17 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         """Iterate (key, value) for keys starting with prefix, ascending."""
         prefix = check_key(prefix)
         return self.scan(prefix, prefix_end(prefix))
+
+    def prefetch(self, ranges) -> dict:
+        """Read ahead, at once, what reads of keys in ``ranges`` (``(lo, hi)`` pairs, ``hi``
+        None for no end) will need from the tables: their tails in parallel, then their
+        blocks concurrently by range, or a table fetched whole where that costs less (a
+        store on S3; a local store reads lazily as before). For a caller that knows the
+        keys it is about to read, on a store just opened remotely; returns what it did
+        (see dkv/_prefetch.py). Reads return the same either way."""
+        if self._closed:
+            raise ClosedError("this dkv store is closed")
+        return _prefetch.prefetch(self._view[1], self._cache, ranges)
 
     # -- checkpoints ----------------------------------------------------------------------
 

@@ -51,12 +51,14 @@ class BlockCache:
             self.used += cost
             self._make_room()
 
-    def admit_run(self, table: "Table", i: int, costs: list) -> None:
-        """``admit`` for blocks i, i+1, ... of one read: one lock for the run."""
+    def admit_blocks(self, table: "Table", costs: list) -> None:
+        """``admit`` for the (block number, cost) pairs of one read: one lock for them."""
+        if not costs:
+            return
         with self._lock:
             self.misses += len(costs)
-            self._ring.extend((table, j, c) for j, c in enumerate(costs, i))
-            self.used += sum(costs)
+            self._ring.extend((table, j, c) for j, c in costs)
+            self.used += sum(c for _, c in costs)
             self._make_room()
 
     def _make_room(self) -> None:
@@ -175,7 +177,7 @@ class Table:
 
     read_ahead = True       # scans fetch runs of blocks (a Delta's blocks are in memory)
     __slots__ = ("ref", "path", "min_key", "max_key", "_store", "_cache", "_meta", "_lock",
-                 "clip_lo", "clip_hi", "_blocks", "_ref", "_first", "_bloom", "run")
+                 "clip_lo", "clip_hi", "_blocks", "_ref", "_first", "_bloom", "run", "held")
 
     def __init__(self, ref: TableRef, store, cache: BlockCache) -> None:
         self.ref = ref
@@ -186,6 +188,7 @@ class Table:
         self._blocks = None
         self._lock = threading.Lock()
         self.run = None         # the flush that wrote it (its tables share one L0 run)
+        self.held = False       # its store reads it locally: nothing to read ahead (read_ahead_runs)
         self.clip_lo, self.clip_hi = group_bounds(ref.groups)
         # The effective key range: the file's range narrowed to the owned key groups.
         self.min_key = ref.min_key if self.clip_lo is None else max(ref.min_key, self.clip_lo)
@@ -263,16 +266,85 @@ class Table:
         if j == i + 1:
             return
         base = meta.offsets[i]
-        data = self._store.get(self.path, base, base + total)
+        self._install(i, j, self._store.get(self.path, base, base + total))
+
+    def _install(self, i: int, j: int, data: bytes) -> int:
+        """Blocks i..j-1 from ``data`` (their bytes, back to back as in the file), checked
+        and cached; those another read cached meanwhile are kept. Returns their bytes."""
+        meta, blocks = self.meta(), self._blocks_list()
+        base = meta.offsets[i]
+        total = meta.offsets[j - 1] + meta.lengths[j - 1] - base
         if len(data) != total:
             raise CorruptionError(f"SST {self.path}: read {len(data)} bytes of blocks {i}..{j - 1}, "
                                   f"expected {total}")
-        blocks, costs = self._blocks, []
+        costs = []
         for k in range(i, j):
             o = meta.offsets[k] - base
-            blocks[k], cost = self._entry(k, data[o:o + meta.lengths[k]])
-            costs.append(cost)
-        self._cache.admit_run(self, i, costs)
+            entry, cost = self._entry(k, data[o:o + meta.lengths[k]])
+            if blocks[k] is None:
+                blocks[k] = entry
+                costs.append((k, cost))
+        self._cache.admit_blocks(self, costs)
+        return sum(c for _, c in costs)
+
+    def _blocks_list(self) -> list:
+        """The block slots (the metadata is loaded)."""
+        blocks = self._blocks
+        assert blocks is not None
+        return blocks
+
+    def wanted(self, ranges: list) -> list:
+        """Runs ``[i, j)`` of the blocks not in memory that reads of the keys in ``ranges``
+        (sorted, disjoint ``(lo, hi)`` pairs, ``hi`` None for no end) would fetch: the
+        scans' blocks, a superset of the gets'. Adjacent blocks make one run, up to
+        READ_AHEAD bytes, as a scan's read-ahead would. Loads the metadata."""
+        meta = self.meta()
+        first, blocks, lengths = self._first, self._blocks_list(), meta.lengths
+        runs: list = []
+        taken = -1                  # the last block index looked at
+        run_bytes = 0
+        for lo, hi in ranges:
+            if self.clip_lo is not None and lo < self.clip_lo:
+                lo = self.clip_lo
+            if self.clip_hi is not None and (hi is None or hi > self.clip_hi):
+                hi = self.clip_hi
+            if (hi is not None and lo >= hi) or lo > self.max_key:
+                continue
+            i = max(0, bisect_right(first, lo) - 1, taken + 1)
+            j = len(first) if hi is None else bisect_left(first, hi)
+            for k in range(i, j):
+                if blocks[k] is not None:
+                    continue
+                if runs and runs[-1][1] == k and run_bytes + lengths[k] <= READ_AHEAD:
+                    runs[-1][1] = k + 1
+                    run_bytes += lengths[k]
+                else:
+                    runs.append([k, k + 1])
+                    run_bytes = lengths[k]
+            taken = max(taken, j - 1)
+        return [(i, j) for i, j in runs]
+
+    def runs_bytes(self, runs: list) -> int:
+        """The stored bytes of block runs ``[i, j)``."""
+        meta = self.meta()
+        return sum(meta.offsets[j - 1] + meta.lengths[j - 1] - meta.offsets[i] for i, j in runs)
+
+    def read_ahead_runs(self, runs: list) -> tuple[int, int] | None:
+        """Fetch the block runs of ``wanted`` now, concurrently where the store can
+        (ObjectStore.prefetch), and cache them: (requests, bytes cached); None where
+        the store reads this table cheaply anyway (then nothing is read now)."""
+        if not runs:
+            return 0, 0
+        meta = self.meta()
+        spans = [(meta.offsets[i], meta.offsets[j - 1] + meta.lengths[j - 1]) for i, j in runs]
+        data = self._store.prefetch(self.path, spans, self.ref.size)
+        if data is None:
+            self.held = True
+            return None
+        cached = 0
+        for (i, j), chunk in zip(runs, data):
+            cached += self._install(i, j, chunk)
+        return len(spans), cached
 
     def _entry(self, i: int, frame: bytes) -> tuple[list, int]:
         meta = self._meta

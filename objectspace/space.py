@@ -430,6 +430,28 @@ class ObjectSpace(KindMethods):
             name, obj = decode_key(nkey), live.get(nkey)
             yield name, (obj.kind if obj is not None else L.decode_index(raw, name)[0])
 
+    def key_ranges(self, scopes, *, index: bool = True) -> list[tuple[bytes, bytes | None]]:
+        """The store's key ranges (``(lo, hi)``, ``hi`` None for no end) that hold the objects
+        in ``scopes``: each a scope as ``names(prefix=...)`` takes it, a tuple of a name's
+        first parts (a whole tuple name is a scope of itself) or a str prefix. ``index``:
+        their index entries too, which loading reads for a ``value`` (a kind without
+        metadata) and for a name not stored."""
+        out = []
+        for scope in scopes:
+            nscope = encode_name_scope(scope)
+            for head in (self._obj_prefix, self._index_prefix) if index else (self._obj_prefix,):
+                lo = head + nscope
+                out.append((lo, L.prefix_end(lo)))
+        return out
+
+    def prefetch(self, scopes, *, index: bool = True) -> dict:
+        """Read ahead, at once, what loading the objects in ``scopes`` will read
+        (``key_ranges``): for a space just opened on S3, before it reads many objects whose
+        names are known, so that their round trips overlap instead of coming one after
+        another (``DB.prefetch``, whose account it returns). Objects read the same either way."""
+        self._check_open()
+        return self._db.prefetch(self.key_ranges(scopes, index=index))
+
     def _iter_names(self, prefix):
         return (decode_key(nkey) for nkey, _ in self._iter_index(prefix))
 

@@ -19,10 +19,6 @@ DEFAULT_MEMORY = 512 << 20
 TABLE_BYTES = 8 << 20
 DKV_OPTIONS = dict(retain=3, pace=1.5, table_bytes=TABLE_BYTES, block_bytes=64 << 10, level_base_bytes=1 << 30,
                    flush_segments=32, bloom_strip=BLOOM_STRIP, max_sealed_memtables=1)
-SHARD_RANGE_READ_COST = 0
-"""The shard's store option ``range_read_cost`` unless its dkv_options give one: a
-restarted shard's first batch reads some of every table, where fetching S3 tables whole
-at their first read is the fastest recovery (RFC 0012, *Restart on S3*)."""
 
 
 def budget(memory: int) -> tuple[dict, int]:

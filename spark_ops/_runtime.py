@@ -15,7 +15,6 @@ import time
 import dkv
 
 from . import _layout, _rows, _watermark
-from ._budget import SHARD_RANGE_READ_COST
 from ._progress import resident_bytes
 from ._keys import user_key
 from ._opened import _SHARDS, close, keep, take  # noqa: F401 - _SHARDS: tests look at the kept states
@@ -73,7 +72,6 @@ _LOCK = threading.Lock()
 
 def _store(location: str, dkv_options: dict):
     opts = {k: v for k, v in dkv_options.items() if k in dkv.STORE_OPTIONS}
-    opts.setdefault("range_read_cost", SHARD_RANGE_READ_COST)     # see _budget.py
     key = (location, tuple(sorted(opts.items())))
     with _LOCK:
         s = _STORES.get(key)
@@ -245,6 +243,9 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     st.ttl.ptime = ptime
     deletions, registered, deleted = st.deletions(), st.timers.registered, st.timers.deleted
     evictions = st.cache.evictions
+    prefetch, st.cold = st.cold, False
+    if prefetch:
+        st.prefetch_heads()
     if st.vars.begin(batch, run, op):
         st.objects.clear()          # a new run meets its objects anew (see VarRegistry.begin)
     migrated = st.vars.prepare(batch)
@@ -269,6 +270,8 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     since_spill = 0
     for events in chunks:
         rows += len(events)
+        if prefetch:
+            st.prefetch(events)
         if basis is not None:
             _raise_basis(basis, events, index, spec.input_column)
         n, pos = len(events), 0
@@ -324,19 +327,22 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     st.forget_dropped()
     state_bytes, state_records = _state_figures(st.db)
     objects, keys = st.counts()
-    metrics = {"rows": rows, "late_rows": late, "timers_fired": fired, "state_bytes": state_bytes,
-               "state_records": state_records, "objects_in_memory": len(st.cache),
-               "objects_evicted": st.cache.evictions - evictions,
-               "state_objects": objects, "state_keys": keys, "objects_removed": st.deletions() - deletions,
-               "timers_registered": st.timers.registered - registered, "timers_deleted": st.timers.deleted - deleted,
-               "memory_bytes": resident_bytes(), "memory_budget": st.memory,
-               "emitted": emitted + len(st.emitted)}
+    metrics: dict = {"rows": rows, "late_rows": late, "timers_fired": fired, "state_bytes": state_bytes,
+                     "state_records": state_records, "objects_in_memory": len(st.cache),
+                     "objects_evicted": st.cache.evictions - evictions,
+                     "state_objects": objects, "state_keys": keys, "objects_removed": st.deletions() - deletions,
+                     "timers_registered": st.timers.registered - registered,
+                     "timers_deleted": st.timers.deleted - deleted,
+                     "memory_bytes": resident_bytes(), "memory_budget": st.memory,
+                     "emitted": emitted + len(st.emitted)}
     if initial_rows >= 0:
         metrics["initial_rows"] = initial_rows
     if expired:
         metrics["ttl_expired"] = expired
     if migrated:
         metrics["migrated"] = migrated
+    if prefetch:
+        metrics["prefetch"] = st.prefetched
     return st.emitted, metrics, finish
 
 

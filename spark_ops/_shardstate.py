@@ -89,6 +89,10 @@ class ShardState:
         # Opened empty (no state before this batch): this batch loads the initial state, if
         # any, into what its checkpoint commits (RFC 0008). Cleared once loaded.
         self.initial_pending = plan.fresh
+        # Opened on a store whose reads overlap (S3): the first batch names each chunk's keys
+        # to a prefetch before it runs them (RFC 0012, *Restart on S3*). Cleared by that batch.
+        self.cold = self.db.store.concurrent_reads > 1
+        self.prefetched = {"ms": 0.0, "requests": 0, "cached_bytes": 0, "local_tables": 0}
         log.debug("shard %d opened %s at epoch %s", shard, plan.instance, self.epoch)
 
     def catch_up(self, store, spec: ShardSpec, batch: int) -> bool:
@@ -111,6 +115,34 @@ class ShardState:
                   len(changed))
         self.epoch = plan.checkpoint
         return True
+
+    def prefetch_heads(self) -> None:
+        """Read ahead, at once, what a batch reads of every key group before its first
+        event (each service's first pass: the records of state variables, the TTL index, the
+        timers), which would otherwise be a round trip per key group and table, one after
+        another."""
+        t0 = time.perf_counter()
+        self._prefetch(self.vars.head_ranges() + self.ttl.head_ranges() + self.timers.head_ranges(), t0)
+
+    def prefetch(self, events: list) -> None:
+        """Read ahead, at once, what the state of the keys of ``events`` will read (their
+        objects' ranges in every key group's space)."""
+        t0 = time.perf_counter()
+        ranges: list = []
+        scopes: dict = {}
+        for kg, parts in {(e[0], e[1]) for e in events}:
+            scopes.setdefault(kg, []).append(parts)
+        for kg, keys in scopes.items():
+            ranges += self.space(kg).key_ranges(keys)
+        self._prefetch(ranges, t0)
+
+    def _prefetch(self, ranges: list, t0: float) -> None:
+        """``DB.prefetch``, added up in ``prefetched`` (the batch's metric ``prefetch``)."""
+        done = self.db.prefetch(ranges)
+        out = self.prefetched
+        for name in ("requests", "cached_bytes", "local_tables"):
+            out[name] += done[name]
+        out["ms"] = round(out["ms"] + (time.perf_counter() - t0) * 1000, 1)
 
     def space(self, kg: int) -> ObjectSpace:
         sp = self.spaces.get(kg)

@@ -66,6 +66,15 @@ class TimerService:
         # ranges (which also makes the memtable keep a sorted view of every key).
         self._next: dict[int, int | None] = {EVENT_TIME: None, PROCESSING_TIME: None}
 
+    def head_ranges(self) -> list:
+        """The key ranges ``due``'s first scans read: each key group's timers of each kind."""
+        out = []
+        for kg in self.key_group_range:
+            for kind in (EVENT_TIME, PROCESSING_TIME):
+                p = _prefix(kg, kind)
+                out.append((p, dkv.prefix_end(p)))
+        return out
+
     def forget(self) -> None:
         """The store changed underneath (another process wrote it): scan next time."""
         self._next = {EVENT_TIME: None, PROCESSING_TIME: None}

@@ -284,6 +284,14 @@ class TtlService:
 
     # -- the expiry pass ----------------------------------------------------------------------
 
+    def head_ranges(self) -> list:
+        """The key ranges ``expire``'s first pass reads: each key group's expiry index."""
+        out = []
+        for kg in self.key_group_range:
+            p = _pre(kg, _INDEX)
+            out.append((p, dkv.prefix_end(p)))
+        return out
+
     def expire(self, ptime: int) -> int:
         """Remove what expired by processing time ``ptime`` (expiry <= ptime): objects
         deleted, entries removed, their TTL records deleted; the changes are saved into the

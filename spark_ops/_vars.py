@@ -176,6 +176,12 @@ class VarRegistry:
 
     # -- the migration pass ----------------------------------------------------------------------
 
+    def head_ranges(self) -> list:
+        """The key ranges ``prepare`` reads (each key group's record), none once prepared."""
+        if self.prepared:
+            return []
+        return [(k, k + b"\x00") for k in map(record_key, self.st.key_group_range)]
+
     def prepare(self, batch: int) -> dict:
         """Bring every key group of the shard to the declarations, before the batch's first
         hook: renames, kind migrations, upgrades and drops, in one pass, or raise

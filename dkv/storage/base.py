@@ -5,7 +5,7 @@ overwrites an object: every file name is unique, and manifests are created with
 ``put_if_absent`` so two writers cannot both commit the same name. Two more have defaults
 built on the six that a store may do better: ``put_unreferenced`` (WAL segments and SSTs,
 which nothing reads before a manifest names them), ``put_if_absent_deferred`` with
-``sync`` (writer claims), ``get_many`` and ``get_sized``.
+``sync`` (writer claims), ``get_many``, ``get_sized`` and ``prefetch`` (ranges read ahead).
 """
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ class ObjectStore(abc.ABC):
     """Storage for immutable objects. Implementations must be safe to call from several threads."""
 
     location: str = ""
+    concurrent_reads: int = 1
+    """How many reads ``prefetch`` makes at once (their round trips overlap)."""
 
     @abc.abstractmethod
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
@@ -78,6 +80,15 @@ class ObjectStore(abc.ABC):
     def get_many(self, keys: Iterable[str]) -> builtins.list[bytes]:
         """``get`` of every key, in order. A remote store fetches them concurrently."""
         return [self.get(key) for key in keys]
+
+    def prefetch(self, key: str, ranges: builtins.list[tuple[int, int]],
+                 size: int | None = None) -> builtins.list[bytes] | None:
+        """Ahead of reads of ``ranges`` (``[start, end)`` pairs) of an object whose size the
+        caller may know (``size``): the ranges' bytes, read concurrently, where reading them
+        now by range is the cheaper way; or None where a read of the object is cheap
+        anyway (a local file, memory, a remote object held, or now fetched, whole in a
+        local copy), and the caller reads when it needs to. The default: None."""
+        return None
 
     def exists(self, key: str) -> bool:
         return self.size(key) is not None

@@ -15,7 +15,9 @@ the object's size. A range of an object not held locally is read from the remote
 object is fetched whole (buying). The rule spends at most about twice the time of the
 better choice made in hindsight: a table that a restart only probes (its tail: the bloom
 filter says no) or reads a few blocks of stays remote, one it reads much is fetched after
-a few reads, and a restart that touches every key fetches every table.
+a few reads, and a restart that touches every key fetches every table. ``prefetch`` applies the rule to the
+reads a caller knows it will make (a batch's keys), all at once: read concurrently by range,
+or the object fetched whole.
 """
 from __future__ import annotations
 
@@ -135,6 +137,45 @@ class CachedStore(_Forwarding):
                 self.ranged_bytes += len(data)
         if whole:
             self._store_local(path, data)   # the range was the whole object: keep it
+        return data
+
+    def prefetch(self, key: str, ranges: builtins.list[tuple[int, int]],
+                 size: int | None = None) -> builtins.list[bytes] | None:
+        """The rule above for a set of reads made at once: the ranges are read from the
+        remote store, ``concurrent_reads`` at a time, if they and the ranged reads so far
+        cost less than the object's size (the caller's ``size`` until a read told it),
+        where reads made together pay one round trip; else the object is fetched whole (in
+        parallel parts) and None says its reads are local now. None too for an object held
+        locally."""
+        if not self.cacheable(key):
+            return self.inner.prefetch(key, ranges, size)
+        path = self._local(key)
+        trips = -(-len(ranges) // max(1, self.inner.concurrent_reads))
+        need = sum(hi - lo for lo, hi in ranges) + trips * self.range_read_cost
+        with self._lock:
+            if path in self._files or path in self._fetching:
+                return None
+            charged, known = self._rented.get(key, (0, None))
+            known = size if known is None else known
+            rent = bool(self.range_read_cost) and known is not None and charged + need < known
+            if rent:
+                self._rented[key] = (charged + need, known)
+        if not rent:
+            self._ensure(key)
+            return None
+        try:
+            data = self.inner.prefetch(key, ranges, known)
+            if data is None:
+                data = [self.inner.get(key, lo, hi) for lo, hi in ranges]
+        except BaseException:
+            with self._lock:                # the reads did not happen: their charge goes back
+                entry = self._rented.get(key)
+                if entry is not None:
+                    self._rented[key] = (entry[0] - need, entry[1])
+            raise
+        with self._lock:
+            self.ranged_reads += len(ranges)
+            self.ranged_bytes += sum(map(len, data))
         return data
 
     def _ensure(self, key: str) -> str:

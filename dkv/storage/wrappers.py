@@ -16,8 +16,8 @@ _T = TypeVar("_T")
 
 
 class _Forwarding(ObjectStore):
-    """Forwards the six methods. ``put_unreferenced``, ``put_if_absent_deferred``, ``sync``
-    and ``get_many`` keep the base defaults (built on this wrapper's ``put``,
+    """Forwards the six methods. ``put_unreferenced``, ``put_if_absent_deferred``, ``sync``,
+    ``get_many`` and ``prefetch`` keep the base defaults (built on this wrapper's ``put``,
     ``put_if_absent`` and ``get``), so a logging or fault-injecting wrapper sees them as the
     calls they are, durable at once; a view that only renames keys (PrefixStore) forwards
     them to keep the inner store's way of doing them."""
@@ -25,6 +25,7 @@ class _Forwarding(ObjectStore):
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
         self.location = inner.location
+        self.concurrent_reads = inner.concurrent_reads
 
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         return self.inner.get(key, start, end)
@@ -79,6 +80,10 @@ class PrefixStore(_Forwarding):
 
     def get_sized(self, key: str, start: int | None = None, end: int | None = None) -> tuple[bytes, int | None]:
         return self.inner.get_sized(self.prefix + key, start, end)
+
+    def prefetch(self, key: str, ranges: builtins.list[tuple[int, int]],
+                 size: int | None = None) -> builtins.list[bytes] | None:
+        return self.inner.prefetch(self.prefix + key, ranges, size)
 
     def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         n = len(self.prefix)

@@ -439,3 +439,28 @@ class Hooked(ObjectStore):
     def size(self, key):
         self.before("size", key)
         return self.inner.size(key)
+
+
+class RemoteMemory(MemoryStore):
+    """A MemoryStore that, as a remote store does, reads the ranges of ``prefetch`` at once;
+    logs (kind, key, range) of every read."""
+
+    concurrent_reads = 8
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list = []
+        self._log_lock = threading.Lock()
+
+    def get(self, key, start=None, end=None):
+        with self._log_lock:
+            self.reads.append(("get", key, start, end))
+        return super().get(key, start, end)
+
+    def prefetch(self, key, ranges, size=None):
+        with self._log_lock:
+            self.reads.append(("prefetch", key, tuple(ranges), size))
+        return [MemoryStore.get(self, key, lo, hi) for lo, hi in ranges]
+
+    def table_reads(self) -> list:
+        return [r for r in self.reads if r[1].endswith(".sst")]

@@ -338,9 +338,11 @@ def test_a_shard_whose_keys_outgrew_the_cache_gives_most_of_it_to_a_flush(monkey
     h.close()
 
 
-def test_a_shards_store_on_s3_fetches_tables_whole_unless_told(tmp_path):
-    """A restarted shard reads many of its keys: its S3 store fetches tables whole at their
-    first read (range_read_cost=0) unless the operator's dkv_options say otherwise."""
+def test_a_shards_store_on_s3_reads_by_range_until_fetching_is_cheaper_unless_told(tmp_path):
+    """A shard's S3 store keeps dkv's rent-or-buy rule (a restarted shard's first batch
+    prefetches its keys: RFC 0012, *Restart on S3*) unless the operator's dkv_options say
+    otherwise."""
+    from dkv.storage import RANGE_READ_COST
     opts = {"cache_dir": str(tmp_path), "region_name": "us-east-1"}
-    assert _runtime._store("s3://bucket/shards-a", opts).range_read_cost == 0
+    assert _runtime._store("s3://bucket/shards-a", opts).range_read_cost == RANGE_READ_COST
     assert _runtime._store("s3://bucket/shards-b", {**opts, "range_read_cost": 1 << 20}).range_read_cost == 1 << 20
