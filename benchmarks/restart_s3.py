@@ -89,6 +89,67 @@ def restart(endpoint: str, url: str, keys: int, fraction: float, cost: int | Non
     return {"seconds": time.perf_counter() - t0, "prefetch_seconds": t_prefetch, "items_read": n}
 
 
+OPERATOR_BATCH_KEYS = 50_000
+"""Keys a batch of the operator's build carries (two rows each)."""
+
+
+OPERATOR_MEMORY = "64m"
+"""The shards' budget: at 100,000 keys a state in tables (as 1,000,000 keys leave it at the
+default budget), not only in WAL segments, which a restart fetches whole whatever it reads."""
+
+
+def _harness(endpoint: str, url: str, cache_dir: str, **dkv_options):
+    """A shard process's view of the operator's state: a buffer of 20 rows per key, 2 shards."""
+    from spark_ops.operators import Buffer
+    from spark_ops.testing import OperatorHarness
+    return OperatorHarness(Buffer(count=20, key_columns=("user",)), key="user", state=url, partitions=2,
+                           memory=OPERATOR_MEMORY,
+                           dkv_options={"endpoint_url": endpoint, "cache_dir": cache_dir, **dkv_options})
+
+
+def build_operator(endpoint: str, url: str, keys: int, items: int, cache_dir: str) -> dict:
+    """The state a spark_ops buffer leaves after ``items`` rows per key (two a key a batch),
+    as a run leaves it: its checkpoints, tables and WAL segments as they come."""
+    rng = random.Random(1)
+    t0 = time.perf_counter()
+    h = _harness(endpoint, url, cache_dir)
+    for i in range(0, items, 2):
+        for lo in range(0, keys, OPERATOR_BATCH_KEYS):
+            h.run_batch([_row(rng, k, i + j) for k in range(lo, min(keys, lo + OPERATOR_BATCH_KEYS)) for j in (0, 1)])
+    batches = h.batch_id
+    h.close()
+    import dkv
+    tables = table_bytes = 0
+    for name in dkv.instances(url, endpoint_url=endpoint):      # the shards' newest layout
+        with dkv.open(url, instance=name, read_only=True, endpoint_url=endpoint, cache_dir=cache_dir) as db:
+            levels = db.stats()["levels"]
+        tables += sum(lv["tables"] for lv in levels)
+        table_bytes += sum(lv["bytes"] for lv in levels)
+    return {"tables": tables, "table_bytes": table_bytes, "batches": batches,
+            "build_s": round(time.perf_counter() - t0, 1)}
+
+
+def restart_operator(endpoint: str, url: str, keys: int, fraction: float, cost: int | None, cache_dir: str,
+                     prefetch: bool = False, index: bool = True, batches: int = 0) -> dict:
+    """One restart of the operator (a fresh process): its first batch, one row for each of
+    the fraction's keys; without ``prefetch`` the shards do not prefetch (as before)."""
+    if not prefetch:
+        from spark_ops._shardstate import ShardState
+        ShardState.prefetch_heads = lambda self: None      # type: ignore[method-assign]
+        ShardState.prefetch = lambda self, events: None     # type: ignore[method-assign]
+    rng = random.Random(2)
+    touched = sorted(rng.sample(range(keys), max(1, round(keys * fraction))))
+    h = _harness(endpoint, url, cache_dir, **({} if cost is None else {"range_read_cost": cost}))
+    h.batch_id = batches
+    t0 = time.perf_counter()
+    out = h.run_batch([_row(rng, k, 10_000) for k in touched])
+    seconds = time.perf_counter() - t0
+    h.close()
+    got = [m for m in h.metrics if m["batch"] == batches]
+    return {"seconds": seconds, "prefetch_seconds": sum(m.get("prefetch", {}).get("ms", 0) for m in got) / 1000,
+            "items_read": len(out)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keys", type=int, default=20_000)
@@ -101,11 +162,16 @@ def main() -> None:
                     help="comma-separated: whole (range_read_cost=0), lazy (dkv's default), 'lazy N' (N MiB), "
                          "prefetch (lazy, the keys named to ObjectSpace.prefetch first), whole+prefetch, "
                          "prefetch-objects (without the index ranges); the first is the ratios' basis")
+    ap.add_argument("--operator", action="store_true",
+                    help="the state of a spark_ops buffer (2 shards, OperatorHarness), restarted by its first batch; "
+                         "modes without 'prefetch' turn the shards' prefetch off (as before)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--_restart", help=argparse.SUPPRESS)      # a child: JSON of restart()'s arguments
     args = ap.parse_args()
     if args._restart:
-        print(json.dumps(restart(**json.loads(args._restart))))
+        child = json.loads(args._restart)
+        fn = restart_operator if child.pop("operator", False) else restart
+        print(json.dumps(fn(**child)))
         return
 
     from tests import s3_support
@@ -117,7 +183,10 @@ def main() -> None:
         import boto3
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
         url = f"s3://{BUCKET}/state-{uuid.uuid4().hex[:8]}"
-        state = build(endpoint, url, args.keys, args.items)
+        if args.operator:
+            state = build_operator(endpoint, url, args.keys, args.items, os.path.join(work, "writer-cache"))
+        else:
+            state = build(endpoint, url, args.keys, args.items)
         print(f"state: {args.keys:,} keys x {args.items} rows, {state['tables']} tables, "
               f"{state['table_bytes'] / 1e6:.1f} MB (built in {state['build_s']} s)", flush=True)
         proxy.latency_seconds = args.latency_ms / 1000
@@ -131,7 +200,8 @@ def main() -> None:
                     proxy.log.clear()
                     proxy.sent.clear()
                     child = json.dumps({"endpoint": proxy.endpoint, "url": url, "keys": args.keys,
-                                        "fraction": fraction, "cache_dir": cache, **_mode(mode)})
+                                        "fraction": fraction, "cache_dir": cache, **_mode(mode),
+                                        **({"operator": True, "batches": state["batches"]} if args.operator else {})})
                     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--_restart", child],
                                          check=True, capture_output=True, text=True, cwd=ROOT)
                     res = json.loads(out.stdout.strip().splitlines()[-1])

@@ -7,22 +7,28 @@ read (a batch's keys, before the batch) names their ranges here, and the round t
 overlap instead: the tails of every table the ranges touch, in parallel; then, per table,
 the runs of blocks the ranges cover, which the store reads concurrently by range or, where
 that would cost more than the table (``CachedStore``'s rent-or-buy rule), fetches whole
-into its local folder. Ranged blocks go into the block cache, as reads would put them; the
-tables whose runs would take one prefetch past half the cache's budget are left to the reads.
+into its local folder. Ranged blocks go into the block cache, as reads would put them, up to
+half of its budget a prefetch (in the cache's cost: decoded bytes); what finds no room is
+left to the reads. A storage error leaves a table to the reads, which retry it.
 
 It changes what is in memory, never what a read returns: a block's bytes are checked as a
 read checks them (a corrupt one raises), and a table the reads never reach costs its tail.
 """
 from __future__ import annotations
 
+import logging
+import threading
 from bisect import bisect_right
 from concurrent.futures import ThreadPoolExecutor
 
 from .batch import check_key
-from .errors import ObjectMissingError
+from .errors import ObjectMissingError, StorageError
 
-PARALLEL = 8
-"""Tables read at once (each table's ranges are read concurrently by the store too)."""
+log = logging.getLogger(__name__)
+
+PARALLEL = 4
+"""Tables read at once. Each table's ranges are read concurrently by the store too (S3: 8
+at a time), so at most 32 requests are in flight: the S3 client's connection pool."""
 
 
 def ranges_of(ranges) -> list[tuple[bytes, bytes | None]]:
@@ -59,18 +65,38 @@ def _touching(table, ranges: list, los: list) -> list:
     return ranges[start:end]
 
 
+class _Room:
+    """A prefetch's share of the block cache, in the cache's own cost (decoded bytes)."""
+
+    def __init__(self, budget: int) -> None:
+        self.left = budget
+        self.full = False
+        self._lock = threading.Lock()
+
+    def take(self, cost: int) -> bool:
+        with self._lock:
+            if cost > self.left:
+                self.full = True
+                return False
+            self.left -= cost
+            return True
+
+
 def prefetch(version, cache, ranges) -> dict:
     """Read ahead what reads of ``ranges`` will need from the tables of ``version``
-    (see the module's docstring). Returns what it did: tables it looked at, ranged
-    requests and the bytes they cached, tables whose reads are local (held, or fetched
-    whole now), and tables left to the reads (gone meanwhile, or past the cache's room)."""
+    (see the module's docstring). Returns what it did: ``tables`` it looked at, ranged
+    ``requests`` and the cache cost of the blocks they kept (``cached_bytes``),
+    ``local_tables`` whose reads are local (held, or fetched whole now), ``left_tables``
+    left to the reads (gone meanwhile, or a storage error: logged), and ``cache_full``
+    when blocks were read that the half of the cache a prefetch may fill had no room for."""
     ranges = ranges_of(ranges)
-    stats = {"tables": 0, "requests": 0, "cached_bytes": 0, "local_tables": 0, "left_tables": 0}
+    stats = {"tables": 0, "requests": 0, "cached_bytes": 0, "local_tables": 0, "left_tables": 0,
+             "cache_full": False}
     los = [lo for lo, _ in ranges]
     work = []
     for table in version.tables():
-        # (A WAL segment's blocks are in memory; a table the store said it reads locally
-        # stays so: the store's local folder is not emptied under a running process.)
+        # (A WAL segment's blocks are in memory; a table its store read locally at an
+        # earlier prefetch is passed by, even if the local folder dropped it since.)
         if table.read_ahead and not table.held:
             mine = _touching(table, ranges, los) if ranges else []
             if mine:
@@ -78,32 +104,20 @@ def prefetch(version, cache, ranges) -> dict:
     stats["tables"] = len(work)
     if not work:
         return stats
-    room = cache.budget // 2
-
-    def tail(item):
-        try:
-            return item[0], item[0].wanted(item[1])
-        except ObjectMissingError:      # compacted away and collected meanwhile: the reads see the new tables
-            return item[0], None
+    room = _Room(cache.budget // 2)
 
     def read(item):
-        table, runs = item
+        table, mine = item
         try:
-            return table.read_ahead_runs(runs)
-        except ObjectMissingError:
+            return table.read_ahead_runs(table.wanted(mine), room)
+        except ObjectMissingError:      # compacted away and collected meanwhile: the reads see the new tables
+            return False
+        except StorageError as e:       # the reads will try again (and raise if it persists)
+            log.warning("dkv prefetch of %s left to the reads: %s", table.path, e)
             return False
 
     with ThreadPoolExecutor(min(PARALLEL, len(work))) as pool:
-        plans = list(pool.map(tail, work))
-        todo, planned = [], 0
-        for table, runs in plans:
-            if runs:
-                planned += table.runs_bytes(runs)
-            if runs is None or planned > room:
-                stats["left_tables"] += 1
-            elif runs:
-                todo.append((table, runs))
-        for done in pool.map(read, todo):
+        for done in pool.map(read, work):
             if done is None:
                 stats["local_tables"] += 1
             elif done is False:
@@ -111,4 +125,5 @@ def prefetch(version, cache, ranges) -> dict:
             else:
                 stats["requests"] += done[0]
                 stats["cached_bytes"] += done[1]
+    stats["cache_full"] = room.full
     return stats

@@ -188,7 +188,7 @@ class Table:
         self._blocks = None
         self._lock = threading.Lock()
         self.run = None         # the flush that wrote it (its tables share one L0 run)
-        self.held = False       # its store reads it locally: nothing to read ahead (read_ahead_runs)
+        self.held = False       # its store read it locally at a prefetch: later ones pass it by (read_ahead_runs)
         self.clip_lo, self.clip_hi = group_bounds(ref.groups)
         # The effective key range: the file's range narrowed to the owned key groups.
         self.min_key = ref.min_key if self.clip_lo is None else max(ref.min_key, self.clip_lo)
@@ -268,20 +268,24 @@ class Table:
         base = meta.offsets[i]
         self._install(i, j, self._store.get(self.path, base, base + total))
 
-    def _install(self, i: int, j: int, data: bytes) -> int:
+    def _install(self, i: int, j: int, data: bytes, room=None) -> int:
         """Blocks i..j-1 from ``data`` (their bytes, back to back as in the file), checked
-        and cached; those another read cached meanwhile are kept. Returns their bytes."""
+        and cached; those another read cached meanwhile are kept. ``room``: a prefetch's
+        share of the cache (``take(cost)`` False: no room left, the block is not kept).
+        All are checked before any is kept. Returns the cache cost of those kept."""
         meta, blocks = self.meta(), self._blocks_list()
         base = meta.offsets[i]
         total = meta.offsets[j - 1] + meta.lengths[j - 1] - base
         if len(data) != total:
             raise CorruptionError(f"SST {self.path}: read {len(data)} bytes of blocks {i}..{j - 1}, "
                                   f"expected {total}")
-        costs = []
+        entries = []
         for k in range(i, j):
             o = meta.offsets[k] - base
-            entry, cost = self._entry(k, data[o:o + meta.lengths[k]])
-            if blocks[k] is None:
+            entries.append((k, *self._entry(k, data[o:o + meta.lengths[k]])))
+        costs = []
+        for k, entry, cost in entries:
+            if blocks[k] is None and (room is None or room.take(cost)):
                 blocks[k] = entry
                 costs.append((k, cost))
         self._cache.admit_blocks(self, costs)
@@ -324,15 +328,12 @@ class Table:
             taken = max(taken, j - 1)
         return [(i, j) for i, j in runs]
 
-    def runs_bytes(self, runs: list) -> int:
-        """The stored bytes of block runs ``[i, j)``."""
-        meta = self.meta()
-        return sum(meta.offsets[j - 1] + meta.lengths[j - 1] - meta.offsets[i] for i, j in runs)
-
-    def read_ahead_runs(self, runs: list) -> tuple[int, int] | None:
+    def read_ahead_runs(self, runs: list, room=None) -> tuple[int, int] | None:
         """Fetch the block runs of ``wanted`` now, concurrently where the store can
-        (ObjectStore.prefetch), and cache them: (requests, bytes cached); None where
-        the store reads this table cheaply anyway (then nothing is read now)."""
+        (ObjectStore.prefetch), and cache them as far as ``room`` (see ``_install``) lets:
+        (requests, cache cost of the blocks kept). None where the store reads this table
+        locally (it held it, or fetched it whole just now): its reads are cheap, nothing is
+        cached ahead, and ``held`` is set (later prefetches pass it by)."""
         if not runs:
             return 0, 0
         meta = self.meta()
@@ -341,10 +342,12 @@ class Table:
         if data is None:
             self.held = True
             return None
-        cached = 0
+        if len(data) != len(spans):
+            raise CorruptionError(f"SST {self.path}: a prefetch of {len(spans)} ranges answered {len(data)}")
+        kept = 0
         for (i, j), chunk in zip(runs, data):
-            cached += self._install(i, j, chunk)
-        return len(spans), cached
+            kept += self._install(i, j, chunk, room)
+        return len(spans), kept
 
     def _entry(self, i: int, frame: bytes) -> tuple[list, int]:
         meta = self._meta

@@ -342,7 +342,7 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     if migrated:
         metrics["migrated"] = migrated
     if prefetch:
-        metrics["prefetch"] = st.prefetched
+        metrics["prefetch"] = st.prefetch_figures()
     return st.emitted, metrics, finish
 
 

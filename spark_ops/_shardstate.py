@@ -24,6 +24,8 @@ from ._vars import VarRegistry
 log = logging.getLogger("spark_ops._runtime")
 
 MEMO_OBJECTS = 1 << 17
+_PREFETCHED = {"ms": 0.0, "tables": 0, "requests": 0, "cached_bytes": 0, "local_tables": 0, "left_tables": 0,
+               "cache_full": False}
 OUT_CHUNK = 1 << 10         # emitted rows converted at once when the caller converts (a row may hold a whole buffer)
 
 
@@ -91,8 +93,8 @@ class ShardState:
         self.initial_pending = plan.fresh
         # Opened on a store whose reads overlap (S3): the first batch names each chunk's keys
         # to a prefetch before it runs them (RFC 0012, *Restart on S3*). Cleared by that batch.
-        self.cold = self.db.store.concurrent_reads > 1
-        self.prefetched = {"ms": 0.0, "requests": 0, "cached_bytes": 0, "local_tables": 0}
+        self.cold = self.db.store.concurrent_reads > 1 and not plan.fresh
+        self.prefetched = _PREFETCHED.copy()
         log.debug("shard %d opened %s at epoch %s", shard, plan.instance, self.epoch)
 
     def catch_up(self, store, spec: ShardSpec, batch: int) -> bool:
@@ -113,6 +115,7 @@ class ShardState:
                 sp.refresh()
         log.debug("shard %d caught up from epoch %d to %d (%d keys)", self.shard, self.epoch, plan.checkpoint,
                   len(changed))
+        self.cold = self.db.store.concurrent_reads > 1     # the tables the other worker wrote: read ahead
         self.epoch = plan.checkpoint
         return True
 
@@ -140,9 +143,15 @@ class ShardState:
         """``DB.prefetch``, added up in ``prefetched`` (the batch's metric ``prefetch``)."""
         done = self.db.prefetch(ranges)
         out = self.prefetched
-        for name in ("requests", "cached_bytes", "local_tables"):
-            out[name] += done[name]
-        out["ms"] = round(out["ms"] + (time.perf_counter() - t0) * 1000, 1)
+        for name, value in done.items():
+            out[name] = (out[name] or value) if type(value) is bool else out[name] + value
+        out["ms"] += (time.perf_counter() - t0) * 1000
+
+    def prefetch_figures(self) -> dict:
+        """What this batch's prefetches did (the metric ``prefetch``), and start again."""
+        out, self.prefetched = self.prefetched, _PREFETCHED.copy()
+        out["ms"] = round(out["ms"], 1)
+        return out
 
     def space(self, kg: int) -> ObjectSpace:
         sp = self.spaces.get(kg)

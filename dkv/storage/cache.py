@@ -35,10 +35,16 @@ from .wrappers import _Forwarding
 log = logging.getLogger(__name__)
 
 
+BUYS_AT_ONCE = 2
+"""Whole fetches that ``prefetch`` runs at once (each in parallel parts already): each holds
+its object in memory until it is written to the folder."""
+
+
 class CachedStore(_Forwarding):
     def __init__(self, inner: ObjectStore, cache_dir: str, budget_bytes: int = 1 << 30,
                  cacheable: Callable[[str], bool] = lambda key: True, range_read_cost: int = 0) -> None:
         super().__init__(inner)
+        self.concurrent_reads = inner.concurrent_reads
         self.cache_dir = cache_dir
         self.budget = budget_bytes
         self.cacheable = cacheable
@@ -50,6 +56,7 @@ class CachedStore(_Forwarding):
         self._bytes = 0
         self._lock = threading.Lock()
         self._fetching: dict[str, threading.Event] = {}
+        self._buying = threading.Semaphore(BUYS_AT_ONCE)
         self.hits = self.misses = 0
 
     def parent(self) -> tuple[ObjectStore, str] | None:
@@ -145,8 +152,8 @@ class CachedStore(_Forwarding):
         remote store, ``concurrent_reads`` at a time, if they and the ranged reads so far
         cost less than the object's size (the caller's ``size`` until a read told it),
         where reads made together pay one round trip; else the object is fetched whole (in
-        parallel parts) and None says its reads are local now. None too for an object held
-        locally."""
+        parallel parts; BUYS_AT_ONCE such fetches at a time) and None says its reads are
+        local now. None too for an object held locally."""
         if not self.cacheable(key):
             return self.inner.prefetch(key, ranges, size)
         path = self._local(key)
@@ -161,7 +168,8 @@ class CachedStore(_Forwarding):
             if rent:
                 self._rented[key] = (charged + need, known)
         if not rent:
-            self._ensure(key)
+            with self._buying:
+                self._ensure(key)
             return None
         try:
             data = self.inner.prefetch(key, ranges, known)

@@ -25,7 +25,6 @@ class _Forwarding(ObjectStore):
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
         self.location = inner.location
-        self.concurrent_reads = inner.concurrent_reads
 
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         return self.inner.get(key, start, end)
@@ -54,6 +53,7 @@ class PrefixStore(_Forwarding):
 
     def __init__(self, inner: ObjectStore, prefix: str) -> None:
         super().__init__(inner)
+        self.concurrent_reads = inner.concurrent_reads     # its prefetch is the inner store's
         self.prefix = prefix.strip("/") + "/"
         self.location = f"{inner.location.rstrip('/')}/{self.prefix.rstrip('/')}"
 
