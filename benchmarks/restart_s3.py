@@ -112,7 +112,7 @@ def build_operator(endpoint: str, url: str, keys: int, items: int, cache_dir: st
     as a run leaves it: its checkpoints, tables and WAL segments as they come."""
     rng = random.Random(1)
     t0 = time.perf_counter()
-    h = _harness(endpoint, url, cache_dir)
+    h = _harness(endpoint, url, cache_dir, flush_segments=2)     # tables, as a long run leaves them
     for i in range(0, items, 2):
         for lo in range(0, keys, OPERATOR_BATCH_KEYS):
             h.run_batch([_row(rng, k, i + j) for k in range(lo, min(keys, lo + OPERATOR_BATCH_KEYS)) for j in (0, 1)])
@@ -199,7 +199,11 @@ def main() -> None:
                     cache = os.path.join(work, f"cache-{uuid.uuid4().hex[:8]}")     # a new machine's
                     proxy.log.clear()
                     proxy.sent.clear()
-                    child = json.dumps({"endpoint": proxy.endpoint, "url": url, "keys": args.keys,
+                    where = url
+                    if args.operator:       # its first batch changes the state: each restart gets a copy
+                        where = f"{url}-{uuid.uuid4().hex[:8]}"
+                        _copy_prefix(endpoint, url, where)
+                    child = json.dumps({"endpoint": proxy.endpoint, "url": where, "keys": args.keys,
                                         "fraction": fraction, "cache_dir": cache, **_mode(mode),
                                         **({"operator": True, "batches": state["batches"]} if args.operator else {})})
                     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--_restart", child],
@@ -219,6 +223,17 @@ def main() -> None:
         proxy.close()
         s3_support.stop(moto)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _copy_prefix(endpoint: str, src: str, dst: str) -> None:
+    """Copy every object under the s3:// URL ``src`` to ``dst`` (same bucket), server-side."""
+    import boto3
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    a, b = src.split("/", 3)[3], dst.split("/", 3)[3]
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=a + "/"):
+        for obj in page.get("Contents", []):
+            client.copy_object(Bucket=BUCKET, Key=b + obj["Key"][len(a):],
+                               CopySource={"Bucket": BUCKET, "Key": obj["Key"]})
 
 
 def _mode(mode: str) -> dict:
