@@ -140,7 +140,7 @@ def test_a_corrupt_block_is_reported_by_the_prefetch_and_never_read_as_data():
     db = dkv.open(store, read_only=True)
     key = sorted(model)[2000]
     db.prefetch([_range(key)])                  # learn which block holds it
-    (_, path, spans, _), = [r for r in store.table_reads() if r[0] == "prefetch"][:1] or [(None,) * 4]
+    _, path, spans, _ = next(r for r in store.table_reads() if r[0] == "prefetch")
     db.close()
     raw = bytearray(store.get(path))
     lo, hi = spans[0]
