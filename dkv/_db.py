@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from operator import itemgetter
 
@@ -418,7 +418,7 @@ class DB(CheckpointMixin, FlushMixin, RefreshMixin):
         prefix = check_key(prefix)
         return self.scan(prefix, prefix_end(prefix))
 
-    def prefetch(self, ranges) -> dict:
+    def prefetch(self, ranges: Iterable[tuple[bytes, bytes | None]]) -> dict:
         """Read ahead, at once, what reads of keys in ``ranges`` (``(lo, hi)`` pairs, ``hi``
         None for no end) will need from the tables: their tails in parallel, then their
         blocks concurrently by range, or a table fetched whole where that costs less (a

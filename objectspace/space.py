@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -430,7 +430,7 @@ class ObjectSpace(KindMethods):
             name, obj = decode_key(nkey), live.get(nkey)
             yield name, (obj.kind if obj is not None else L.decode_index(raw, name)[0])
 
-    def key_ranges(self, scopes, *, index: bool = True) -> list[tuple[bytes, bytes | None]]:
+    def key_ranges(self, scopes: Iterable[Name], *, index: bool = True) -> list[tuple[bytes, bytes | None]]:
         """The store's key ranges (``(lo, hi)``, ``hi`` None for no end) that hold the objects
         in ``scopes``: each a scope as ``names(prefix=...)`` takes it, a tuple of a name's
         first parts (a whole tuple name is a scope of itself) or a str prefix. ``index``:
@@ -444,7 +444,7 @@ class ObjectSpace(KindMethods):
                 out.append((lo, L.prefix_end(lo)))
         return out
 
-    def prefetch(self, scopes, *, index: bool = True) -> dict:
+    def prefetch(self, scopes: Iterable[Name], *, index: bool = True) -> dict:
         """Read ahead, at once, what loading the objects in ``scopes`` will read
         (``key_ranges``): for a space just opened on S3, before it reads many objects whose
         names are known, so that their round trips overlap instead of coming one after
