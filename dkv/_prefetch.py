@@ -36,15 +36,21 @@ def ranges_of(ranges) -> list[tuple[bytes, bytes | None]]:
     merged where they overlap or touch."""
     out: list = []
     pairs = []
+    what = "prefetch takes an iterable of (lo, hi) pairs of bytes keys (hi None: no end)"
+    if isinstance(ranges, (bytes, str)) or not hasattr(ranges, "__iter__"):
+        raise TypeError(f"{what}, got {ranges!r:.80}")
     try:
-        for lo, hi in ranges:
+        for pair in ranges:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"got {pair!r:.80}")
+            lo, hi = pair
             if type(lo) is not bytes or not lo:
                 lo = check_key(lo)
             if hi is not None and (type(hi) is not bytes or not hi):
                 hi = check_key(hi)
             pairs.append((lo, hi))
     except (TypeError, ValueError) as e:
-        raise type(e)(f"prefetch takes (lo, hi) pairs of bytes keys (hi None: no end): {e}") from None
+        raise type(e)(f"{what}: {e}") from None
     for lo, hi in sorted(pairs, key=lambda p: p[0]):
         if hi is not None and hi <= lo:
             raise ValueError(f"prefetch range ({lo!r}, {hi!r}) is empty: its end is not after its start")

@@ -438,6 +438,9 @@ class ObjectSpace(KindMethods):
         metadata) and for a name not stored."""
         out = []
         for scope in scopes:
+            if type(scope) not in (str, tuple):
+                raise TypeError(f"a scope is a str (a name's start) or a tuple (a name's first parts), "
+                                f"got {scope!r:.80}")
             nscope = encode_name_scope(scope)
             for head in (self._obj_prefix, self._index_prefix) if index else (self._obj_prefix,):
                 lo = head + nscope
