@@ -72,9 +72,9 @@ def root_of(store, ns: str, m) -> Root:
 
     The candidates are the opened store with ``ns`` split at each folder (the root further
     down) and the enclosing folders of the store (``ObjectStore.parent``). The one whose
-    instance name is among the instances the manifest names files of wins; when none or
-    several are, the first under which a referenced file exists. No I/O in the usual case
-    (opened as its writer did)."""
+    instance name is among the instances the manifest names files of, and under which a
+    referenced file exists, wins (else any candidate under which it exists). No I/O in the
+    usual case (opened as its writer did); one request when opened from another folder."""
     ns = ns.strip("/")
     here = Root(store, ns)
     owners = _owners(m)
@@ -83,12 +83,15 @@ def root_of(store, ns: str, m) -> Root:
     depth = max(q.count("/") + 1 for q in owners) + 2
     cands = [here, *_below(store, ns), *_above(store, ns, depth)]
     hits = [c for c in cands if c.ns in owners]
-    if len(hits) == 1:
-        return hits[0]
+    if hits == [here]:
+        return here
     names = manifest_names(m)
     if not names:           # only inline segments: nothing to look for
         return hits[0] if hits else here
-    for c in hits or cands:
+    # One root whose instance name matches is not proof: an instance made from the root
+    # instance's checkpoint (``sources=[("", n)]``) names the root's files as "sst/…" with
+    # the owner "", which the instance's own folder would match too. The file decides.
+    for c in hits + [c for c in cands if c not in hits]:
         if c.store.size(names[0]) is not None:
             return c
     return hits[0] if hits else here

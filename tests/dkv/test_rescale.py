@@ -102,6 +102,24 @@ def test_merge_two_instances_into_one(any_store):
         assert contents(b) == model_b
 
 
+def test_an_instance_made_from_the_root_instance_reopens(any_store):
+    """``sources=[("", n)]``: the new instance's manifest names the root instance's files
+    as the root names them ("sst/…", owner ""), which its own folder would match too; a
+    reopen finds them where they are (it looked in the instance's folder, and failed)."""
+    model = {}
+    with dkv.open(any_store, key_group_range=(0, 256), **OPTS) as root:
+        e = _populate(root, model, (0, 256), seed=5)
+    half = {k: v for k, v in model.items() if dkv.key_group_of(k) < 128}
+    with dkv.open(any_store, instance="half", key_group_range=(0, 128), sources=[("", e)], **OPTS) as h:
+        assert contents(h) == half
+        h.checkpoint().wait()
+    for read_only in (True, False):
+        with dkv.open(any_store, instance="half", read_only=read_only, **OPTS) as h:
+            assert contents(h) == half
+    with dkv.open(any_store, read_only=True) as root:
+        assert contents(root) == model
+
+
 def test_split_one_instance_into_two():
     root = MemoryStore()
     model = {}
