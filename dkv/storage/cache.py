@@ -125,10 +125,7 @@ class CachedStore(_Forwarding):
             if total is None and size is None and data:
                 total = self.inner.size(key)    # a store whose reads do not tell the size (S3's do)
         except BaseException:
-            with self._lock:                # the read did not happen: its charge goes back
-                entry = self._rented.get(key)
-                if entry is not None:
-                    self._rented[key] = (entry[0] - n - cost, entry[1])
+            self._refund(key, n + cost)     # the read did not happen: its charge goes back
             raise
         with self._lock:
             entry = self._rented.get(key)
@@ -176,15 +173,19 @@ class CachedStore(_Forwarding):
             if data is None:
                 data = [self.inner.get(key, lo, hi) for lo, hi in ranges]
         except BaseException:
-            with self._lock:                # the reads did not happen: their charge goes back
-                entry = self._rented.get(key)
-                if entry is not None:
-                    self._rented[key] = (entry[0] - need, entry[1])
+            self._refund(key, need)         # the reads did not happen: their charge goes back
             raise
         with self._lock:
             self.ranged_reads += len(ranges)
             self.ranged_bytes += sum(map(len, data))
         return data
+
+    def _refund(self, key: str, charge: int) -> None:
+        """Take back the charge of reads that did not happen (unless the rent ended meanwhile)."""
+        with self._lock:
+            entry = self._rented.get(key)
+            if entry is not None:
+                self._rented[key] = (entry[0] - charge, entry[1])
 
     def _ensure(self, key: str) -> str:
         path = self._local(key)

@@ -282,10 +282,7 @@ class S3Store(ObjectStore):
         first, total = self._read(key, 0, part, whole=True)
         if total is None or len(first) >= total:
             return first
-        ranges = [(lo, min(lo + part, total)) for lo in range(len(first), total, part)]
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(min(self.concurrent_reads, len(ranges))) as pool:
-            rest = list(pool.map(lambda r: self._read(key, r[0], r[1])[0], ranges))
+        rest = self.prefetch(key, [(lo, min(lo + part, total)) for lo in range(len(first), total, part)])
         data = b"".join([first, *rest])
         if len(data) != total:      # the object changed size between the parts: not an immutable object
             raise StorageError(f"S3 get {self.location}/{key}: read {len(data)} bytes in parts of an object "
