@@ -205,14 +205,26 @@ def run_command(args, errors: tuple, prog: str, hint=None):
         return None, 1
 
 
+def print_result(text: str) -> int:
+    """Print a CLI's result and return its exit status: 0, or 141 (a shell's status for
+    SIGPIPE) when the reader closed the pipe (``... | head``), without a traceback."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The interpreter flushes stdout again at exit: that must not fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     out, rc = run_command(args, (DkvError,), "python -m dkv")
     if rc:
         return rc
     data, text = out
-    print(json.dumps(data, indent=2, default=str) if args.json else text)
-    return 0
+    return print_result(json.dumps(data, indent=2, default=str) if args.json else text)
 
 
-__all__ = ["main", "build_parser", "run_command", "_paths"]
+__all__ = ["main", "build_parser", "run_command", "print_result", "_paths"]

@@ -27,7 +27,7 @@ import sys
 from contextlib import ExitStack
 
 import dkv
-from dkv.cli import run_command
+from dkv.cli import print_result, run_command
 
 from ._inspect import (diff_pair, expiries_of, family_rules, find_instances, iter_slots, list_objects,
                        name_from_json, object_info, pair_instances, space_stats, spaces_of, to_jsonable)
@@ -388,7 +388,9 @@ def main(argv=None) -> int:
     if rc:
         return rc
     data, text = out
-    print(json.dumps(data, indent=2, ensure_ascii=False, default=str) if args.json else text)
+    rc = print_result(json.dumps(data, indent=2, ensure_ascii=False, default=str) if args.json else text)
+    if rc:
+        return rc
     failures = getattr(args, "failures", None)
     if failures:
         print(f"error: {len(failures)} of the stores could not be read (the others are listed above):",

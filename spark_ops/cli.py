@@ -25,7 +25,7 @@ import json
 
 import dkv
 import objectspace
-from dkv.cli import run_command
+from dkv.cli import print_result, run_command
 
 from ._inspect import read_timers
 from .errors import SparkOpsError
@@ -164,8 +164,7 @@ def main(argv=None) -> int:
     if rc:
         return rc
     data, text = out
-    print(json.dumps(data, indent=2, ensure_ascii=False, default=str) if args.json else text)
-    return 0
+    return print_result(json.dumps(data, indent=2, ensure_ascii=False, default=str) if args.json else text)
 
 
 __all__ = ["main", "build_parser"]

@@ -179,6 +179,22 @@ def test_the_cli_processes_end_to_end(state):
     assert proc.returncode == 1 and "python -m dkv instances" in proc.stderr
 
 
+@pytest.mark.parametrize("argv", [["dkv", "scan", "{shard}"], ["objectspace", "ls", "{shard}"],
+                                  ["spark_ops", "operators", "{state}"]], ids=["dkv", "objectspace", "spark_ops"])
+def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(state, argv):
+    """``python -m dkv scan ... | head -1``: the reader is gone before the output is written.
+    The command stops with a shell's status for SIGPIPE, without a traceback."""
+    argv = [a.format(shard=f"{state}/{OP}/{SHARD}", state=state) for a in argv]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", *argv], stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141, proc.stderr
+
+
 def test_a_fresh_objectspace_process_knows_the_operators_layouts(state):
     """``python -m objectspace`` imports nothing of spark_ops: it finds spark_ops' family rule
     through the entry point that installing the project declares (pyproject.toml), so on
