@@ -18,7 +18,8 @@ here. The formats on disk have versions of their own: docs/versions.md."""
 
 from ._admin import collect_garbage, instances, list_checkpoints, retire, verify
 from ._checkpoint import Checkpoint
-from ._db import DB, prefix_end
+from ._db import DB
+from ._reads import prefix_end
 from ._locate import check_create as _check_create
 from ._options import Options
 from ._timeline import CheckpointInfo

@@ -61,7 +61,7 @@ class Lock(Protocol):
 
 
 class LockHolder:
-    """The locks as DB's mixins (_checkpoint.py, _flush.py, _refresh.py) see them: made by
+    """The locks as DB's mixins (_checkpoint.py, _gc.py, _flush.py, _refresh.py) see them: made by
     DB.__init__, which says what each one guards."""
 
     _wlock: Lock

@@ -20,7 +20,8 @@ import sys
 import traceback
 
 from . import _admin, _paths
-from ._db import DB, prefix_end
+from ._db import DB
+from ._reads import prefix_end
 from ._options import Options
 from .errors import DkvError
 from .format import manifest as mf
@@ -208,12 +209,16 @@ def run_command(args, errors: tuple, prog: str, hint=None):
 def print_result(text: str) -> int:
     """Print a CLI's result and return its exit status: 0, or 141 (a shell's status for
     SIGPIPE) when the reader closed the pipe (``... | head``), without a traceback."""
+    if sys.stdout is None:          # started with stdout closed (>&-): nowhere to print
+        return 0
     try:
         print(text)
         sys.stdout.flush()
     except BrokenPipeError:
         # The interpreter flushes stdout again at exit: that must not fail too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
         return 141
     return 0
 

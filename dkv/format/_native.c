@@ -16,7 +16,7 @@
  * h1 = crc32(key) and h2 = crc32(key, 0x9E3779B9) | 1 (zlib's CRC-32, the IEEE polynomial),
  * bit p being bit (p & 7) of byte (p >> 3). See dkv/format/bloom.py.
  *
- * And DB.get's read (db_get, RFC 0012 step 3): the twin of dkv/_db.py's DB.get with the
+ * And DB.get's read (db_get, RFC 0012 step 3): the twin of dkv/_reads.py's DB.get with the
  * Table, Delta and Version methods it calls, set up by dkv/_getpath.py (see its section); and
  * DB.scan's (db_scan, RFC 0012 step 4): the twin of DB._scan with the sources' scan_blocks and
  * merge_visible, set up by dkv/_scanpath.py (see its section).
@@ -1166,7 +1166,7 @@ done:
 
 /* -- DB.get in C (RFC 0012 step 3) --------------------------------------------------------
  *
- * db_get(db, key) is the twin of dkv/_db.py's DB.get for the common case, with what it calls:
+ * db_get(db, key) is the twin of dkv/_reads.py's DB.get for the common case, with what it calls:
  * the active memtable's dict, the bloom filters of the sealed sources (candidates_of above, as
  * bloom.candidates), each candidate memtable's dict or segment's Table.get_probed, then
  * Version.get over L0 and the levels with Table.get, Table.owns, Table._find and _hints of
@@ -1962,7 +1962,7 @@ static PyObject *get_setup(PyObject *self, PyObject *args) {
 
 /* -- DB.scan in C (RFC 0012 step 4) -------------------------------------------------------
  *
- * db_scan(db, start, end) is the twin of dkv/_db.py's DB._scan for the common case, with what
+ * db_scan(db, start, end) is the twin of dkv/_reads.py's DB._scan for the common case, with what
  * it calls: Memtable.scan_blocks and sorted_keys, Table.scan_blocks (Table.block, _hints and the
  * block decode of the front-coded blocks, as front_decode), Version.sources, and
  * merge_visible's paths for one source (chunk by chunk) and for a small range of several (in one

@@ -1,6 +1,6 @@
 """The C twin of ``DB.get`` (``dkv.format._native.db_get``, RFC 0012 step 3) against its
 Python, the reference: the same random writes (puts, deletes, seals, flushes, compactions)
-on two stores, one read through C and the other through Python (``dkv._db._GET`` flipped
+on two stores, one read through C and the other through Python (``dkv._reads._GET`` flipped
 around each call), with a block cache small enough to miss; every get's value or error
 compared, and after each step the block cache (bytes, hits, misses, the CLOCK ring) and
 every table's cache state (its ``_ref`` marks, which blocks are cached and their restart
@@ -15,7 +15,7 @@ import random
 import pytest
 
 import dkv
-from dkv import _db, _getpath
+from dkv import _getpath, _reads
 from dkv._memtable import NO_RECORD, Memtable
 from dkv._table import Table
 from dkv._version import Version
@@ -24,7 +24,7 @@ from dkv.storage import MemoryStore
 
 from .dkv_helpers import SMALL
 
-pytestmark = pytest.mark.skipif(_db._GET is None, reason="dkv.format._native was not built (no compiler), "
+pytestmark = pytest.mark.skipif(_reads._GET is None, reason="dkv.format._native was not built (no compiler), "
                                                           "or OBJECTSPACE_NATIVE=0")
 OPTS = dict(SMALL, background=False, retain=2, block_cache_bytes=6000)
 CONFIGS = {
@@ -67,14 +67,14 @@ class Twin:
     def get(self, k):
         outs = []
         for i, db in enumerate(self.dbs):
-            saved = _db._GET
-            _db._GET = saved if i == 0 else None
+            saved = _reads._GET
+            _reads._GET = saved if i == 0 else None
             try:
                 outs.append(("ok", db.get(k)))
             except Exception as e:  # noqa: BLE001 - compared between the two
                 outs.append(("error", type(e).__name__, str(e)))
             finally:
-                _db._GET = saved
+                _reads._GET = saved
         assert outs[0] == outs[1], k
         return outs[0]
 
@@ -289,12 +289,12 @@ def _each(tw, fn):
     """fn(db) on [0] through C and on [1] through Python, one after the other (not compared)."""
     outs = []
     for i, db in enumerate(tw.dbs):
-        saved = _db._GET
-        _db._GET = saved if i == 0 else None
+        saved = _reads._GET
+        _reads._GET = saved if i == 0 else None
         try:
             outs.append(fn(db))
         finally:
-            _db._GET = saved
+            _reads._GET = saved
     return outs
 
 

@@ -1,6 +1,6 @@
 """The C twin of ``DB.scan``'s read (``dkv.format._native.db_scan``, RFC 0012 step 4) against its
 Python, the reference: the same random writes (puts, deletes, seals, flushes, compactions) on
-two stores, one scanned through C and the other through Python (``dkv._db._SCAN`` flipped
+two stores, one scanned through C and the other through Python (``dkv._reads._SCAN`` flipped
 around each scan), with a block cache small enough to miss; every scan's records (or error)
 compared, scans read whole, in part, or with writes between their records, and after each
 step the block cache (bytes, hits, misses, the CLOCK ring), every table's cache state (its
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import dkv
-from dkv import _db, _merge, _scanpath
+from dkv import _merge, _reads, _scanpath
 from dkv._memtable import NO_RECORD, Memtable
 from dkv._table import Table
 from dkv._version import Version
@@ -30,7 +30,7 @@ from dkv.storage import MemoryStore
 from .dkv_helpers import SMALL
 from .test_native_get import _known_keys, _open_clipped, _table, key, random_write
 
-pytestmark = pytest.mark.skipif(_db._SCAN is None, reason="dkv.format._native was not built (no compiler), "
+pytestmark = pytest.mark.skipif(_reads._SCAN is None, reason="dkv.format._native was not built (no compiler), "
                                                            "or OBJECTSPACE_NATIVE=0")
 OPTS = dict(SMALL, background=False, retain=2, block_cache_bytes=6000)
 CONFIGS = {
@@ -60,11 +60,11 @@ def _on(i: int):
     """The scan path of store i: [0] C, [1] Python."""
     class _Switch:
         def __enter__(self):
-            self.saved = _db._SCAN
-            _db._SCAN = self.saved if i == 0 else None
+            self.saved = _reads._SCAN
+            _reads._SCAN = self.saved if i == 0 else None
 
         def __exit__(self, *exc):
-            _db._SCAN = self.saved
+            _reads._SCAN = self.saved
     return _Switch()
 
 

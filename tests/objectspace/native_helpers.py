@@ -16,7 +16,7 @@ import pytest
 
 import dkv
 from dkv.format import manifest as mf
-from dkv import _db as dkv_db
+from dkv import _reads as dkv_reads
 from objectspace import ObjectSpace, _cache, _slots
 from objectspace import space as space_mod
 
@@ -57,17 +57,17 @@ def assert_same_store_on_both_paths(script: str, tmp_path: pathlib.Path) -> None
 
 
 def _switches() -> tuple:
-    return space_mod._RELOAD, space_mod._SAVE, _cache._EVICT, _slots._WALK, dkv_db._SCAN
+    return space_mod._RELOAD, space_mod._SAVE, _cache._EVICT, _slots._WALK, dkv_reads._SCAN
 
 
 def _set_switches(values: tuple) -> None:
-    space_mod._RELOAD, space_mod._SAVE, _cache._EVICT, _slots._WALK, dkv_db._SCAN = values
+    space_mod._RELOAD, space_mod._SAVE, _cache._EVICT, _slots._WALK, dkv_reads._SCAN = values
 
 
 class Twin:
     """The same space twice: [0] looked up, saved, evicted and walked through C, [1] through
     Python (``space._RELOAD``, ``space._SAVE``, ``_cache._EVICT``, ``_slots._WALK`` and dkv's
-    ``_db._SCAN`` flipped around each call).
+    ``_reads._SCAN`` flipped around each call).
     ``run(fn)`` calls ``fn`` on both and asserts the same outcome: ("ok", [the result's type
     name if ``typed``,] its name key or itself), or ("error", type, message)."""
 

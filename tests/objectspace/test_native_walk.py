@@ -21,7 +21,7 @@ import pytest
 
 import dkv
 import objectspace
-from dkv import _db as dkv_db
+from dkv import _reads as dkv_reads
 from dkv.storage import MemoryStore
 from objectspace import ObjectSpace
 from objectspace import _codec, _layout, _slots
@@ -29,7 +29,7 @@ from objectspace._slots import SlotSequence
 
 from .native_helpers import Twin, no_gc  # noqa: F401 - an autouse fixture
 
-pytestmark = pytest.mark.skipif(_slots._WALK is None or dkv_db._SCAN is None,
+pytestmark = pytest.mark.skipif(_slots._WALK is None or dkv_reads._SCAN is None,
                                 reason="the C modules were not built (no compiler), or OBJECTSPACE_NATIVE=0")
 
 
