@@ -304,7 +304,10 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     fired = 0
     if end_of_input:
         watermark = ptime = ctx.watermark = ctx.processing_time = END_OF_TIME
-    for kind, limit in ((EVENT_TIME, watermark), (PROCESSING_TIME, ptime)):
+    limits = ((EVENT_TIME, watermark), (PROCESSING_TIME, ptime))
+    if prefetch:
+        st.prefetch_timers(limits)
+    for kind, limit in limits:
         if limit is None:
             continue
         for _ in range(TIMER_ROUNDS):       # firing may register timers that are due already

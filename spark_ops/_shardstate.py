@@ -127,6 +127,17 @@ class ShardState:
         t0 = time.perf_counter()
         self._prefetch(self.vars.head_ranges() + self.ttl.head_ranges() + self.timers.head_ranges(), t0)
 
+    def prefetch_timers(self, limits: tuple) -> None:
+        """Read ahead, at once, what firing the due timers will scan (``limits``: (kind,
+        limit) pairs, limit None for a kind not fired this batch), after the events: the
+        chunks' own read-ahead may have pushed the blocks ``prefetch_heads`` brought out of
+        the block cache, and each key group's scan would then wait for its own round trips.
+        Blocks still cached are passed by."""
+        t0 = time.perf_counter()
+        ranges = [r for kind, limit in limits if limit is not None for r in self.timers.due_ranges(kind, limit)]
+        if ranges:
+            self._prefetch(ranges, t0)
+
     def prefetch(self, events: list) -> None:
         """Read ahead, at once, what the state of the keys of ``events`` will read (their
         objects' ranges in every key group's space)."""

@@ -68,11 +68,25 @@ class TimerService:
 
     def head_ranges(self) -> list:
         """The key ranges ``due``'s first scans read: each key group's timers of each kind."""
+        return self._ranges(EVENT_TIME) + self._ranges(PROCESSING_TIME)
+
+    def due_ranges(self, kind: int, limit: int) -> list:
+        """The key ranges of the timers ``due(kind, limit)`` returns: none when every stored
+        timer of ``kind`` is known to be later than ``limit``, else each key group's timers
+        of that kind up to ``limit`` (``due`` reads on to the first later one, most often in
+        the same block)."""
+        nxt = self._next[kind]
+        if nxt is not None and limit < nxt:
+            return []
+        top = max(0, int(limit) + 1 + _OFFSET)
+        return [(lo, lo + top.to_bytes(8, "big") if top < 1 << 64 else hi) for lo, hi in self._ranges(kind)]
+
+    def _ranges(self, kind: int) -> list:
+        """Each key group's range of timers of ``kind``, in key group order."""
         out = []
         for kg in self.key_group_range:
-            for kind in (EVENT_TIME, PROCESSING_TIME):
-                p = _prefix(kg, kind)
-                out.append((p, dkv.prefix_end(p)))
+            p = _prefix(kg, kind)
+            out.append((p, dkv.prefix_end(p)))
         return out
 
     def forget(self) -> None:
@@ -111,10 +125,9 @@ class TimerService:
             return []
         runs = []
         later = _INFINITY             # the earliest due time beyond limit
-        for kg in self.key_group_range:
-            p = _prefix(kg, kind)
+        for kg, (lo, hi) in zip(self.key_group_range, self._ranges(kind)):
             run = []
-            for raw, _ in self.db.scan(p, dkv.prefix_end(p)):
+            for raw, _ in self.db.scan(lo, hi):
                 _, _, due, key, name = parse_timer_key(raw)
                 if due > limit:
                     later = min(later, due)

@@ -14,9 +14,7 @@ from spark_ops.operators import Buffer
 from spark_ops.testing import OperatorHarness
 from .models import BufferModel, by_key, run_model
 
-pytestmark = pytest.mark.s3
-
-
+@pytest.mark.s3
 def test_the_first_batch_after_a_restart_on_s3_prefetches_and_gives_the_models_output(s3_server, tmp_path):
     url = f"s3://{s3_server.bucket}/prefetch-{uuid.uuid4().hex[:8]}"
     small = dict(endpoint_url=s3_server.endpoint, table_bytes=512 * 1024, memtable_bytes=256 * 1024,
@@ -51,3 +49,60 @@ def test_the_first_batch_after_a_restart_on_s3_prefetches_and_gives_the_models_o
         # Batch 0 opened an empty state (nothing to read ahead); batches 1, 2 and 4 ran on
         # shards kept open, whose caches are warm.
         assert not any("prefetch" in metrics[(b, shard)] for b in (0, 1, 2, 4))
+
+
+def test_a_prefetch_of_the_due_ranges_reads_what_firing_the_timers_reads():
+    """What a restart's first batch reads ahead just before it fires timers
+    (``ShardState.prefetch_timers``: the chunks' read-ahead may have pushed the heads out of
+    the block cache) is what firing them reads: the timers up to the limit, each key group's
+    range ending there (not every later timer), so ``due`` reads at most the block of the
+    first later timer of a key group; nothing at all when every timer is due."""
+    import dkv
+    from objectspace import ObjectSpace
+    from spark_ops._runtime import END_OF_TIME
+    from spark_ops._timers import EVENT_TIME, PROCESSING_TIME, TimerService, timer_key
+    from tests.dkv.dkv_helpers import RemoteMemory
+
+    store, groups, rng = RemoteMemory(), range(0, 48), random.Random(5)
+    db = dkv.open(store, table_bytes=16 * 1024, block_bytes=512, max_replay_bytes=1)
+    timers, model = TimerService(db, groups), []
+    for kg in groups:          # timers between objects' records, as a shard's key groups hold both
+        space = ObjectSpace(db, dkv.key_prefix(kg, 0))
+        space.create_queue("q", (rng.random() for _ in range(200)))
+        space.checkpoint()
+        for i in range(40):
+            kind, due = rng.choice((EVENT_TIME, PROCESSING_TIME)), rng.randrange(1000)
+            timers.register(kg, kind, due, (f"user-{kg}-{i}",), "t")
+            model.append((kind, due, kg, (f"user-{kg}-{i}",), "t"))
+    db.checkpoint().wait()
+    db.compact(full=True)
+    db.wait_idle()
+    db.close()
+
+    def expected(kind, limit):
+        return sorted((due, kg, key, name) for k, due, kg, key, name in model if k == kind and due <= limit)
+
+    for kind, limit in ((EVENT_TIME, 100), (PROCESSING_TIME, END_OF_TIME)):
+        db = dkv.open(store, read_only=True)       # a restart: nothing in memory
+        timers = TimerService(db, groups)
+        ranges = timers.due_ranges(kind, limit)
+        assert [lo for lo, _ in ranges] == [lo for lo, _ in timers.head_ranges() if lo[-1] == kind]
+        assert all(lo < hi <= timer_key(kg, kind, limit + 1, (), "") for (lo, hi), kg in zip(ranges, groups))
+        store.reads.clear()
+        done = db.prefetch(ranges)
+        assert done["requests"] > 0 and done["tables"] > 1, done
+        before = len(store.table_reads())
+        fired = timers.due(kind, limit)
+        assert sorted(fired) == expected(kind, limit) and [t[:2] for t in fired] == sorted(t[:2] for t in fired)
+        later = len(store.table_reads()) - before
+        assert later == 0 if limit == END_OF_TIME else later <= len(groups), later
+        db.close()
+    # Once every stored timer of a kind is known to be later than a limit (those fired stay
+    # stored until the caller deletes them), nothing is read for it.
+    first = min(due for kind, due, *_ in model if kind == EVENT_TIME)
+    db = dkv.open(store, read_only=True)
+    timers = TimerService(db, groups)
+    timers.due(EVENT_TIME, first)
+    assert timers.due_ranges(EVENT_TIME, first - 1) == [] and timers.due(EVENT_TIME, first - 1) == []
+    assert timers.due_ranges(EVENT_TIME, first) != []
+    db.close()
