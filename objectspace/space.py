@@ -18,7 +18,7 @@ import time
 import weakref
 from collections.abc import Callable
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import dkv
 from dkv.batch import WriteBatch
@@ -27,13 +27,14 @@ from dkv.keys import key_prefix
 from . import _counts, _savepath
 from . import _layout as L
 from ._layout import SCHEMA_STATE
-from ._base import F_INDEX, F_REPLACE
+from ._base import F_REPLACE
 from ._cache import ObjectCache
 from ._codec import CODECS_BY_CODE, codec_named
 from ._inplace import check_mode, find_changes, inplace_error
 from ._keycodec import decode_key, encode_name
 from ._kinds import KIND_CLASSES, KindMethods
 from ._listing import ListingMixin
+from ._naming import NamingMixin
 from .errors import AlreadyExistsError, CorruptionError, KindMismatchError, ObjectNotFoundError, ObjectSpaceError
 
 if TYPE_CHECKING:
@@ -48,15 +49,6 @@ DEFAULT_CACHE_BYTES = 256 << 20
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class _Grave:
-    """A deleted object whose stored keys the next save must delete."""
-
-    __slots__ = ("nkey",)
-
-    def __init__(self, nkey: bytes) -> None:
-        self.nkey = nkey
 
 
 def _without(records: list, ranges: list) -> list:
@@ -82,7 +74,7 @@ _RELOAD = None
 ``_lookup``'s Python, the reference. Tests flip it."""
 
 
-class ObjectSpace(ListingMixin, KindMethods):
+class ObjectSpace(ListingMixin, NamingMixin, KindMethods):
     """Named persisted objects under one key prefix of a dkv store.
 
     ``ObjectSpace(db, prefix=...)`` is O(1) and does no I/O; many spaces may share one db
@@ -344,68 +336,6 @@ class ObjectSpace(ListingMixin, KindMethods):
         """O(1) in memory, else one point read."""
         self._check_open()
         return self._exists(encode_name(name))
-
-    def delete(self, name: Name) -> None:
-        """Delete an object. O(1) now; the next save deletes its stored keys (one range scan).
-        The old handle stops working. Raises ObjectNotFoundError."""
-        self._check_open()
-        nkey = encode_name(name)
-        obj = self._live.get(nkey)
-        if obj is None:
-            if not self._exists(nkey):
-                raise ObjectNotFoundError(f"no object named {name!r} in the space")
-            self._graves[nkey] = _Grave(nkey)
-            return
-        flags = obj._flags | obj._pflags
-        unsaved = obj._flags & F_INDEX and not obj._pflags & F_INDEX and not flags & F_REPLACE
-        obj._kill()
-        del self._live[nkey]
-        self._touched.pop(nkey, None)
-        self._cache.forget(obj)
-        if not unsaved:
-            self._graves[nkey] = _Grave(nkey)
-
-    def rename(self, old: Name, new: Name) -> None:
-        """Give object ``old`` the name ``new``, keeping everything it holds (kind, codec,
-        items, metadata, a stream's consumer groups). Its records are rewritten under the new
-        name in the store at once (durable with the next checkpoint, like any write); the old
-        handle stops working, ``get(new)`` returns a new one. O(records of the object): one
-        range scan. The object must have no unsaved changes (save and confirm them first:
-        ObjectSpaceError; with ``inplace`` set, values changed in place count, and "raise"
-        raises InPlaceChangeError for them), ``old`` must exist (ObjectNotFoundError) and
-        ``new`` must not (AlreadyExistsError)."""
-        self._check_open()
-        okey, nkey = encode_name(old), encode_name(new)
-        if okey == nkey:
-            return
-        if not self._exists(okey):
-            raise ObjectNotFoundError(f"no object named {old!r} in the space")
-        if self._exists(nkey):
-            raise AlreadyExistsError(f"an object named {new!r} already exists")
-        if self._inplace is not None and okey not in self._touched and self._live.get(okey) is not None:
-            self._find_inplace([self._live[okey]])    # the records copied must hold them
-        if okey in self._touched or nkey in self._touched or nkey in self._graves:
-            raise ObjectSpaceError(f"rename({old!r}, {new!r}) needs both names without unsaved changes: save "
-                                   f"and confirm them first (checkpoint(), or save() and on_saved())")
-        obj = self._live.pop(okey, None)
-        if obj is not None:
-            obj._kill()
-            self._cache.forget(obj)
-        ip, op = self._index_prefix, self._obj_prefix
-        batch = WriteBatch()
-        batch.put(ip + nkey, cast(bytes, self._db.get(ip + okey)))     # stored: it exists, unchanged
-        batch.delete(ip + okey)
-        n = len(op) + len(okey)
-        for key, value in self._db.scan_prefix(op + okey):
-            batch.put(op + nkey + key[n:], value)
-            batch.delete(key)
-        objects, scopes, recorded = _counts.stored(self._db, self._prefix)
-        if recorded:
-            d_objects, d_scopes = _counts.change(self._db, self._prefix, [(nkey, new, True)], [okey], objects)
-            if d_scopes:
-                batch.put(_counts.key(self._prefix), _counts.encode(objects, scopes + d_scopes))
-        self._counts, self._counts_gen = None, self._counts_gen + 1
-        self._db.write(batch)
 
     # -- save protocol ----------------------------------------------------------------------------
 

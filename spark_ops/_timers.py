@@ -75,11 +75,15 @@ class TimerService:
         timer of ``kind`` is known to be later than ``limit``, else each key group's timers
         of that kind up to ``limit`` (``due`` reads on to the first later one, most often in
         the same block)."""
-        nxt = self._next[kind]
-        if nxt is not None and limit < nxt:
+        if self._none_due(kind, limit):
             return []
         top = max(0, int(limit) + 1 + _OFFSET)
         return [(lo, lo + top.to_bytes(8, "big") if top < 1 << 64 else hi) for lo, hi in self._ranges(kind)]
+
+    def _none_due(self, kind: int, limit: int) -> bool:
+        """Every stored timer of ``kind`` is known to be later than ``limit``."""
+        nxt = self._next[kind]
+        return nxt is not None and limit < nxt
 
     def _ranges(self, kind: int) -> list:
         """Each key group's range of timers of ``kind``, in key group order."""
@@ -120,8 +124,7 @@ class TimerService:
     def due(self, kind: int, limit: int) -> list[tuple[int, int, tuple, str]]:
         """All timers of ``kind`` with due time <= ``limit``, as (due, kg, key, name), in
         due order (ties by key group, then key). Does not delete them."""
-        nxt = self._next[kind]
-        if nxt is not None and limit < nxt:
+        if self._none_due(kind, limit):
             return []
         runs = []
         later = _INFINITY             # the earliest due time beyond limit
