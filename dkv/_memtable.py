@@ -13,12 +13,11 @@ accounting counts each key once, so overwriting a key does not grow the memtable
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from operator import itemgetter
+from itertools import islice
 
 ENTRY_OVERHEAD = 48  # bytes charged per key besides key and value, roughly the dict's cost
 NO_RECORD = object()
 """The one sentinel of dkv's read path: no record for the key in this source."""
-_first = itemgetter(0)
 
 
 class Memtable:
@@ -48,17 +47,21 @@ class Memtable:
     def apply(self, ops, nbytes: int) -> None:
         """Put every (key, value-or-None) of ``ops`` in order (``nbytes``: their raw bytes):
         one ``dict.update`` in C; the size grows by the new keys at the batch's average
-        record size. With a sorted view, the new keys (found by a set difference in C)
-        join the pending ones."""
+        record size. With a sorted view, the new keys join the pending ones in the order
+        they came: a dict keeps its keys in insertion order and a memtable never removes
+        one, so they are the last ``added`` keys of the dict. A batch's records mostly come
+        in runs of ascending keys, which the next scan's sort of the pending keys (timsort)
+        merges in linear time; in a set's order (as before) the sort compared each key
+        ~log2(n) times: ~290 against ~40 ns a key at 1,000,000 keys (RFC 0012)."""
         data = self.data
         n0 = len(data)
-        if self._sorted is not None:
-            new = set(map(_first, ops)).difference(data)
         data.update(ops)
         added = len(data) - n0
         if added:
             self.nbytes += added * ENTRY_OVERHEAD + (nbytes * added) // max(1, len(ops))
             if self._sorted is not None:
+                new = list(islice(reversed(data), added))
+                new.reverse()
                 self._pending += new
                 if len(self._pending) > len(self._sorted):
                     self._drop_view()

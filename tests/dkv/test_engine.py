@@ -526,6 +526,34 @@ def test_memtable_keys_added_between_scans_wait_and_join_the_view():
     db.close()
 
 
+def test_memtable_pending_keys_keep_the_order_they_were_written_in():
+    """With a sorted view kept, the keys a write adds wait in the order they first came
+    (a batch's records mostly come in ascending runs, which the next scan's sort merges in
+    linear time): a key written twice in one batch, or known already, waits once or not at
+    all, through write() and put() alike, and the next scan sees them all in order."""
+    rng = random.Random(11)
+    db = dkv.open(MemoryStore(), background=False, memtable_bytes=64 << 20)
+    model = {b"m%05d" % i: b"v" for i in range(0, 3000, 3)}
+    for k, v in model.items():
+        db.put(k, v)
+    assert list(db.scan()) == sorted(model.items())
+    for round_ in range(6):
+        expected = []
+        wb = dkv.WriteBatch() if round_ % 2 else db
+        for _ in range(400):
+            k = b"m%05d" % rng.randrange(3000)
+            if k not in model and k not in expected:
+                expected.append(k)
+            model[k] = b"%d" % round_
+            wb.put(k, model[k])
+        if wb is not db:
+            db.write(wb)
+        assert db._active._pending == expected
+        assert list(db.scan()) == sorted(model.items())
+        assert db._active._pending == []
+    db.close()
+
+
 def test_sealed_memtables_waiting_for_their_encoding_do_not_count_towards_flush_bytes(monkeypatch):
     """flush_bytes counts the sealed memtables' WAL segments (dkv/_options.py): a memtable
     sealed but not encoded yet (the upload thread behind the writer) is a dict ~10x its
