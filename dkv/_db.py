@@ -15,7 +15,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from operator import itemgetter
 
 from . import _locate, _locks, _paths, _recovery
 from ._checkpoint import Checkpoint, CheckpointMixin, Pinned, Segment
@@ -28,13 +27,12 @@ from ._options import Options
 from ._pacer import Pacer
 from ._table import BlockCache, group_bounds
 from ._timeline import CheckpointInfo, Timeline, claim_writer, instance_label
-from .batch import WriteBatch, check_key, check_value
+from .batch import WriteBatch, check_key, check_value, key_bounds
 from .errors import (ClosedError, DkvError, FencedError, NewerCheckpointsError, ObjectMissingError, ReadOnlyError,
                      with_context)
 from .format.manifest import ALL_KEY_GROUPS
 from .storage import ObjectStore
 
-_first = itemgetter(0)
 
 log = logging.getLogger(__name__)
 
@@ -299,9 +297,9 @@ class DB(ReadMixin, CheckpointMixin, FlushMixin, RefreshMixin):
         with self._wlock:
             self._check_write()
             if (self._glo is not None or self._ghi is not None) and len(batch):
-                keys = list(map(_first, batch._ops))      # the keys, min and max: C, no bytecode a record
-                self._check_group(min(keys))
-                self._check_group(max(keys))
+                lo, hi = key_bounds(batch._ops)
+                self._check_group(lo)
+                self._check_group(hi)
             mem = self._active
             mem.apply(batch._ops, batch.nbytes)
             self._seq += len(batch)

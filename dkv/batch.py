@@ -1,17 +1,20 @@
 """WriteBatch: an ordered list of puts and deletes applied atomically by ``DB.write``."""
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Callable, Iterable, Iterator
 
 from .format import native_enabled
 
 _c_extend: Callable[[list[tuple[bytes, bytes | None]], list], int] | None
+_c_bounds: Callable[[list[tuple[bytes, bytes | None]]], tuple[bytes, bytes] | None] | None
 try:
     if not native_enabled():        # OBJECTSPACE_NATIVE=0: the Python loop below, the reference
         raise ImportError("native helpers disabled")
+    from .format._native import batch_bounds as _c_bounds
     from .format._native import batch_extend as _c_extend
 except ImportError:          # pragma: no cover - no compiler when installed
-    _c_extend = None
+    _c_extend = _c_bounds = None
 
 
 def check_key(key: object) -> bytes:
@@ -32,6 +35,20 @@ def check_value(value: object) -> bytes:
     if not isinstance(value, bytes):
         raise TypeError(f"dkv values must be bytes, got {type(value).__name__}: {value!r:.80}")
     return value
+
+
+_first = itemgetter(0)
+
+
+def key_bounds(ops: list[tuple[bytes, bytes | None]]) -> tuple[bytes, bytes]:
+    """The least and the greatest key of a batch's records (not empty): ``min`` and ``max``
+    of the keys, in one C pass where the records are of exact types."""
+    if _c_bounds is not None:
+        bounds = _c_bounds(ops)
+        if bounds is not None:
+            return bounds
+    keys = list(map(_first, ops))      # the keys, min and max: C, no bytecode a record
+    return min(keys), max(keys)
 
 
 class WriteBatch:

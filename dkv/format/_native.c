@@ -972,6 +972,34 @@ static PyObject *batch_extend(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(nbytes);
 }
 
+/* batch_bounds(ops) -> (least key, greatest key) of a WriteBatch's records, as min() and max()
+   of the keys give them (DB.write checks both against the instance's key groups): one pass of
+   memcmp where the builtins compare each key twice through the generic rich compare; None when
+   ops is empty or not a list of exact (bytes, bytes or None) pairs (the builtins then). */
+static PyObject *batch_bounds(PyObject *self, PyObject *ops) {
+    if (!PyList_CheckExact(ops) || PyList_GET_SIZE(ops) == 0) {
+        Py_RETURN_NONE;
+    }
+    PyObject *lo = NULL, *hi = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ops); i++) {
+        PyObject *r = PyList_GET_ITEM(ops, i);
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !PyBytes_CheckExact(PyTuple_GET_ITEM(r, 0))) {
+            Py_RETURN_NONE;
+        }
+        PyObject *k = PyTuple_GET_ITEM(r, 0);
+        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(k);
+        size_t n = (size_t)PyBytes_GET_SIZE(k);
+        if (lo == NULL) {
+            lo = hi = k;
+        } else if (cmp(s, n, (const unsigned char *)PyBytes_AS_STRING(lo), (size_t)PyBytes_GET_SIZE(lo)) < 0) {
+            lo = k;
+        } else if (cmp(s, n, (const unsigned char *)PyBytes_AS_STRING(hi), (size_t)PyBytes_GET_SIZE(hi)) > 0) {
+            hi = k;
+        }
+    }
+    return PyTuple_Pack(2, lo, hi);
+}
+
 /* block_ends(keys, values, block_bytes) -> list of int: where the blocks of a blocked WAL
    segment end, each taking records up to the one that brings its raw size (key, value and 4
    bytes a record) to block_bytes; the twin of dkv/format/wal.py's _block_ends. None when the
@@ -3362,6 +3390,7 @@ static PyMethodDef methods[] = {
     {"scan_setup", scan_setup, METH_VARARGS, "scan_setup(...): the classes and functions db_scan stands in for (dkv/_scanpath.py)."},
     {"block_ends", block_ends, METH_VARARGS, "Where the blocks of a blocked WAL segment end (None: the Python twin)."},
     {"merge_runs", merge_runs, METH_VARARGS, "(keys, values) of sorted runs merged, the newest run's value of a key (None: the Python twin)."},
+    {"batch_bounds", batch_bounds, METH_O, "(least key, greatest key) of a WriteBatch's records (None: min() and max())."},
     {"batch_extend", batch_extend, METH_VARARGS, "WriteBatch.extend's checks and append, for records of exact types (-1: others)."},
     {NULL, NULL, 0, NULL},
 };

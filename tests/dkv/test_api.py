@@ -310,6 +310,53 @@ def test_write_batch_extend_checks_everything_before_adding_anything(path, monke
     assert list(db.scan()) == [(b"a", b"1"), (b"b", b"2"), (b"d", b"4")]
 
 
+def test_key_bounds_are_min_and_max_of_the_keys_on_both_paths(monkeypatch):
+    """DB.write checks a batch's least and greatest key against the instance's key groups:
+    dkv.batch.key_bounds gives min() and max() of the keys, in C (batch_bounds) for records
+    of exact types and by the builtins otherwise or without the C helper."""
+    import random
+
+    from dkv import batch as batch_mod
+    rng = random.Random(7)
+    cases = [[(b"k", b"v")], [(b"b", None), (b"a", b""), (b"c", b"1")], [(b"ab", b"1"), (b"a", b"2"), (b"abc", None)],
+             [(b"\xff", b"1"), (b"\x00", b"2"), (b"\x00\x00", b"3")]]
+    for _ in range(300):
+        keys = [bytes(rng.choice(b"\x00\x01ab\xff") for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(1, 40))]
+        cases.append([(k, rng.choice([None, b"", b"v"])) for k in keys])
+    for ops in cases:
+        expected = (min(k for k, _ in ops), max(k for k, _ in ops))
+        assert batch_mod.key_bounds(ops) == expected
+        with monkeypatch.context() as m:
+            m.setattr(batch_mod, "_c_bounds", None)
+            assert batch_mod.key_bounds(ops) == expected
+    if batch_mod._c_bounds is not None:     # shapes the C pass leaves to the builtins
+        assert batch_mod._c_bounds([]) is None
+        assert batch_mod._c_bounds([(b"a", b"1"), [b"b", b"2"]]) is None
+        assert batch_mod._c_bounds([(b"a", b"1"), (bytearray(b"b"), b"2")]) is None
+        assert batch_mod._c_bounds([(b"a", b"1", b"x")]) is None
+    assert batch_mod.key_bounds([(b"a", b"1"), [b"c", b"2"], (b"b", None)]) == (b"a", b"c")
+
+
+def test_a_batch_with_a_key_outside_the_key_groups_writes_nothing():
+    """The least or the greatest key of a batch outside the instance's key groups: a
+    ValueError that names the key, and nothing of the batch applied."""
+    db = dkv.open(MemoryStore(), key_group_range=(2, 4), background=False)
+    inside = [dkv.key_prefix(2, 0) + b"x", dkv.key_prefix(3, 1) + b"y"]
+    for outside in (dkv.key_prefix(1, 9) + b"z", dkv.key_prefix(4, 0)):
+        b = dkv.WriteBatch()
+        b.put(inside[0], b"1")
+        b.put(outside, b"2")
+        b.put(inside[1], b"3")
+        with pytest.raises(ValueError, match="outside this instance's key groups"):
+            db.write(b)
+        assert list(db.scan()) == []
+    b = dkv.WriteBatch()
+    b.extend([(k, b"v") for k in inside])
+    db.write(b)
+    assert [k for k, _ in db.scan()] == inside
+    db.close()
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc/self/fd (Linux)")
 def test_a_store_opened_from_a_path_is_closed_with_its_db_and_one_passed_in_is_not(tmp_path):
     """Each open of a path made a store whose cached file handles outlived the DB: a notebook
