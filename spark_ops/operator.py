@@ -220,10 +220,19 @@ class Context:
     def _look_up(self, kind: str, name: str, memo: tuple, attr: str, args: tuple, kwargs: dict):
         """The memo's miss: the object from the key group's space (``attr``, its
         ``get_or_create_<kind>``), checked against the declared state variables first."""
-        full = self._name(name)
-        if self._vars is not None:
-            self._vars.on_use(self.key_group, name, kind)
-        obj = getattr(self._space(), attr)(full, *args, **kwargs)
+        # At big state every key's first event misses the memo (its handle was evicted):
+        # the common steps inline, each a Python frame less (the name checked by _name only
+        # when it is not a non-empty str; on_use only for a name new to the key group, or with
+        # declarations to check; the key group's space from the shard's dict).
+        kg = self.key_group
+        full = self._parts + (name,) if type(name) is str and name else self._name(name)
+        vars_ = self._vars
+        if vars_ is not None and (self._declared is not None or (kg, name) not in vars_._known):
+            vars_.on_use(kg, name, kind)
+        space = self._shard.spaces.get(kg)
+        if space is None:
+            space = self._space()
+        obj = getattr(space, attr)(full, *args, **kwargs)
         if self._forget is not None and self._shard.cache.evictions != self._shard._evictions_seen:
             # The memo must not keep objects the cache dropped alive past its budget: once it
             # dropped some, the memo starts again at the next miss, not only at the next save
