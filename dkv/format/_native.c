@@ -2031,9 +2031,9 @@ typedef struct {
 
 static PyTypeObject BlocksType;
 static gkind g_memscan, g_tscan, g_dscan, g_vscan;
-static Py_ssize_t mem_sorted_off, mem_pending_off;
+static Py_ssize_t mem_view_off;
 static PyObject *g_merge_dict, *g_live, *g_chunk_parts, *g_list_chunk, *g_nul, *g_minus_one;
-static PyObject *gs_scan_blocks, *gs_sorted_keys, *gs_sorted, *gs_pending, *gs_read_ahead, *gs_read_ahead_fn, *gs_block, *gs_small_merge,
+static PyObject *gs_scan_blocks, *gs_sorted_keys, *gs_view, *gs_read_ahead, *gs_read_ahead_fn, *gs_block, *gs_small_merge,
     *gs_seq, *gs_max_seq, *gs_scan, *gs_sources, *gs_merge_rest;
 static int scan_ready = 0;
 #define MEM_CHUNK 4096          /* Memtable.scan_blocks' chunk */
@@ -2079,7 +2079,7 @@ static PyObject *blocks_new(int kind, PyObject *src, PyObject *start, PyObject *
 }
 
 /* sorted(keys + pending) for keys, the memtable's sorted view (Memtable's invariant: only
-   sorted_keys writes it, with sorted(), and never changes it in place), and pending, the keys
+   sorted_keys makes it, with sorted(), and never changes it in place), and pending, the keys
    added since, lists of bytes: pending sorted, then the two merged with memcmp, which costs
    less than half of timsort's generic comparisons over the whole (the same list: a stable sort
    of the same bytes). 1 and *out, 0 when they are not such lists (nothing done), -1 with an
@@ -2123,59 +2123,87 @@ static int merge_sorted(PyObject *keys, PyObject *pending, PyObject **out) {
     return 1;
 }
 
-/* Memtable.sorted_keys() of a plain memtable (a new reference). */
+/* Memtable.sorted_keys() of a plain memtable (a new reference): the view (_view: the keys in
+   order and the dict's size then) as it is when no key came since; else the keys added since
+   sorted and merged into it, or the view made anew (sorted(data)) when more came than it
+   holds. The keys added since are the dict's entries from position `seen` on (PyDict_Next
+   from there): a memtable never removes a key and a dict keeps its entries in insertion
+   order. No Python code runs here, so the view is one instant's keys. Anything not of that
+   shape: the Python method. */
 static PyObject *mem_sorted_keys(PyObject *m) {
     if (!plain_memtable(m)) {
         return PyObject_CallMethodNoArgs(m, gs_sorted_keys);
     }
-    PyObject **sp = (PyObject **)((char *)m + mem_sorted_off), **pp = (PyObject **)((char *)m + mem_pending_off);
-    PyObject *keys = slot_or_attr(m, mem_sorted_off, gs_sorted), *lst = NULL;
-    if (keys == NULL) {
+    PyObject **vp = (PyObject **)((char *)m + mem_view_off);
+    PyObject *data = slot_or_attr(m, mem_data_off, gs_data), *view = NULL, *keys = NULL, *lst = NULL;
+    if (data == NULL || (view = slot_or_attr(m, mem_view_off, gs_view)) == NULL) {
+        Py_XDECREF(data);
         return NULL;
     }
-    if (keys == Py_None) {                      /* self._sorted = sorted(self.data) */
-        Py_DECREF(keys);
-        PyObject *data = slot_or_attr(m, mem_data_off, gs_data);
-        lst = data ? PySequence_List(data) : NULL;
-        Py_XDECREF(data);
-        if (lst == NULL || PyList_Sort(lst) < 0) {
-            Py_XDECREF(lst);
-            return NULL;
+    Py_ssize_t n = PyDict_CheckExact(data) ? PyDict_GET_SIZE(data) : -1, seen = 0;
+    if (n >= 0 && view != Py_None) {
+        if (PyTuple_CheckExact(view) && PyTuple_GET_SIZE(view) == 2 && PyList_CheckExact(PyTuple_GET_ITEM(view, 0))) {
+            keys = PyTuple_GET_ITEM(view, 0);
+            seen = PyLong_AsSsize_t(PyTuple_GET_ITEM(view, 1));
         }
-        Py_XSETREF(*sp, Py_NewRef(lst));
+        if (keys == NULL || seen < 0 || seen > n) {
+            PyErr_Clear();
+            n = -1;
+        }
+    }
+    if (n < 0) {                                /* not the shape the Python keeps: its method */
+        Py_DECREF(data);
+        Py_DECREF(view);
+        return PyObject_CallMethodNoArgs(m, gs_sorted_keys);
+    }
+    if (keys != NULL && seen == n) {            /* no key came since */
+        lst = Py_NewRef(keys);
+        Py_DECREF(data);
+        Py_DECREF(view);
         return lst;
     }
-    PyObject *pending = slot_or_attr(m, mem_pending_off, gs_pending);
-    int more = pending ? PyObject_IsTrue(pending) : -1;
-    if (more <= 0) {                            /* nothing pending: the view as it is */
-        Py_XDECREF(pending);
-        if (more < 0) {
-            Py_DECREF(keys);
+    if (keys != NULL && n - seen <= seen) {     /* sorted(keys + the keys added since) */
+        PyObject *pending = PyList_New(0), *k, *v;
+        Py_ssize_t pos = seen;
+        while (pending != NULL && PyDict_Next(data, &pos, &k, &v)) {
+            if (PyList_Append(pending, k) < 0) {
+                Py_CLEAR(pending);
+            }
+        }
+        if (pending != NULL && PyList_GET_SIZE(pending) == n - seen) {
+            int merged = merge_sorted(keys, pending, &lst);
+            if (merged == 0) {                  /* not lists of bytes: as the Python does it */
+                PyObject *cat = PyNumber_Add(keys, pending);
+                if (cat != NULL) {
+                    lst = PySequence_List(cat);
+                    Py_DECREF(cat);
+                }
+                if (lst != NULL && PyList_Sort(lst) < 0) {
+                    Py_CLEAR(lst);
+                }
+            }
+        }
+        if (pending == NULL) {
+            Py_DECREF(data);
+            Py_DECREF(view);
             return NULL;
         }
-        return keys;
+        Py_DECREF(pending);
     }
-    /* self._sorted = sorted(keys + self._pending); self._pending = [] */
-    PyObject *empty = NULL;
-    int merged = merge_sorted(keys, pending, &lst);
-    if (merged == 0) {                          /* not two lists of bytes: as the Python does it */
-        PyObject *cat = PyNumber_Add(keys, pending);
-        if (cat != NULL) {
-            lst = PyList_CheckExact(cat) && Py_REFCNT(cat) == 1 ? Py_NewRef(cat) : PySequence_List(cat);
-            Py_DECREF(cat);
-        }
+    if (lst == NULL && !PyErr_Occurred()) {     /* anew: sorted(data) */
+        lst = PyDict_Keys(data);
         if (lst != NULL && PyList_Sort(lst) < 0) {
             Py_CLEAR(lst);
         }
     }
-    Py_DECREF(keys);
-    Py_DECREF(pending);
-    if (lst == NULL || (empty = PyList_New(0)) == NULL) {
+    Py_DECREF(data);
+    Py_DECREF(view);
+    PyObject *nv = lst != NULL ? Py_BuildValue("(On)", lst, n) : NULL;
+    if (nv == NULL) {
         Py_XDECREF(lst);
         return NULL;
     }
-    Py_XSETREF(*sp, Py_NewRef(lst));
-    Py_XSETREF(*pp, empty);
+    Py_XSETREF(*vp, nv);
     return lst;
 }
 
@@ -3339,20 +3367,18 @@ static PyObject *scan_setup(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "scan_setup: not the classes get_setup was given");
         return NULL;
     }
-    static const char *mem_hooks[] = {"data", "_sorted", "_pending", "max_seq", "sorted_keys", "scan_blocks"};
+    static const char *mem_hooks[] = {"data", "_view", "max_seq", "sorted_keys", "scan_blocks"};
     static const char *tscan_hooks[] = {"scan_blocks", "block", "read_ahead"};
     static const char *vscan_hooks[] = {"sources", "l0", "levels", "_maxkeys"};
-    if (gkind_setup(&g_memscan, mt, mem_hooks, 6) < 0 || gkind_setup(&g_tscan, tt, tscan_hooks, 3) < 0
+    if (gkind_setup(&g_memscan, mt, mem_hooks, 5) < 0 || gkind_setup(&g_tscan, tt, tscan_hooks, 3) < 0
         || gkind_setup(&g_dscan, dt, tscan_hooks, 3) < 0 || gkind_setup(&g_vscan, vt, vscan_hooks, 4) < 0
-        || member_offset((PyTypeObject *)mt, "_sorted", &mem_sorted_off) < 0
-        || member_offset((PyTypeObject *)mt, "_pending", &mem_pending_off) < 0) {
+        || member_offset((PyTypeObject *)mt, "_view", &mem_view_off) < 0) {
         return NULL;
     }
 #define INTERN(var, s) if ((var = PyUnicode_InternFromString(s)) == NULL) return NULL
     INTERN(gs_scan_blocks, "scan_blocks");
     INTERN(gs_sorted_keys, "sorted_keys");
-    INTERN(gs_sorted, "_sorted");
-    INTERN(gs_pending, "_pending");
+    INTERN(gs_view, "_view");
     INTERN(gs_read_ahead, "read_ahead");
     INTERN(gs_read_ahead_fn, "_read_ahead");
     INTERN(gs_block, "block");

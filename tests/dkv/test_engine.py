@@ -115,11 +115,11 @@ def test_overwrites_do_not_grow_the_memtable():
     db.close()
 
 
-def test_memtable_sorted_view_dropped_after_many_unscanned_writes_then_rebuilt():
-    """The memtable keeps a sorted view only while scans use it: a scan, then more new keys
-    than the view holds through put() and write() without one (the view is dropped), then
-    scans again — each
-    sees exactly the dict's keys in order, a scan started before the drop included."""
+def test_memtable_sorted_view_made_anew_after_many_unscanned_writes():
+    """A scan, then more new keys than the view holds through put() and write() without one
+    (the next scan makes the view anew rather than merging), then scans again: each sees
+    exactly the dict's keys in order, a scan started before included. Writers never touch
+    the view: it says how many of the dict's keys it holds."""
     rng = random.Random(3)
     db = dkv.open(MemoryStore(), background=False, memtable_bytes=64 << 20)
     model = {}
@@ -138,11 +138,12 @@ def test_memtable_sorted_view_dropped_after_many_unscanned_writes_then_rebuilt()
             else:
                 db.put(k, model[k])
         db.write(wb)
-        assert db._active._sorted is None          # dropped: more adds than keys, no scan
+        view = db._active._view
+        assert view is not None and view[1] < len(db._active.data) - view[1]   # writes left it as it was
         assert list(db.scan()) == sorted(model.items())
-        db.put(b"z%d" % round_, b"after")           # maintained again after a scan
+        assert db._active._view[1] == len(db._active.data)
+        db.put(b"z%d" % round_, b"after")
         model[b"z%d" % round_] = b"after"
-        assert db._active._sorted is not None
     assert first == (b"a00000", b"v") and len(list(it)) >= 49     # the early scan still works
 
 
@@ -493,9 +494,9 @@ def test_scans_merge_small_ranges_at_once_and_big_ones_by_key_range(n, monkeypat
 
 
 def test_memtable_keys_added_between_scans_wait_and_join_the_view():
-    """Keys written while a sorted view is kept wait in a pending list, through put() and
-    write(), and the next scan sees them merged in order, a scan begun before them too
-    once it reaches them; overwrites and deletes of known keys add nothing."""
+    """Keys written after a scan made the sorted view wait outside it (the dict's last keys),
+    through put() and write(), and the next scan sees them merged in order, a scan begun
+    before them too once it reaches them; overwrites and deletes of known keys add nothing."""
     rng = random.Random(5)
     db = dkv.open(MemoryStore(), background=False, memtable_bytes=64 << 20)
     model = {}
@@ -517,8 +518,8 @@ def test_memtable_keys_added_between_scans_wait_and_join_the_view():
                 wb.put(k, model[k])
         if wb is not db:
             db.write(wb)
-        assert db._active._sorted is not None and len(db._active._pending) <= 50
-        assert len(set(db._active._pending)) == len(db._active._pending)
+        view_keys, held = db._active._view
+        assert view_keys == sorted(list(db._active.data)[:held])    # the view: the first `held` keys written
     seen += list(long_scan)
     assert [k for k, _ in seen] == sorted(k for k, _ in seen)
     assert {k for k, _ in seen if k >= b"c"} == {k for k in model if k >= b"c"}
@@ -526,11 +527,11 @@ def test_memtable_keys_added_between_scans_wait_and_join_the_view():
     db.close()
 
 
-def test_memtable_pending_keys_keep_the_order_they_were_written_in():
-    """With a sorted view kept, the keys a write adds wait in the order they first came
-    (a batch's records mostly come in ascending runs, which the next scan's sort merges in
-    linear time): a key written twice in one batch, or known already, waits once or not at
-    all, through write() and put() alike, and the next scan sees them all in order."""
+def test_memtable_keys_added_since_the_view_are_the_dicts_last():
+    """The keys a scan merges into the view are the dict's last ``len(data) - seen``, in the
+    order they were written (a batch's records mostly come in ascending runs, which the sort
+    merges in linear time): keys written twice in one batch, or known already, come once or
+    not at all, through write() and put() alike."""
     rng = random.Random(11)
     db = dkv.open(MemoryStore(), background=False, memtable_bytes=64 << 20)
     model = {b"m%05d" % i: b"v" for i in range(0, 3000, 3)}
@@ -548,10 +549,61 @@ def test_memtable_pending_keys_keep_the_order_they_were_written_in():
             wb.put(k, model[k])
         if wb is not db:
             db.write(wb)
-        assert db._active._pending == expected
+        mem = db._active
+        assert list(mem.data)[mem._view[1]:] == expected
         assert list(db.scan()) == sorted(model.items())
-        assert db._active._pending == []
+        assert mem._view == (sorted(model), len(model))
     db.close()
+
+
+def test_memtable_view_is_one_instants_keys_while_a_writer_runs():
+    """Readers make the sorted view, writers never touch it: with another thread writing
+    (put() and write(), switching threads every microsecond), every view a scan makes holds
+    each key once, in order, and the keys added since are exactly the rest of the dict."""
+    import sys
+    import threading
+    from dkv._memtable import Memtable
+
+    for native in (True, False):
+        mem, stop, errors = Memtable(), threading.Event(), []
+
+        def writer():
+            i = 0
+            while not stop.is_set() and i < 60000:
+                if i % 3:
+                    mem.put(b"k%06d" % ((i * 7919) % 100000), b"v")
+                else:
+                    mem.apply([(b"k%06d" % ((i * 104729 + j) % 100000), b"w") for j in range(5)], 10)
+                i += 1
+
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            while t.is_alive():
+                keys = mem.sorted_keys() if not native else _native_sorted_keys(mem)
+                view = mem._view
+                if keys != sorted(set(keys)) or view is None or len(view[0]) != view[1]:
+                    errors.append(len(keys))
+                    break
+        finally:
+            stop.set()
+            t.join()
+            sys.setswitchinterval(old)
+        assert not errors
+        assert mem.sorted_keys() == sorted(mem.data) and mem._view[1] == len(mem.data)
+
+
+def _native_sorted_keys(mem):
+    """The C twin's sorted_keys where it is built (dkv.format._native, used by DB.scan), else the Python."""
+    db = dkv.open(MemoryStore(), background=False)
+    try:
+        db._active = mem
+        return [k for k, _ in db.scan()]
+    finally:
+        db._active = type(mem)()
+        db.close()
 
 
 def test_sealed_memtables_waiting_for_their_encoding_do_not_count_towards_flush_bytes(monkeypatch):

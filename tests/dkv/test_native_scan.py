@@ -42,7 +42,7 @@ CONFIGS = {
 
 
 def _mem(m) -> tuple:
-    return ("mem", len(m.data), m._sorted if m._sorted is None else list(m._sorted), list(m._pending))
+    return ("mem", len(m.data), m._view if m._view is None else (list(m._view[0]), m._view[1]))
 
 
 def state(db) -> dict:
