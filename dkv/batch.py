@@ -11,8 +11,9 @@ _c_bounds: Callable[[list[tuple[bytes, bytes | None]]], tuple[bytes, bytes] | No
 try:
     if not native_enabled():        # OBJECTSPACE_NATIVE=0: the Python loop below, the reference
         raise ImportError("native helpers disabled")
-    from .format._native import batch_bounds as _c_bounds
-    from .format._native import batch_extend as _c_extend
+    from .format import _native
+    _c_extend = _native.batch_extend
+    _c_bounds = getattr(_native, "batch_bounds", None)    # (a module built before it: the builtins)
 except ImportError:          # pragma: no cover - no compiler when installed
     _c_extend = _c_bounds = None
 

@@ -329,6 +329,8 @@ def test_key_bounds_are_min_and_max_of_the_keys_on_both_paths(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(batch_mod, "_c_bounds", None)
             assert batch_mod.key_bounds(ops) == expected
+    if batch_mod._c_extend is not None:     # the C module is in use: so is its bounds pass
+        assert batch_mod._c_bounds is not None
     if batch_mod._c_bounds is not None:     # shapes the C pass leaves to the builtins
         assert batch_mod._c_bounds([]) is None
         assert batch_mod._c_bounds([(b"a", b"1"), [b"b", b"2"]]) is None
