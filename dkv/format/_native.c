@@ -2080,10 +2080,10 @@ static PyObject *blocks_new(int kind, PyObject *src, PyObject *start, PyObject *
 
 /* sorted(keys + pending) for keys, the memtable's sorted view (Memtable's invariant: only
    sorted_keys makes it, with sorted(), and never changes it in place), and pending, the keys
-   added since, lists of bytes: pending sorted, then the two merged with memcmp, which costs
-   less than half of timsort's generic comparisons over the whole (the same list: a stable sort
-   of the same bytes). 1 and *out, 0 when they are not such lists (nothing done), -1 with an
-   error. */
+   added since, lists of bytes: pending (the caller's own list) sorted in place, then the two
+   merged with memcmp, which costs less than half of timsort's generic comparisons over the
+   whole (the same list: a stable sort of the same bytes). 1 and *out, 0 when they are not
+   such lists (nothing done), -1 with an error. */
 static int merge_sorted(PyObject *keys, PyObject *pending, PyObject **out) {
     if (!PyList_CheckExact(keys) || !PyList_CheckExact(pending)) {
         return 0;
@@ -2099,9 +2099,8 @@ static int merge_sorted(PyObject *keys, PyObject *pending, PyObject **out) {
             return 0;
         }
     }
-    PyObject *ps = PyList_GetSlice(pending, 0, p), *lst = NULL;
-    if (ps == NULL || PyList_Sort(ps) < 0 || PyList_GET_SIZE(ps) != p || (lst = PyList_New(n + p)) == NULL) {
-        Py_XDECREF(ps);
+    PyObject *ps = pending, *lst = NULL;
+    if (PyList_Sort(ps) < 0 || PyList_GET_SIZE(ps) != p || (lst = PyList_New(n + p)) == NULL) {
         return -1;
     }
     Py_ssize_t i = 0, j = 0, o = 0;
@@ -2118,7 +2117,6 @@ static int merge_sorted(PyObject *keys, PyObject *pending, PyObject **out) {
         }
         PyList_SET_ITEM(lst, o++, Py_NewRef(x));
     }
-    Py_DECREF(ps);
     *out = lst;
     return 1;
 }
