@@ -49,6 +49,19 @@ handles, the write batch that saves them) costs the process ~2.5x its estimate t
 halving (an eighth, a sixteenth, a thirty-second) took 80-90 MB off a host's peak at
 1,000,000 keys and memory="512m" (RFC 0012, *Step 7*)."""
 
+FAR_OUTGROWN = 1.5
+FAR_CACHE_SHARE = 64
+"""The object cache's share (memory // FAR_CACHE_SHARE) once a batch meets more than
+FAR_OUTGROWN times the keys the outgrown share holds handles (ObjectCache.handles_within,
+at the cheapest kind's cost): the cache could keep half a batch's keys at most, the ones
+the previous batch ended with (the keys come in alternating order), and keeping them costs
+the process more than reloading them. One shard in benchmarks/shard_scale.py, the default
+budget, ms a steady batch and the steady peak with the cache at a quarter and at a
+sixty-fourth: 150,000 keys a shard (0.8x what a quarter holds) 2,961 and 727 MB against
+3,317 and 396 (the larger cache pays: it keeps every key); 300,000 (1.6x) 7,038 and 668
+against 6,882 and 526; 500,000 (2.6x) 12,082-12,753 and 727 against 11,260 and 577 (RFC 0012,
+*Step 11*). Kept at a sixty-fourth, not less, for keys that come back within a batch or two."""
+
 FLUSHING_CACHE_SHARE = 16
 """The object cache's share (memory // this) while the store of a shard whose keys outgrew
 the cache flushes: a flush holds its sources until it publishes, the writer's memtables wait

@@ -14,8 +14,8 @@ from dkv.keys import key_prefix
 from objectspace import SCHEMA_STATE, InPlaceChangeError, ObjectCache, ObjectSpace
 
 from . import _layout
-from ._budget import (DEFAULT_MEMORY, DKV_OPTIONS, FLUSHING_CACHE_SHARE, OUTGROWN_CACHE_SHARE,
-                      OUTGROWN_SPILL_SHARE, SPILL_SHARE, batch_keys, budget, spill_events)
+from ._budget import (DEFAULT_MEMORY, DKV_OPTIONS, FAR_CACHE_SHARE, FAR_OUTGROWN, FLUSHING_CACHE_SHARE,
+                      OUTGROWN_CACHE_SHARE, OUTGROWN_SPILL_SHARE, SPILL_SHARE, batch_keys, budget, spill_events)
 from ._shards import shard_range
 from ._timers import TimerService
 from ._ttl import TtlService
@@ -68,6 +68,8 @@ class ShardState:
         self.cache = ObjectCache(cache_bytes, None)
         self._evictions_seen = 0
         self.outgrown = False           # the cache dropped whole objects: keys_outgrew_cache
+        self.far = False                # a batch met far more keys than that: keys_outgrew_cache
+        self.counted = False            # a batch's keys were counted once outgrown (meet_keys)
         self.spill_events = spill_events(memory, SPILL_SHARE, self.cache.item_bytes)     # see _process
         kw = dict(instance=plan.instance, key_group_range=(lo, hi), **opts)
         if plan.checkpoint is not None:
@@ -224,7 +226,8 @@ class ShardState:
             self.keys_outgrew_cache()
         elif self.outgrown:
             # While the store flushes, the clean objects make room for it (FLUSHING_CACHE_SHARE).
-            share = FLUSHING_CACHE_SHARE if self.db.flush_pending else OUTGROWN_CACHE_SHARE
+            share = FAR_CACHE_SHARE if self.far else \
+                FLUSHING_CACHE_SHARE if self.db.flush_pending else OUTGROWN_CACHE_SHARE
             if self.cache.budget != self.memory // share:
                 self.cache.resize(self.memory // share)
 
@@ -239,21 +242,32 @@ class ShardState:
         allocator's pools would grow around the first shares' early saves first and stay
         (RFC 0012, *Step 7*). The keys are counted only where the rows could be more. An
         operator that keeps state for few of its keys may switch without need: its shares
-        are then smaller than they could be, for the shard's life in the process."""
-        if self.outgrown:
+        are then smaller than they could be, for the shard's life in the process.
+        A batch that meets more than FAR_OUTGROWN times the keys the smaller share holds
+        makes the cache far smaller still (FAR_CACHE_SHARE): decided by the first count
+        of a batch's keys that finds more keys than fit, once for the shard's life in the
+        process (a shard that outgrew its cache by its drops is counted at its next batch
+        with more rows than fit, then no more)."""
+        if self.outgrown and self.counted:
             self.mind_shares()          # a flush may have ended since the last commit
             return
         fit = self.handles_fit()
-        if batch_keys(events, fit) > fit:
-            self.keys_outgrew_cache()
+        keys = batch_keys(events, fit)
+        if keys > fit:
+            self.counted = True
+            self.keys_outgrew_cache(far=keys > FAR_OUTGROWN * fit)
+        elif self.outgrown:
+            self.mind_shares()
 
-    def keys_outgrew_cache(self) -> None:
+    def keys_outgrew_cache(self, far: bool = False) -> None:
         """The shard's keys do not fit its object cache: from now on objects are dropped and
         reloaded every batch, which costs the process ~2x their bytes, so the cache gets a
-        quarter of the budget and early saves come at a thirty-second (budget())."""
+        quarter of the budget (a sixty-fourth when ``far``: a batch meets more than
+        FAR_OUTGROWN times the keys that holds) and early saves come at a thirty-second (budget())."""
         self.outgrown = True
+        self.far = self.far or far
         self.spill_events = spill_events(self.memory, OUTGROWN_SPILL_SHARE, self.cache.item_bytes)
-        self.cache.resize(self.memory // OUTGROWN_CACHE_SHARE)
+        self.cache.resize(self.memory // (FAR_CACHE_SHARE if self.far else OUTGROWN_CACHE_SHARE))
 
     def commit(self, batch: int):
         """Save dirty slots of every space into one write batch and start checkpoint epoch
