@@ -30,9 +30,10 @@ def budget(memory: int) -> tuple[dict, int]:
     keys than it holds handles, or the cache holds more handles than that or dropped whole
     objects: ShardState.mind_shares, meet_keys), the objects' shares shrink to a quarter
     and a thirty-second (OUTGROWN_CACHE_SHARE, OUTGROWN_SPILL_SHARE), and the cache to a
-    sixteenth while the store flushes (FLUSHING_CACHE_SHARE): objects that reload and die
-    by the hundred thousand a batch cost the process far more than their bytes. The
-    measurements behind each share are in RFC 0012, *Steps 7 and 8*."""
+    sixteenth while the store flushes (FLUSHING_CACHE_SHARE), or to a sixty-fourth for good
+    once a batch meets far more keys than a quarter holds (FAR_CACHE_SHARE): objects that
+    reload and die by the hundred thousand a batch cost the process far more than their
+    bytes. The measurements behind each share are in RFC 0012, *Steps 7, 8 and 11*."""
     share = max(1 << 20, memory // 8)
     return (dict(memtable_bytes=share, flush_bytes=2 * share, block_cache_bytes=share,
                  table_bytes=min(TABLE_BYTES, share)), memory // 2)
@@ -53,7 +54,8 @@ FAR_OUTGROWN = 1.5
 FAR_CACHE_SHARE = 64
 """The object cache's share (memory // FAR_CACHE_SHARE) once a batch meets more than
 FAR_OUTGROWN times the keys the outgrown share holds handles (ObjectCache.handles_within,
-at the cheapest kind's cost): the cache could keep half a batch's keys at most, the ones
+at the cheapest kind's cost): the cache could keep two thirds of a batch's keys at most
+(half at twice the keys, a third at three times), the ones
 the previous batch ended with (the keys come in alternating order), and keeping them costs
 the process more than reloading them. One shard in benchmarks/shard_scale.py, the default
 budget, ms a steady batch and the steady peak with the cache at a quarter and at a

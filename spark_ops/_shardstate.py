@@ -219,17 +219,22 @@ class ShardState:
         """The first time the cache dropped whole objects, or holds more handles than the
         smaller share fits (decided then, before the allocator's pools grow around them),
         the shard's object shares shrink (keys_outgrew_cache). From then on, the cache
-        holds FLUSHING_CACHE_SHARE while the store flushes. Checked before each batch
+        holds FLUSHING_CACHE_SHARE while the store flushes, and FAR_CACHE_SHARE throughout
+        once a batch met far more keys than fit (meet_keys). Checked before each batch
         (meet_keys), after each early save and commit, and when the memo of handles meets
         an object the cache dropped (forget_dropped)."""
         if not self.outgrown and (self.cache.evictions or len(self.cache) > self.handles_fit()):
             self.keys_outgrew_cache()
         elif self.outgrown:
-            # While the store flushes, the clean objects make room for it (FLUSHING_CACHE_SHARE).
-            share = FAR_CACHE_SHARE if self.far else \
-                FLUSHING_CACHE_SHARE if self.db.flush_pending else OUTGROWN_CACHE_SHARE
-            if self.cache.budget != self.memory // share:
-                self.cache.resize(self.memory // share)
+            self._size_cache()
+
+    def _size_cache(self) -> None:
+        """The outgrown cache's share: a sixty-fourth once far (a flush or not), else a
+        quarter, a sixteenth while the store flushes (the clean objects make room for it)."""
+        share = FAR_CACHE_SHARE if self.far else \
+            FLUSHING_CACHE_SHARE if self.db.flush_pending else OUTGROWN_CACHE_SHARE
+        if self.cache.budget != self.memory // share:
+            self.cache.resize(self.memory // share)
 
     def handles_fit(self) -> int:
         """The most object handles the smaller cache share holds (ObjectCache.handles_within)."""
@@ -246,8 +251,11 @@ class ShardState:
         A batch that meets more than FAR_OUTGROWN times the keys the smaller share holds
         makes the cache far smaller still (FAR_CACHE_SHARE): decided by the first count
         of a batch's keys that finds more keys than fit, once for the shard's life in the
-        process (a shard that outgrew its cache by its drops is counted at its next batch
-        with more rows than fit, then no more)."""
+        process (a shard that outgrew its cache by its drops is counted at each batch with
+        more rows than fit until one has more keys than fit, as a shard that did not
+        outgrow it is; then no more). A first such batch with fewer keys than that keeps
+        the quarter for good, whatever later batches meet; so does a key of several
+        columns whose count, a lower bound, stays under it."""
         if self.outgrown and self.counted:
             self.mind_shares()          # a flush may have ended since the last commit
             return
@@ -262,12 +270,13 @@ class ShardState:
     def keys_outgrew_cache(self, far: bool = False) -> None:
         """The shard's keys do not fit its object cache: from now on objects are dropped and
         reloaded every batch, which costs the process ~2x their bytes, so the cache gets a
-        quarter of the budget (a sixty-fourth when ``far``: a batch meets more than
-        FAR_OUTGROWN times the keys that holds) and early saves come at a thirty-second (budget())."""
+        quarter of the budget (a sixteenth while the store flushes; a sixty-fourth when
+        ``far``: a batch meets more than FAR_OUTGROWN times the keys that holds) and early
+        saves come at a thirty-second (budget())."""
         self.outgrown = True
         self.far = self.far or far
         self.spill_events = spill_events(self.memory, OUTGROWN_SPILL_SHARE, self.cache.item_bytes)
-        self.cache.resize(self.memory // (FAR_CACHE_SHARE if self.far else OUTGROWN_CACHE_SHARE))
+        self._size_cache()
 
     def commit(self, batch: int):
         """Save dirty slots of every space into one write batch and start checkpoint epoch

@@ -205,6 +205,8 @@ def test_keys_that_outgrow_the_budget_reload_only_what_does_not_fit(tmp_path):
     key just before its next use: every key reloaded every batch. (More keys than 1.5 times what
     the cache holds would make it far smaller: the next test.)"""
     keys = 4_000
+    fit = ObjectCache.handles_within(memory_bytes(MEMORY) // _budget.OUTGROWN_CACHE_SHARE)
+    assert fit < keys <= _budget.FAR_OUTGROWN * fit
     h = OperatorHarness(Buffer(count=4, key_columns=("k",)), key="k", state=str(tmp_path / "state"),
                         partitions=1, memory=MEMORY)
     held, evicted = [], []
@@ -386,6 +388,32 @@ def test_a_shard_whose_keys_outgrew_the_cache_gives_most_of_it_to_a_flush(monkey
     monkeypatch.undo()
     st.mind_shares()
     assert st.cache.budget == memory // _budget.OUTGROWN_CACHE_SHARE
+    h.close()
+
+
+def test_a_count_of_the_keys_during_a_flush_leaves_the_flush_its_share(monkeypatch):
+    """A shard that outgrew its cache by dropping objects while its store flushes holds a
+    sixteenth; counting a batch's keys (more than fit, fewer than far more) keeps that until
+    the flush ends, then a quarter. Far more keys make it a sixty-fourth, flush or not."""
+    memory = memory_bytes(MEMORY)
+    fit = ObjectCache.handles_within(memory // _budget.OUTGROWN_CACHE_SHARE)
+    h = OperatorHarness(Buffer(count=1_000, key_columns=("k",)), key="k", partitions=1, memory=MEMORY)
+    h.run_batch([{"k": f"k{i:05d}", "v": 0} for i in range(100)])
+    st = _runtime._SHARDS[(h.spec.state, 0, 1)]
+    monkeypatch.setattr(type(st.db), "flush_pending", property(lambda db: True))
+    st.keys_outgrew_cache()             # as mind_shares does when the cache drops whole objects
+    assert st.cache.budget == memory // _budget.FLUSHING_CACHE_SHARE
+    events = [(0, (f"k{i:05d}",), None, {}) for i in range(fit + fit // 4)]
+    st.meet_keys(events)
+    assert st.counted and not st.far and st.cache.budget == memory // _budget.FLUSHING_CACHE_SHARE
+    monkeypatch.undo()
+    st.meet_keys(events)                # counted: no count now, the flush's end noticed
+    assert st.cache.budget == memory // _budget.OUTGROWN_CACHE_SHARE
+    st.keys_outgrew_cache(far=True)
+    monkeypatch.setattr(type(st.db), "flush_pending", property(lambda db: True))
+    st.mind_shares()
+    assert st.far and st.cache.budget == memory // _budget.FAR_CACHE_SHARE
+    monkeypatch.undo()
     h.close()
 
 
