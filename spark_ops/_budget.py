@@ -55,9 +55,9 @@ FAR_CACHE_SHARE = 64
 """The object cache's share (memory // FAR_CACHE_SHARE) once a batch meets more than
 FAR_OUTGROWN times the keys the outgrown share holds handles (ObjectCache.handles_within,
 at the cheapest kind's cost): the cache could keep two thirds of a batch's keys at most
-(half at twice the keys, a third at three times), the ones
-the previous batch ended with (the keys come in alternating order), and keeping them costs
-the process more than reloading them. One shard in benchmarks/shard_scale.py, the default
+(half at twice the keys, a third at three times), the ones the previous batch ended with
+(the keys come in alternating order), and keeping them costs the process more than
+reloading them. One shard in benchmarks/shard_scale.py, the default
 budget, ms a steady batch and the steady peak with the cache at a quarter and at a
 sixty-fourth: 150,000 keys a shard (0.8x what a quarter holds) 2,961 and 727 MB against
 3,317 and 396 (the larger cache pays: it keeps every key); 300,000 (1.6x) 7,038 and 668

@@ -69,7 +69,7 @@ class ShardState:
         self._evictions_seen = 0
         self.outgrown = False           # the cache dropped whole objects: keys_outgrew_cache
         self.far = False                # a batch met far more keys than that: keys_outgrew_cache
-        self.counted = False            # a batch's keys were counted once outgrown (meet_keys)
+        self.counted = False            # a batch's keys were counted past the cache (meet_keys)
         self.spill_events = spill_events(memory, SPILL_SHARE, self.cache.item_bytes)     # see _process
         kw = dict(instance=plan.instance, key_group_range=(lo, hi), **opts)
         if plan.checkpoint is not None:
