@@ -364,7 +364,7 @@ class DB(ReadMixin, CheckpointMixin, FlushMixin, RefreshMixin):
                 stealable = (self.opts.background and not flush and not self.opts.wait_for_flushes
                              and not self._pending and not self._deferred_pins and not self._sealed_unencoded()
                              and self._active.nbytes <= self.INLINE_BYTES)
-            self._seal(encode=not stealable)
+            self._seal(encode=not stealable, checkpoint=True)
             with self._lock:
                 self._last_epoch = epoch
                 last_seq = self._seq

@@ -32,10 +32,12 @@ log = logging.getLogger(__name__)
 class FlushMixin(LockHolder):
     """The background half of DB (see _db.py for the state it uses)."""
 
-    def _seal(self, encode: bool = True):
+    def _seal(self, encode: bool = True, checkpoint: bool = False):
         """Caller holds the write lock. Make the active memtable immutable and a live WAL
         segment; O(1) unless writes must wait for encodings or flushes to catch up.
-        ``encode=False``: the caller uploads the segment itself, which encodes it."""
+        ``encode=False``: the caller uploads the segment itself, which encodes it.
+        ``checkpoint``: a checkpoint's seal, which does not wait for its own encoding (its
+        upload does, and the writes after it come after that wait)."""
         mem = self._active
         if not mem.data:
             return None
@@ -52,20 +54,21 @@ class FlushMixin(LockHolder):
             if encode:
                 self._uploader.submit(self._run_bg, lambda: self._encode(seg))
             self._maybe_flush()
-            self._wait_for_background()
+            self._wait_for_background(1 if checkpoint else 0)
         else:
             self._encode(seg)
             self._maybe_flush()
         return seg
 
-    def _wait_for_background(self) -> None:
-        """A writer ahead of its encodings or flushes waits (unpaced) until they catch up."""
+    def _wait_for_background(self, unwaited: int = 0) -> None:
+        """A writer ahead of its encodings or flushes waits (unpaced) until they catch up.
+        ``unwaited``: sealed memtables not waited for (a checkpoint's own), not counted."""
         o = self.opts
 
         def behind() -> bool:
             sources = self._view[0]
             files, inline = self._live_segment_counts()
-            return (self._sealed_unencoded() > o.max_sealed_memtables
+            return (self._sealed_unencoded() > o.max_sealed_memtables + unwaited
                     or files > 2 * o.flush_segments or inline > 2 * o.flush_inline_segments
                     or sum(m.nbytes for m in sources) > 2 * o.flush_bytes)
         if not behind():

@@ -19,6 +19,7 @@ class Options:
                                           # (RFC 0011: an open reads one manifest per such segment)
     flush_bytes: int = 64 * MiB           # ... or when their WAL segments hold this many bytes
     max_sealed_memtables: int = 4         # writes wait for encodings past this many sealed memtables
+                                          # (0: a write that seals waits for its encoding)
     wal_block_bytes: int = 32 * KiB       # raw bytes of a block of a WAL segment
     block_bytes: int = 4096               # uncompressed target size of an SST data block
     block_cache_bytes: int = 128 * MiB    # decoded blocks kept in memory
@@ -68,11 +69,14 @@ class Options:
             raise TypeError(f"unknown dkv option(s): {', '.join(unknown)}; known: {', '.join(sorted(names))}")
         opts = cls(**kwargs)
         for name in ("memtable_bytes", "block_bytes", "block_cache_bytes", "table_bytes", "l0_trigger",
-                     "level_base_bytes", "level_ratio", "max_levels", "retain", "max_sealed_memtables",
+                     "level_base_bytes", "level_ratio", "max_levels", "retain",
                      "flush_segments", "flush_inline_segments", "flush_bytes", "wal_block_bytes"):
             value = getattr(opts, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"dkv option {name} must be a positive int, got {value!r}")
+        value = opts.max_sealed_memtables
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"dkv option max_sealed_memtables must be a non-negative int, got {value!r}")
         if opts.max_attempts is not None and (not isinstance(opts.max_attempts, int) or isinstance(
                 opts.max_attempts, bool) or opts.max_attempts < 1):
             raise ValueError(f"dkv option max_attempts must be a positive int, got {opts.max_attempts!r}")

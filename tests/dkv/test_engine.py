@@ -639,3 +639,79 @@ def test_sealed_memtables_waiting_for_their_encoding_do_not_count_towards_flush_
         gate.set()
         db.close()
 
+
+
+def test_no_sealed_memtable_waits_a_write_that_seals_waits_for_its_encoding(monkeypatch):
+    """max_sealed_memtables=0 (spark_ops' shards): a write that seals the memtable returns once
+    the upload thread has encoded it, so no sealed dict is held beside the next memtable; a
+    small checkpoint whose upload encodes its own segment (the stealable one) does not wait
+    for that encoding, which only comes after it returns."""
+    encoding, gate = threading.Event(), threading.Event()
+    real = dkv._delta.encode
+
+    def slow_encode(*a, **kw):
+        encoding.set()
+        assert gate.wait(30)
+        return real(*a, **kw)
+    monkeypatch.setattr(dkv._delta, "encode", slow_encode)
+    db = dkv.open(MemoryStore(), memtable_bytes=4 << 10, max_sealed_memtables=0, compaction=False)
+    done = threading.Event()
+
+    def writer():
+        for i in range(60):                 # 60 records of ~100 counted bytes: one seal past 4 KiB
+            db.put(b"key%06d" % i, b"v" * 40)
+        done.set()
+    t = threading.Thread(target=writer, daemon=True)
+    try:
+        t.start()
+        assert encoding.wait(30)
+        assert not done.wait(0.3), "the write that sealed returned before its encoding"
+        assert db._sealed_unencoded() == 1
+        gate.set()
+        assert done.wait(30)
+        assert db._sealed_unencoded() == 0
+        db.put(b"small", b"x")              # a checkpoint of one small record: stealable
+        taken = []
+        ck = threading.Thread(target=lambda: taken.append(db.checkpoint().wait(30)), daemon=True)
+        ck.start()
+        ck.join(30)                         # liveness: a checkpoint waiting for itself hangs
+        assert taken, "the small checkpoint waited for an encoding only its own upload makes"
+        assert db.get(b"small") == b"x" and db.get(b"key000007") == b"v" * 40
+    finally:
+        gate.set()
+        t.join(30)
+        db.close()
+
+
+def test_max_sealed_memtables_must_not_be_negative():
+    with pytest.raises(ValueError, match="max_sealed_memtables must be a non-negative int, got -1"):
+        dkv.open(MemoryStore(), max_sealed_memtables=-1)
+
+
+def test_no_sealed_memtable_waits_a_checkpoint_does_not_wait_for_its_own_encoding(monkeypatch):
+    """With max_sealed_memtables=0 a checkpoint's seal returns before its segment is encoded
+    (its upload encodes it, and Checkpoint.wait waits for that): the caller's work between
+    checkpoint() and wait() overlaps the encoding, as with sealed memtables allowed."""
+    gate = threading.Event()
+    real = dkv._delta.encode
+
+    def slow_encode(*a, **kw):
+        assert gate.wait(30)
+        return real(*a, **kw)
+    monkeypatch.setattr(dkv._delta, "encode", slow_encode)
+    db = dkv.open(MemoryStore(), memtable_bytes=1 << 20, max_sealed_memtables=0, compaction=False)
+    try:
+        for i in range(2000):               # ~150 KB: past what a stealable checkpoint holds
+            db.put(b"key%06d" % i, b"v" * 60)
+        got = []
+        t = threading.Thread(target=lambda: got.append(db.checkpoint()), daemon=True)
+        t.start()
+        t.join(10)
+        assert got, "checkpoint() waited for its own segment's encoding"
+        assert db._sealed_unencoded() == 1 and not got[0].done()
+        gate.set()
+        got[0].wait(30)
+        assert db._sealed_unencoded() == 0 and db.get(b"key001999") == b"v" * 60
+    finally:
+        gate.set()
+        db.close()
