@@ -36,8 +36,9 @@ class FlushMixin(LockHolder):
         """Caller holds the write lock. Make the active memtable immutable and a live WAL
         segment; O(1) unless writes must wait for encodings or flushes to catch up.
         ``encode=False``: the caller uploads the segment itself, which encodes it.
-        ``checkpoint``: a checkpoint's seal, which does not wait for its own encoding (its
-        upload does, and the writes after it come after that wait)."""
+        With ``max_sealed_memtables=0`` a write that seals encodes the memtable itself, on
+        its own thread, before it returns; a checkpoint's seal (``checkpoint``) leaves it to
+        the upload thread as before (its upload encodes it, and Checkpoint.wait waits)."""
         mem = self._active
         if not mem.data:
             return None
@@ -51,24 +52,28 @@ class FlushMixin(LockHolder):
             self._view = ((mem,) + sources, version)   # readers see it immutable before it leaves active
             self._active = Memtable()
         if self.opts.background:
-            if encode:
+            if encode and not checkpoint and self.opts.max_sealed_memtables == 0:
+                # An error propagates: the write is applied, and the next checkpoint's
+                # upload encodes the segment (as without background threads).
+                self._encode(seg)
+            elif encode:
                 self._uploader.submit(self._run_bg, lambda: self._encode(seg))
             self._maybe_flush()
-            self._wait_for_background(1 if checkpoint else 0)
+            self._wait_for_background()
         else:
             self._encode(seg)
             self._maybe_flush()
         return seg
 
-    def _wait_for_background(self, unwaited: int = 0) -> None:
-        """A writer ahead of its encodings or flushes waits (unpaced) until they catch up.
-        ``unwaited``: sealed memtables not waited for (a checkpoint's own), not counted."""
+    def _wait_for_background(self) -> None:
+        """A writer ahead of its encodings or flushes waits (unpaced) until they catch up
+        (with ``max_sealed_memtables=0`` it encodes what it seals itself: no encoding to wait for)."""
         o = self.opts
 
         def behind() -> bool:
             sources = self._view[0]
             files, inline = self._live_segment_counts()
-            return (self._sealed_unencoded() > o.max_sealed_memtables + unwaited
+            return ((o.max_sealed_memtables > 0 and self._sealed_unencoded() > o.max_sealed_memtables)
                     or files > 2 * o.flush_segments or inline > 2 * o.flush_inline_segments
                     or sum(m.nbytes for m in sources) > 2 * o.flush_bytes)
         if not behind():

@@ -19,7 +19,7 @@ class Options:
                                           # (RFC 0011: an open reads one manifest per such segment)
     flush_bytes: int = 64 * MiB           # ... or when their WAL segments hold this many bytes
     max_sealed_memtables: int = 4         # writes wait for encodings past this many sealed memtables
-                                          # (0: a write that seals waits for its encoding)
+                                          # (0: a write that seals encodes it before it returns)
     wal_block_bytes: int = 32 * KiB       # raw bytes of a block of a WAL segment
     block_bytes: int = 4096               # uncompressed target size of an SST data block
     block_cache_bytes: int = 128 * MiB    # decoded blocks kept in memory

@@ -14,9 +14,9 @@ DEFAULT_MEMORY = 512 << 20
 # Slot records share one bloom entry per object (objectspace.BLOOM_STRIP): a shard's filters
 # then grow with its objects, not its records (17 MB -> 1 MB at 500,000 buffers of 20).
 # A shard seals a memtable every few hundred thousand events at big state, faster than the
-# upload thread encodes them while the operator holds the GIL: a write that seals waits for
-# the encoding (each sealed memtable is a dict of memtable_bytes, ~10x its segment), rather
-# than one or four waiting (RFC 0012, *Steps 8 and 12*).
+# upload thread encodes them while the operator holds the GIL: a write that seals encodes
+# the memtable itself (each sealed memtable is a dict of memtable_bytes, ~10x its segment),
+# rather than one or four waiting for the upload thread (RFC 0012, *Steps 8 and 12*).
 TABLE_BYTES = 8 << 20
 DKV_OPTIONS = dict(retain=3, pace=1.5, table_bytes=TABLE_BYTES, block_bytes=64 << 10, level_base_bytes=1 << 30,
                    flush_segments=32, bloom_strip=BLOOM_STRIP, max_sealed_memtables=0)

@@ -381,7 +381,7 @@ def _background_run(root: str, disk: DiskFaults, seed: int, rounds: int = 14) ->
     rng = random.Random(seed)
     code = rng.choice([errno.ENOSPC, errno.ENOSPC, errno.EIO])
     run = Run(root, dict(SMALL, retain=rng.randrange(1, 4), background=True,
-                         max_sealed_memtables=rng.choice([1, 4])))
+                         max_sealed_memtables=rng.choice([0, 1, 4])))
     fault_at = rng.randrange(1, rounds // 2)
     free_at = fault_at + rng.randrange(1, 4)
     errors = []

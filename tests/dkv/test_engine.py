@@ -642,10 +642,10 @@ def test_sealed_memtables_waiting_for_their_encoding_do_not_count_towards_flush_
 
 
 def test_no_sealed_memtable_waits_a_write_that_seals_waits_for_its_encoding(monkeypatch):
-    """max_sealed_memtables=0 (spark_ops' shards): a write that seals the memtable returns once
-    the upload thread has encoded it, so no sealed dict is held beside the next memtable; a
-    small checkpoint whose upload encodes its own segment (the stealable one) does not wait
-    for that encoding, which only comes after it returns."""
+    """max_sealed_memtables=0 (spark_ops' shards): a write that seals the memtable encodes it
+    before it returns, so no sealed dict is held beside the next memtable; a small checkpoint
+    whose upload encodes its own segment (the stealable one) does not wait for that encoding,
+    which only comes after it returns."""
     encoding, gate = threading.Event(), threading.Event()
     real = dkv._delta.encode
 
@@ -701,8 +701,8 @@ def test_no_sealed_memtable_waits_a_checkpoint_does_not_wait_for_its_own_encodin
     monkeypatch.setattr(dkv._delta, "encode", slow_encode)
     db = dkv.open(MemoryStore(), memtable_bytes=1 << 20, max_sealed_memtables=0, compaction=False)
     try:
-        for i in range(2000):               # ~150 KB: past what a stealable checkpoint holds
-            db.put(b"key%06d" % i, b"v" * 60)
+        for i in range(2000):               # past what a stealable checkpoint holds
+            db.put(b"key%06d" % i, b"v" * 60)     # ~230 KB counted
         got = []
         t = threading.Thread(target=lambda: got.append(db.checkpoint()), daemon=True)
         t.start()
@@ -715,3 +715,45 @@ def test_no_sealed_memtable_waits_a_checkpoint_does_not_wait_for_its_own_encodin
     finally:
         gate.set()
         db.close()
+
+
+def test_no_sealed_memtable_waits_an_encoding_that_failed_once_does_not_stall_writes(monkeypatch):
+    """With max_sealed_memtables=0 a failed encoding (say a MemoryError) reaches the write that
+    sealed, which is applied; later writes seal and encode their own memtables without waiting
+    for the failed one, and the next checkpoint's upload encodes it: nothing is lost."""
+    real, failed = dkv._delta.encode, []
+
+    def flaky_encode(*a, **kw):
+        if not failed:
+            failed.append(1)
+            raise MemoryError("injected: no memory to encode")
+        return real(*a, **kw)
+    monkeypatch.setattr(dkv._delta, "encode", flaky_encode)
+    store = MemoryStore()
+    db = dkv.open(store, memtable_bytes=4 << 10, max_sealed_memtables=0, compaction=False)
+    model, errors = {}, 0
+    done = threading.Event()
+
+    def writer():
+        nonlocal errors
+        for i in range(200):
+            key = b"key%06d" % i
+            try:
+                db.put(key, b"v" * 40)
+            except MemoryError:
+                errors += 1
+            model[key] = b"v" * 40
+        done.set()
+    t = threading.Thread(target=writer, daemon=True)
+    try:
+        t.start()
+        assert done.wait(30), "writes stalled behind a memtable whose encoding failed"
+        assert errors == 1 and db._sealed_unencoded() == 1
+        db.checkpoint().wait(30)
+        assert db._sealed_unencoded() == 0
+        assert all(db.get(k) == v for k, v in model.items())
+    finally:
+        db.close()
+        t.join(30)
+    with dkv.open(store, read_only=True) as r:     # the checkpoint holds every write
+        assert dict(r.scan()) == model

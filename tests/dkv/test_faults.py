@@ -320,7 +320,7 @@ def _fault_fuzz(seed: int) -> None:
     kind = rng.choice(["put", "put_if_absent", "get", "list", "delete", "write", "any"])
     mode = rng.choice(["error", "torn"]) if kind in ("put", "put_if_absent", "write", "any") else "error"
     prefix = rng.choice(["", "sst/", "wal/", "manifest/"]) if rng.random() < 0.5 else ""
-    opts = dict(SMALL, retain=rng.randrange(1, 4), max_sealed_memtables=rng.choice([1, 4]))
+    opts = dict(SMALL, retain=rng.randrange(1, 4), max_sealed_memtables=rng.choice([0, 1, 4]))
     db = dkv.open(fs, background=True, **opts)
     model, snaps, done = {}, {}, []
     unknown = []    # failed after its manifest was created (the claims could not be listed)

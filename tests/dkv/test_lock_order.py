@@ -128,11 +128,11 @@ def follower(store, opts: dict, n: int):
     return work
 
 
-@pytest.mark.parametrize("background,pace", [(True, 0.0), (True, 1.5), (False, 0.0)],
-                         ids=["background", "paced", "inline"])
-def test_a_concurrent_workload_takes_the_locks_in_order(checking, tmp_path, background, pace):
+@pytest.mark.parametrize("background,pace,sealed", [(True, 0.0, 1), (True, 1.5, 1), (False, 0.0, 1), (True, 1.5, 0)],
+                         ids=["background", "paced", "inline", "writers-encode"])
+def test_a_concurrent_workload_takes_the_locks_in_order(checking, tmp_path, background, pace, sealed):
     store = LocalDirStore(str(tmp_path / "db"), fsync=False)
-    opts = dict(SMALL, background=background, pace=pace, retain=3, max_sealed_memtables=1,
+    opts = dict(SMALL, background=background, pace=pace, retain=3, max_sealed_memtables=sealed,
                 inline_segment_bytes=200)
     models: list = [{}, {}]
     a = dkv.open(store, **opts)
