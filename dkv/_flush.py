@@ -51,8 +51,9 @@ class FlushMixin(LockHolder):
             sources, version = self._view
             self._view = ((mem,) + sources, version)   # readers see it immutable before it leaves active
             self._active = Memtable()
-        if self.opts.background:
-            if encode and not checkpoint and self.opts.max_sealed_memtables == 0:
+        o = self.opts
+        if o.background:
+            if encode and not checkpoint and o.max_sealed_memtables == 0:
                 # An error propagates: the write is applied, and the next checkpoint's
                 # upload encodes the segment (as without background threads).
                 self._encode(seg)
