@@ -606,18 +606,26 @@ def _native_sorted_keys(mem):
         db.close()
 
 
+def _held_encodings(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Sealed memtables' encodings wait for the first event (set it to let them go); the
+    second is set when one has started."""
+    gate, started = threading.Event(), threading.Event()
+    real = dkv._delta.encode
+
+    def held_encode(*a, **kw):
+        started.set()
+        assert gate.wait(30)
+        return real(*a, **kw)
+    monkeypatch.setattr(dkv._delta, "encode", held_encode)
+    return gate, started
+
+
 def test_sealed_memtables_waiting_for_their_encoding_do_not_count_towards_flush_bytes(monkeypatch):
     """flush_bytes counts the sealed memtables' WAL segments (dkv/_options.py): a memtable
     sealed but not encoded yet (the upload thread behind the writer) is a dict ~10x its
     segment and must not make a flush due by its dict's size, or every seal would flush the
     dicts themselves into a small L0 table."""
-    gate = threading.Event()
-    real = dkv._delta.encode
-
-    def slow_encode(*a, **kw):
-        assert gate.wait(30)
-        return real(*a, **kw)
-    monkeypatch.setattr(dkv._delta, "encode", slow_encode)
+    gate, _ = _held_encodings(monkeypatch)
     # (the writer itself waits past 2 * flush_bytes of sealed memtables, encoded or not)
     db = dkv.open(MemoryStore(), memtable_bytes=16 << 10, flush_bytes=64 << 10, flush_segments=100,
                   max_sealed_memtables=8, compaction=False)
@@ -646,14 +654,7 @@ def test_no_sealed_memtable_waits_a_write_that_seals_waits_for_its_encoding(monk
     before it returns, so no sealed dict is held beside the next memtable; a small checkpoint
     whose upload encodes its own segment (the stealable one) does not wait for that encoding,
     which only comes after it returns."""
-    encoding, gate = threading.Event(), threading.Event()
-    real = dkv._delta.encode
-
-    def slow_encode(*a, **kw):
-        encoding.set()
-        assert gate.wait(30)
-        return real(*a, **kw)
-    monkeypatch.setattr(dkv._delta, "encode", slow_encode)
+    gate, encoding = _held_encodings(monkeypatch)
     db = dkv.open(MemoryStore(), memtable_bytes=4 << 10, max_sealed_memtables=0, compaction=False)
     done = threading.Event()
 
@@ -692,13 +693,7 @@ def test_no_sealed_memtable_waits_a_checkpoint_does_not_wait_for_its_own_encodin
     """With max_sealed_memtables=0 a checkpoint's seal returns before its segment is encoded
     (its upload encodes it, and Checkpoint.wait waits for that): the caller's work between
     checkpoint() and wait() overlaps the encoding, as with sealed memtables allowed."""
-    gate = threading.Event()
-    real = dkv._delta.encode
-
-    def slow_encode(*a, **kw):
-        assert gate.wait(30)
-        return real(*a, **kw)
-    monkeypatch.setattr(dkv._delta, "encode", slow_encode)
+    gate, _ = _held_encodings(monkeypatch)
     db = dkv.open(MemoryStore(), memtable_bytes=1 << 20, max_sealed_memtables=0, compaction=False)
     try:
         for i in range(2000):               # past what a stealable checkpoint holds
