@@ -298,6 +298,7 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
                 st.spill()
                 since_spill = 0
         emitted += st.convert_emitted(convert)
+        events = part = None        # not kept while the next chunk is made
     if by_key is not None:
         by_key.flush()                  # the last key's rows
     ctx.event_time = None
