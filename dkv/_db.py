@@ -476,6 +476,15 @@ class DB(ReadMixin, CheckpointMixin, FlushMixin, RefreshMixin):
             self.stats_counters[f"{kind}_bytes"] += n
             self.stats_counters[f"{kind}_files"] += 1
 
+    def resize_block_cache(self, nbytes: int) -> None:
+        """Set the block cache's byte budget (the ``block_cache_bytes`` option) of this
+        open store: a smaller one drops blocks at once (in the cache's CLOCK order). For a
+        caller that learns how its reads go, e.g. one whose reads each meet a block once,
+        so that a large cache only holds memory."""
+        if type(nbytes) is not int or nbytes < 0:
+            raise ValueError(f"resize_block_cache: nbytes must be an int >= 0, got {nbytes!r}")
+        self._cache.resize(nbytes)
+
     @property
     def flush_pending(self) -> bool:
         """A flush is queued or running (stats()'s "flush_pending", without the rest)."""
@@ -497,7 +506,8 @@ class DB(ReadMixin, CheckpointMixin, FlushMixin, RefreshMixin):
                         "records": sum(t.ref.count for t in run)}
                        for i, run in enumerate((version.l0, *version.levels))],
             "wal_segments": len(self._segments), "checkpoints": [c.epoch for c in self._committed],
-            "block_cache": {"bytes": self._cache.used, "hits": self._cache.hits, "misses": self._cache.misses},
+            "block_cache": {"bytes": self._cache.used, "budget": self._cache.budget, "hits": self._cache.hits,
+                            "misses": self._cache.misses},
             "pacing": {"pace": self._pacer.pace, "tokens": int(self._pacer.tokens), "waits": self._pacer.waits},
             **dict(self.stats_counters),
         }

@@ -44,6 +44,12 @@ class BlockCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
+    def resize(self, budget: int) -> None:
+        """A new byte budget; a smaller one evicts (CLOCK) at once."""
+        with self._lock:
+            self.budget = budget
+            self._make_room()
+
     def admit(self, table: "Table", i: int, cost: int) -> None:
         with self._lock:
             self.misses += 1

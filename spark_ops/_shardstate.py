@@ -14,8 +14,9 @@ from dkv.keys import key_prefix
 from objectspace import SCHEMA_STATE, InPlaceChangeError, ObjectCache, ObjectSpace
 
 from . import _layout
-from ._budget import (DEFAULT_MEMORY, DKV_OPTIONS, FAR_CACHE_SHARE, FAR_OUTGROWN, FLUSHING_CACHE_SHARE,
-                      OUTGROWN_CACHE_SHARE, OUTGROWN_SPILL_SHARE, SPILL_SHARE, batch_keys, budget, spill_events)
+from ._budget import (DEFAULT_MEMORY, DKV_OPTIONS, FAR_BLOCK_CACHE_SHARE, FAR_CACHE_SHARE, FAR_OUTGROWN,
+                      FLUSHING_CACHE_SHARE, OUTGROWN_CACHE_SHARE, OUTGROWN_SPILL_SHARE, SPILL_SHARE, batch_keys,
+                      budget, spill_events)
 from ._shards import shard_range
 from ._timers import TimerService
 from ._ttl import TtlService
@@ -65,6 +66,7 @@ class ShardState:
         memory = self.memory = spec.memory or DEFAULT_MEMORY
         derived, cache_bytes = budget(memory)
         opts = {**DKV_OPTIONS, **derived, **spec.dkv_options}
+        self.block_cache_bytes = opts["block_cache_bytes"]      # the store's (keys_outgrew_cache)
         self.cache = ObjectCache(cache_bytes, None)
         self._evictions_seen = 0
         self.outgrown = False           # the cache dropped whole objects: keys_outgrew_cache
@@ -271,10 +273,13 @@ class ShardState:
         """The shard's keys do not fit its object cache: from now on objects are dropped and
         reloaded every batch, which costs the process ~2x their bytes, so the cache gets a
         quarter of the budget (a sixteenth while the store flushes; a sixty-fourth when
-        ``far``: a batch meets more than FAR_OUTGROWN times the keys that holds) and early
-        saves come at a thirty-second (budget())."""
+        ``far``: a batch meets more than FAR_OUTGROWN times the keys that holds, and the
+        store's block cache then FAR_BLOCK_CACHE_SHARE) and early saves come at a
+        thirty-second (budget())."""
         self.outgrown = True
-        self.far = self.far or far
+        if far and not self.far:
+            self.far = True
+            self.db.resize_block_cache(min(self.block_cache_bytes, self.memory // FAR_BLOCK_CACHE_SHARE))
         self.spill_events = spill_events(self.memory, OUTGROWN_SPILL_SHARE, self.cache.item_bytes)
         self._size_cache()
 

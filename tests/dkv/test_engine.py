@@ -200,6 +200,33 @@ def test_tiny_block_cache_stays_within_budget_and_correct():
     db.close()
 
 
+def test_a_block_cache_resized_while_open_drops_blocks_at_once_and_reads_the_same():
+    db = dkv.open(MemoryStore(), background=False, **dict(SMALL, block_cache_bytes=1 << 20))
+    model = {b"k%04d" % i: b"v" * 30 for i in range(800)}
+    for k, v in model.items():
+        db.put(k, v)
+    db.compact(full=True)
+    assert contents(db) == model
+    full = db.stats()["block_cache"]["bytes"]
+    assert full > 8000                          # every block read once, all kept
+    assert db.stats()["block_cache"]["budget"] == 1 << 20
+    db.resize_block_cache(4000)
+    assert db.stats()["block_cache"]["budget"] == 4000
+    assert db.stats()["block_cache"]["bytes"] <= 4000       # dropped before it returns
+    rng = random.Random(3)
+    for _ in range(1000):
+        k = b"k%04d" % rng.randrange(900)
+        assert db.get(k) == model.get(k)
+    assert db.stats()["block_cache"]["bytes"] <= 4000 + 2000
+    db.resize_block_cache(1 << 20)              # larger again: the blocks read from now on stay
+    assert contents(db) == model and db.stats()["block_cache"]["bytes"] > 8000
+    for bad in (-1, 1.5, "1m", None):
+        with pytest.raises(ValueError, match="resize_block_cache: nbytes must be an int >= 0"):
+            db.resize_block_cache(bad)
+    assert contents(db) == model
+    db.close()
+
+
 def test_scans_read_ahead_within_a_tiny_block_cache_and_count_every_block():
     # A scan that misses reads the following blocks with the same read and admits them as
     # one run: each counts as a miss, the budget holds, and what the scans return is right.

@@ -125,6 +125,7 @@ def test_a_small_memory_budget_is_respected_with_many_keys(tmp_path):
         # the first batch met more than 1.5 times the keys a quarter of the budget holds handles:
         # from then on a sixty-fourth, flush or not
         assert st.outgrown and st.far and st.cache.budget == memory // _budget.FAR_CACHE_SHARE
+        assert st.db.stats()["block_cache"]["budget"] == memory // _budget.FAR_BLOCK_CACHE_SHARE
         assert {k: st.db.opts.__dict__[k] for k in dkv_budget} == dkv_budget
         check_budget(f"after batch {b}", measure(st), limits)
         assert len(op.samples) >= len(rows) // SAMPLE_EVERY
@@ -140,7 +141,9 @@ def test_a_small_memory_budget_is_respected_with_many_keys(tmp_path):
     # always seen empty: every early save writes more than memtable_bytes, which seals it.)
     assert all(st.cache.evictions > 0 for st in states)
     assert max(m["immutable"] for m in samples) > dkv_budget["flush_bytes"]
-    assert max(m["block_cache"] for m in samples) > dkv_budget["block_cache_bytes"] // 2
+    # (far: the block cache holds memory // FAR_BLOCK_CACHE_SHARE, a quarter of its share)
+    far_blocks = memory // _budget.FAR_BLOCK_CACHE_SHARE
+    assert max(m["block_cache"] for m in samples) > far_blocks // 2
     assert sst_bytes > memory, sst_bytes
     assert sum(len(e) for e in expected) == KEYS * (PER_BATCH * BATCHES // COUNT)
     # (iii) the restart reopened the shard from the state folder at the last checkpoint,
@@ -360,14 +363,33 @@ def test_a_shard_that_outgrew_its_cache_by_its_drops_counts_a_batchs_keys_once_t
     st = _runtime._SHARDS[(h.spec.state, 0, 1)]
     st.keys_outgrew_cache()             # as mind_shares does when the cache drops whole objects
     assert st.outgrown and not st.counted and not st.far
+    block_cache = _budget.budget(memory)[0]["block_cache_bytes"]
+    assert st.db.stats()["block_cache"]["budget"] == block_cache
     counts = []
     real = _budget.batch_keys
     monkeypatch.setattr("spark_ops._shardstate.batch_keys", lambda ev, beyond: counts.append(beyond) or real(ev, beyond))
     h.run_batch([{"k": f"k{i:05d}", "v": 1} for i in range(3 * fit)])
     assert counts == [fit] and st.counted and st.far
     assert st.cache.budget == memory // _budget.FAR_CACHE_SHARE
+    # the store's block cache too: each block a batch reads is met once (FAR_BLOCK_CACHE_SHARE)
+    assert st.db.stats()["block_cache"]["budget"] == memory // _budget.FAR_BLOCK_CACHE_SHARE < block_cache
     h.run_batch([{"k": f"k{i:05d}", "v": 2} for i in range(3 * fit)])
     assert counts == [fit]              # counted once
+    assert st.db.stats()["block_cache"]["bytes"] <= memory // _budget.FAR_BLOCK_CACHE_SHARE + (128 << 10)
+    h.close()
+
+
+def test_a_far_shard_keeps_a_block_cache_its_options_made_smaller_still():
+    """The far switch makes the store's block cache smaller, never larger than the
+    ``block_cache_bytes`` a user's dkv_options gave."""
+    memory = memory_bytes(MEMORY)
+    small = memory // _budget.FAR_BLOCK_CACHE_SHARE // 4
+    h = OperatorHarness(Buffer(count=1_000, key_columns=("k",)), key="k", partitions=1, memory=MEMORY,
+                        dkv_options={"block_cache_bytes": small})
+    fit = ObjectCache.handles_within(memory // _budget.OUTGROWN_CACHE_SHARE)
+    h.run_batch([{"k": f"k{i:05d}", "v": 0} for i in range(3 * fit)])
+    st = _runtime._SHARDS[(h.spec.state, 0, 1)]
+    assert st.far and st.db.stats()["block_cache"]["budget"] == small
     h.close()
 
 

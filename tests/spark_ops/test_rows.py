@@ -105,6 +105,26 @@ def test_a_tasks_batches_become_one_chunk_per_column_with_the_same_events(monkey
     assert task_table([]) is None and task_table(iter(batches[:0])) is None
 
 
+def test_a_chunk_becomes_events_a_slice_of_event_rows_at_a_time(monkeypatch):
+    """A chunk of a task's rows (one ask of the worker) becomes Python events EVENT_ROWS
+    rows at a time: lists of at most that many, the same events in the same order as the
+    whole chunk at once."""
+    rows = _rows(11, n=300)
+    table = _table(rows)
+    cols = ["k", "ts", "v", "s", "nested"]
+
+    def lists(event_rows):
+        monkeypatch.setattr(_worker, "EVENT_ROWS", event_rows)
+        return list(EventChunks(TaskRows(table, ["k"], cols, ["ts"], "ts", size=128), ["k"], cols, "ts", INSTANTS))
+
+    def flat(parts):        # repr: NaNs (in "v" and nested) compare equal as text
+        return [repr(event) for ch in parts for event in ch]
+    whole, sliced = lists(1 << 20), lists(50)
+    assert len(whole) == 3 and max(map(len, whole)) > 50      # a list a chunk (128, 128, 44 rows)
+    assert len(sliced) == 7 and max(map(len, sliced)) <= 50    # 50, 50, 28 a chunk of 128, then 44
+    assert flat(sliced) == flat(whole) and len(flat(whole)) > 0
+
+
 def test_a_tasks_keys_are_counted_only_where_its_rows_could_be_more():
     """TaskRows.distinct_keys (ShardState.meet_keys asks it): the keys of the key column
     (null keys are dropped rows, not counted), the most of any column's for several key
