@@ -22,6 +22,7 @@ import time
 
 from . import _paths
 from ._gc import GarbageMixin
+from ._delta import Delta
 from ._memtable import Memtable
 from ._timeline import CheckpointInfo, check_not_fenced, instance_label
 from ._timeline import _read_claim as read_claim
@@ -515,6 +516,8 @@ class CheckpointMixin(GarbageMixin):
                 self._known_files.add(seg.name)
             seg.state, seg.error = "uploaded", None
             seg.data = None       # the Delta (while it is a source) holds the same bytes
+            if self.store.local_reads and type(seg.source) is Delta:
+                seg.source.read_from(self.store)       # ... or reads them from the file
         except BaseException as e:
             if seg.state != "inline":       # an inline one keeps its bytes and state
                 seg.state = "failed"

@@ -17,13 +17,16 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import cast
 
+from .errors import CorruptionError
 from .format import bloom, sst, wal
+from .format._codec import crc32
 from .format.manifest import ALL_KEY_GROUPS, TableRef
 from ._table import Table, decoded_bytes, raw_cost
 
 
 class _Blob:
-    """The tiny ObjectStore face of a segment's bytes, for Table's block reads."""
+    """The tiny ObjectStore face of a segment's bytes, for Table's block reads (any name:
+    the one segment's)."""
 
     __slots__ = ("data",)
 
@@ -38,7 +41,7 @@ class Delta(Table):
     """A WAL segment as a read source. ``keys``: its keys when the caller has them (a
     sealed memtable), so the bloom filter needs no decoding."""
 
-    __slots__ = ("max_seq", "index", "_keys", "_strip")
+    __slots__ = ("max_seq", "index", "_keys", "_strip", "_crcs")
     read_ahead = False
 
     def __init__(self, name: str, data: bytes, index: wal.SegmentIndex, cache, groups=ALL_KEY_GROUPS,
@@ -55,6 +58,7 @@ class Delta(Table):
         self.index = index
         self._keys = keys
         self._strip = strip         # the bloom filter's strip rule (the store's bloom_strip)
+        self._crcs: list | None = None      # each block's CRC-32 once read from a store (read_from)
 
     @property
     def nbytes(self) -> int:
@@ -73,10 +77,31 @@ class Delta(Table):
         return sst.SstMeta(ix.count, 0, ix.min_key, ix.last_key, ix.max_seq, ix.max_seq, self.ref.size, filt,
                            cast("list[bytes]", ix.first_keys), ix.offsets, ix.lengths, [None] * len(ix.offsets))
 
+    def read_from(self, store) -> None:
+        """Read the segment's blocks from ``store`` (where its checkpoint wrote it under
+        this Delta's path) from now on, not from its bytes in memory, which go: for a store
+        whose ``local_reads`` are cheap. Each block's CRC-32 is kept (4 bytes a block), so
+        that a block read back is checked as the segment was when it was parsed. Safe
+        while other threads read: each read takes the one store or the other whole."""
+        if type(self._store) is not _Blob:
+            return          # reads from a store already
+        data = self._store.data
+        self._crcs = [crc32(data[off:off + ln]) for off, ln in zip(self.index.offsets, self.index.lengths)]
+        self._store = store
+
+    def _frame(self, store, i: int) -> bytes:
+        """Block i's bytes: from memory, or read back from the store and checked."""
+        ix, crcs = self.index, self._crcs
+        off = ix.offsets[i]
+        frame = store.get(self.path, off, off + ix.lengths[i])
+        if crcs is not None and type(store) is not _Blob and (len(frame) != ix.lengths[i] or crc32(frame) != crcs[i]):
+            raise CorruptionError(f"WAL segment {self.path}: block {i} read back does not match what was "
+                                  f"written ({len(frame)} bytes, {ix.lengths[i]} expected, or a checksum mismatch)")
+        return frame
+
     def _load(self, i: int) -> tuple[list, int]:
         ix = self.index
-        off = ix.offsets[i]
-        frame = self._store.data[off:off + ix.lengths[i]]
+        frame = self._frame(self._store, i)
         if ix.version < 3:
             keys, values, _ = wal.decode_block(frame, self.path, ix.version)
             return [keys, values, self.max_seq, None], decoded_bytes(keys, values)
@@ -86,11 +111,11 @@ class Delta(Table):
     def records(self):
         """(keys, values) per block, in key order, within the owned key groups, decoded
         without the block cache (a flush reads each block once)."""
-        data = self._store.data
+        store, path = self._store, self.path
         lo, hi = self.clip_lo, self.clip_hi
         version = self.index.version
-        for off, ln in zip(self.index.offsets, self.index.lengths):
-            keys, values, _ = wal.decode_block(data[off:off + ln], self.path, version)
+        for i in range(len(self.index.offsets)):
+            keys, values, _ = wal.decode_block(self._frame(store, i), path, version)
             if lo is not None or hi is not None:
                 i = 0 if lo is None else bisect_left(keys, lo)
                 j = len(keys) if hi is None else bisect_left(keys, hi)

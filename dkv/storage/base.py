@@ -20,6 +20,11 @@ class ObjectStore(abc.ABC):
     location: str = ""
     concurrent_reads: int = 1
     """How many reads ``prefetch`` makes at once (their round trips overlap)."""
+    local_reads: bool = False
+    """A ranged read costs about what a copy in memory costs (a local folder: the OS's page
+    cache holds what was read or written lately). dkv then reads a WAL segment back from
+    the store once its checkpoint wrote it, rather than keeping its bytes in memory until a
+    flush merges it."""
 
     @abc.abstractmethod
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:

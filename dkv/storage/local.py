@@ -29,6 +29,7 @@ class LocalDirStore(ObjectStore):
     """A folder on a local (or mounted) file system. ``fsync=False`` trades durability for speed."""
 
     FD_CACHE = 256       # open files kept for ranged reads (SST blocks)
+    local_reads = True
 
     def __init__(self, root: str, *, fsync: bool = True) -> None:
         self.root = os.path.abspath(os.path.expanduser(root))

@@ -54,6 +54,7 @@ class PrefixStore(_Forwarding):
     def __init__(self, inner: ObjectStore, prefix: str) -> None:
         super().__init__(inner)
         self.concurrent_reads = inner.concurrent_reads     # its prefetch is the inner store's
+        self.local_reads = inner.local_reads
         self.prefix = prefix.strip("/") + "/"
         self.location = f"{inner.location.rstrip('/')}/{self.prefix.rstrip('/')}"
 
