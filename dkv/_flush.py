@@ -175,7 +175,7 @@ class FlushMixin(LockHolder):
             return name
 
     def _write_table(self, builder: SstBuilder, run: int | None = None) -> Table:
-        data = builder.finish()
+        data = builder.finish_buffer()
         if self._pacer.enabled:
             self._pause_while_fenced()
         name = self._new_table_name()

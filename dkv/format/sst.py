@@ -75,7 +75,7 @@ class SstBuilder:
         self.level = level
         self.bloom = bloom
         self.strip = strip if bloom else None
-        self._parts: list[bytes] = []
+        self._buf = bytearray()       # the blocks so far: one buffer, so finish adds no copy of them
         self._offset = 0
         self._hashes = bytearray()    # the bloom filter's hashes of the keys so far (8 bytes a key)
         self._last: bytes | None = None
@@ -186,13 +186,19 @@ class SstBuilder:
         off.append(self._offset)
         ln.append(len(frame))
         cr.append(crc32(frame))
-        self._parts.append(frame)
+        self._buf += frame
         self._offset += len(frame)
         if self.on_block is not None:
             self.on_block(len(frame))
         self._bk, self._bv, self._bs, self._bbytes = [], [], [], 0
 
     def finish(self) -> bytes:
+        return bytes(self.finish_buffer())
+
+    def finish_buffer(self) -> bytearray:
+        """``finish`` without its copy: the table's bytes in the buffer its blocks were
+        written to, which the builder gives up (a flush's table is built in memory: joining
+        its blocks at the end held them twice, ``table_bytes`` more at a flush's peak)."""
         if not self.count:
             raise ValueError("an SST needs at least one record")
         self._flush_block()
@@ -210,7 +216,10 @@ class SstBuilder:
         version = VERSION if self.strip is None else STRIP_VERSION
         footer_head = _FOOTER.pack(self._offset, len(meta_bytes), crc32(meta_bytes), version, 0, 0, MAGIC)
         footer = footer_head[:20] + struct.pack("<I", crc32(footer_head[:20])) + MAGIC
-        return b"".join(self._parts) + meta_bytes + footer
+        buf, self._buf = self._buf, bytearray()
+        buf += meta_bytes
+        buf += footer
+        return buf
 
 
 def footer_version(tail: bytes) -> int:
