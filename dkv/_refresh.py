@@ -16,7 +16,7 @@ import logging
 
 from . import _paths
 from ._locks import LockHolder
-from ._recovery import carrier_name, fetch, load_segment, segments_of
+from ._recovery import carrier_name, fetch, load_segment, read_from_file, segments_of
 from ._timeline import Timeline, claim_writer
 from .errors import ClosedError, ReadOnlyError
 
@@ -117,12 +117,14 @@ class RefreshMixin(LockHolder):
             return []
         changed: list = []
         added: tuple = ()
-        for seg, blob in zip(segments, fetch(self.store, segments, self.ns, where)):
+        store = self.store
+        for seg, blob in zip(segments, fetch(store, segments, self.ns, where)):
             seg.source = load_segment(seg, blob, self._cache, carrier_name(self.ns, seg, where), self.opts.bloom_strip)
             if seg.source is not None:
                 added = (seg.source,) + added
                 for keys, _ in seg.source.records():
                     changed += keys
+                read_from_file(seg, store)
         sources, version = self._view
         self._view = (added + sources, version)
         return changed

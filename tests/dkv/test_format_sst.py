@@ -235,11 +235,16 @@ def test_adding_sorted_runs_writes_the_bytes_of_adding_one_record_at_a_time(seed
                 b.add(keys[i], values[i], seqs[i])
                 i += 1
             if limit is not None and b.estimated_size >= limit:
-                out.append((b.count, b.tombstones, b.min_seq, b.max_seq, b.finish()))
+                out.append((b.count, b.tombstones, b.min_seq, b.max_seq, finish(b, bulk)))
                 b = sst.SstBuilder(block)
         if b.count:
-            out.append((b.count, b.tombstones, b.min_seq, b.max_seq, b.finish()))
+            out.append((b.count, b.tombstones, b.min_seq, b.max_seq, finish(b, bulk)))
         return out
+
+    def finish(b, bulk: bool) -> bytes:     # the flush's way (its buffer) against finish()'s bytes
+        data = b.finish_buffer() if bulk else b.finish()
+        assert type(data) is (bytearray if bulk else bytes)
+        return bytes(data)
 
     one, bulk = tables(False), tables(True)
     assert bulk == one

@@ -91,3 +91,39 @@ def test_segments_stay_in_memory_where_reads_are_not_local(tmp_path):
     assert type(seg._store) is _Blob and seg._crcs is None
     assert contents(db) == model
     db.close()
+
+
+@pytest.mark.parametrize("how", ["reopen", "refresh"])
+def test_segments_a_reopen_or_refresh_finds_live_are_read_from_their_files(tmp_path, how):
+    """The live segments an open replays (or a writer's refresh adds, after another writer
+    took over) leave memory too; they read the same records, and a block of one changed
+    afterwards is a CorruptionError."""
+    store = LocalDirStore(str(tmp_path / "s"), fsync=False)
+    a = dkv.open(store, background=False, **OPTS)
+    rng, model = random.Random(11), {}
+    _fill(a, model, rng, 1500, b"a")
+    a.checkpoint(1).wait()
+    b = dkv.open(store, background=False, **OPTS)         # another writer takes over
+    _fill(b, model, rng, 1500, b"b")
+    b.checkpoint(2).wait()
+    if how == "reopen":
+        a.close()
+        b.close()
+        a = dkv.open(store, background=False, **OPTS)
+    else:
+        assert a.refresh(2) is not None
+    segs = _segments(a)
+    assert len(segs) == 2 and all(type(s._store) is not _Blob for s in segs)
+    seg = segs[0]                           # the newest: the one a refresh added
+    path = tmp_path / "s" / seg.path
+    good = path.read_bytes()
+    data = bytearray(good)
+    data[seg.index.offsets[0] + 3] ^= 0x5A
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptionError, match="block 0 read back does not match"):
+        contents(a)
+    path.write_bytes(good)
+    assert contents(a) == model
+    a.close()
+    if how == "refresh":
+        b.close()
