@@ -397,6 +397,14 @@ class CheckpointMixin(GarbageMixin):
             for seg in pin.segments:
                 if id(seg) in inline:      # later manifests name this one as its carrier
                     seg.carrier = (cp.epoch, self._writer)
+        if self.store.local_reads:
+            # A segment's Delta reads its file from now on, its bytes out of memory: once a
+            # committed manifest names the file, which then goes only as a table's does
+            # (out of the retained checkpoints), never as an uploaded segment that no
+            # manifest named (a newer writer's collection adopts those as garbage).
+            for seg in pin.segments:
+                if seg.state == "uploaded" and type(seg.source) is Delta:
+                    seg.source.read_from(self.store)
         cp.name = name
 
     def _reserved(self) -> dict:
@@ -516,8 +524,6 @@ class CheckpointMixin(GarbageMixin):
                 self._known_files.add(seg.name)
             seg.state, seg.error = "uploaded", None
             seg.data = None       # the Delta (while it is a source) holds the same bytes
-            if self.store.local_reads and type(seg.source) is Delta:
-                seg.source.read_from(self.store)       # ... or reads them from the file
         except BaseException as e:
             if seg.state != "inline":       # an inline one keeps its bytes and state
                 seg.state = "failed"

@@ -14,6 +14,7 @@ without decoding them.
 """
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from typing import cast
 
@@ -58,7 +59,7 @@ class Delta(Table):
         self.index = index
         self._keys = keys
         self._strip = strip         # the bloom filter's strip rule (the store's bloom_strip)
-        self._crcs: list | None = None      # each block's CRC-32 once read from a store (read_from)
+        self._crcs: array | None = None     # each block's CRC-32 once read from a store (read_from)
 
     @property
     def nbytes(self) -> int:
@@ -78,15 +79,15 @@ class Delta(Table):
                            cast("list[bytes]", ix.first_keys), ix.offsets, ix.lengths, [None] * len(ix.offsets))
 
     def read_from(self, store) -> None:
-        """Read the segment's blocks from ``store`` (where its checkpoint wrote it under
-        this Delta's path) from now on, not from its bytes in memory, which go: for a store
-        whose ``local_reads`` are cheap. Each block's CRC-32 is kept (4 bytes a block), so
+        """Read the segment's blocks from ``store`` (its file, this Delta's path, which a
+        committed manifest names) from now on, not from its bytes in memory, which go: for
+        a store whose ``local_reads`` are cheap. Each block's CRC-32 is kept (4 bytes a block), so
         that a block read back is checked as the segment was when it was parsed. Safe
         while other threads read: each read takes the one store or the other whole."""
         if type(self._store) is not _Blob:
             return          # reads from a store already
         data = self._store.data
-        self._crcs = [crc32(data[off:off + ln]) for off, ln in zip(self.index.offsets, self.index.lengths)]
+        self._crcs = array("I", [crc32(data[off:off + ln]) for off, ln in zip(self.index.offsets, self.index.lengths)])
         self._store = store
 
     def _frame(self, store, i: int) -> bytes:
@@ -94,9 +95,13 @@ class Delta(Table):
         ix, crcs = self.index, self._crcs
         off = ix.offsets[i]
         frame = store.get(self.path, off, off + ix.lengths[i])
-        if crcs is not None and type(store) is not _Blob and (len(frame) != ix.lengths[i] or crc32(frame) != crcs[i]):
-            raise CorruptionError(f"WAL segment {self.path}: block {i} read back does not match what was "
-                                  f"written ({len(frame)} bytes, {ix.lengths[i]} expected, or a checksum mismatch)")
+        if crcs is not None and type(store) is not _Blob:
+            if len(frame) != ix.lengths[i]:
+                raise CorruptionError(f"WAL segment {self.path}: block {i} read back does not match what was "
+                                      f"written ({len(frame)} bytes, {ix.lengths[i]} expected)")
+            if crc32(frame) != crcs[i]:
+                raise CorruptionError(f"WAL segment {self.path}: block {i} read back does not match what was "
+                                      "written (its CRC-32 differs)")
         return frame
 
     def _load(self, i: int) -> tuple[list, int]:

@@ -72,6 +72,12 @@ read from the store once a batch, keys in order, so each block a batch reads is 
 run of consecutive keys and never again in the batch (RFC 0012, *Step 11*), and a larger
 cache only holds memory. Spark at 1,000,000 keys and memory="64m": a host's steady peak
 221.6 MB against 231 with the cache at an eighth, at the same speed (RFC 0012, *Step 13*)."""
+FAR_BLOCK_CACHE_MEMORY = 128 << 20
+"""Budgets up to this shrink the block cache so (FAR_BLOCK_CACHE_SHARE); larger ones keep it.
+At 1,000,000 keys and the default "512m" the smaller cache cost the batch 1.10x its time
+(17,027 against 15,511-15,519 ms) for a peak the budget did not need (361.6 MB against
+415.1, where 1.25x the budget allows ~770); at "64m" it cost no time and took ~10 of the
+~28 MB the target needed (RFC 0012, *Step 13*)."""
 
 FLUSHING_CACHE_SHARE = 16
 """The object cache's share (memory // this) while the store of a shard whose keys outgrew

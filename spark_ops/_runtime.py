@@ -246,6 +246,8 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     prefetch, st.cold = st.cold, False
     if prefetch:
         st.prefetch_heads()
+        if hasattr(chunks, "whole_chunks"):     # EventChunks: a prefetch per ask of the worker
+            chunks.whole_chunks = True
     if st.vars.begin(batch, run, op):
         st.objects.clear()          # a new run meets its objects anew (see VarRegistry.begin)
     migrated = st.vars.prepare(batch)

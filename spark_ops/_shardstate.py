@@ -14,7 +14,7 @@ from dkv.keys import key_prefix
 from objectspace import SCHEMA_STATE, InPlaceChangeError, ObjectCache, ObjectSpace
 
 from . import _layout
-from ._budget import (DEFAULT_MEMORY, DKV_OPTIONS, FAR_BLOCK_CACHE_SHARE, FAR_CACHE_SHARE, FAR_OUTGROWN,
+from ._budget import (DEFAULT_MEMORY, DKV_OPTIONS, FAR_BLOCK_CACHE_MEMORY, FAR_BLOCK_CACHE_SHARE, FAR_CACHE_SHARE, FAR_OUTGROWN,
                       FLUSHING_CACHE_SHARE, OUTGROWN_CACHE_SHARE, OUTGROWN_SPILL_SHARE, SPILL_SHARE, batch_keys,
                       budget, spill_events)
 from ._shards import shard_range
@@ -274,12 +274,14 @@ class ShardState:
         reloaded every batch, which costs the process ~2x their bytes, so the cache gets a
         quarter of the budget (a sixteenth while the store flushes; a sixty-fourth when
         ``far``: a batch meets more than FAR_OUTGROWN times the keys that holds, and the
-        store's block cache then FAR_BLOCK_CACHE_SHARE) and early saves come at a
+        store's block cache then FAR_BLOCK_CACHE_SHARE at budgets up to FAR_BLOCK_CACHE_MEMORY)
+        and early saves come at a
         thirty-second (budget())."""
         self.outgrown = True
         if far and not self.far:
             self.far = True
-            self.db.resize_block_cache(min(self.block_cache_bytes, self.memory // FAR_BLOCK_CACHE_SHARE))
+            if self.memory <= FAR_BLOCK_CACHE_MEMORY:
+                self.db.resize_block_cache(min(self.block_cache_bytes, self.memory // FAR_BLOCK_CACHE_SHARE))
         self.spill_events = spill_events(self.memory, OUTGROWN_SPILL_SHARE, self.cache.item_bytes)
         self._size_cache()
 

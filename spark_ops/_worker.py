@@ -202,14 +202,18 @@ class EventChunks:
 
     def __init__(self, rows, keys, columns, event_time, instants) -> None:
         self.rows, self.keys, self.columns, self.event_time, self.instants = rows, keys, columns, event_time, instants
+        # A batch that prefetches (its shard opened cold on S3) reads ahead a chunk's keys at
+        # once (one round of concurrent ranged reads): its chunks become events whole.
+        self.whole_chunks = False
 
     def __iter__(self):
         from ._keys import to_parts
         rows = self.rows
         for i in range(-(-rows.num_rows // rows.size)):
             chunk = rows.chunk(i)
-            for start in range(0, chunk.num_rows, EVENT_ROWS):
-                pdf = _arrow_to_pandas(chunk.slice(start, EVENT_ROWS), self.instants)
+            step = max(1, chunk.num_rows) if self.whole_chunks else EVENT_ROWS
+            for start in range(0, chunk.num_rows, step):
+                pdf = _arrow_to_pandas(chunk.slice(start, step), self.instants)
                 events = _events(pdf, self.keys, self.columns, self.event_time, to_parts, self.instants)[0]
                 pdf = None          # not kept while the events are run and the next slice converts
                 yield events

@@ -76,6 +76,7 @@ class SstBuilder:
         self.bloom = bloom
         self.strip = strip if bloom else None
         self._buf = bytearray()       # the blocks so far: one buffer, so finish adds no copy of them
+        self._finished = False
         self._offset = 0
         self._hashes = bytearray()    # the bloom filter's hashes of the keys so far (8 bytes a key)
         self._last: bytes | None = None
@@ -201,6 +202,9 @@ class SstBuilder:
         its blocks at the end held them twice, ``table_bytes`` more at a flush's peak)."""
         if not self.count:
             raise ValueError("an SST needs at least one record")
+        if self._finished:
+            raise ValueError("this SstBuilder has finished: its table's bytes were handed over")
+        self._finished = True
         self._flush_block()
         fk, off, ln, cr = self._index
         meta = {

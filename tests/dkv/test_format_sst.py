@@ -81,6 +81,14 @@ def test_footer_layout_is_pinned():
     assert meta_off + meta_len == len(data) - 32
 
 
+def test_a_builder_finishes_once():
+    b = sst.SstBuilder(256)
+    b.add(b"k", b"v", 1)
+    b.finish_buffer()
+    with pytest.raises(ValueError, match="has finished"):
+        b.finish()
+
+
 def test_empty_table_is_refused():
     with pytest.raises(ValueError):
         sst.SstBuilder().finish()

@@ -127,3 +127,35 @@ def test_segments_a_reopen_or_refresh_finds_live_are_read_from_their_files(tmp_p
     a.close()
     if how == "refresh":
         b.close()
+
+
+class _ManifestFails(LocalDirStore):
+    """A local folder whose next create of a manifest fails (armed by the test)."""
+    fail_next = False
+
+    def _put_if_absent(self, key, data, sync=True):
+        if self.fail_next and key.endswith(".manifest"):
+            self.fail_next = False
+            raise dkv.errors.StorageError(f"injected: creating {key} failed")
+        return super()._put_if_absent(key, data, sync=sync)
+
+
+def test_a_segment_is_read_from_its_file_only_once_a_committed_manifest_names_it(tmp_path):
+    """A segment uploaded for a checkpoint whose manifest was never created stays in memory:
+    no manifest names its file, which a newer writer's collection would take for garbage;
+    the next checkpoint that commits names it, and then it is read from the file."""
+    store = _ManifestFails(str(tmp_path / "s"), fsync=False)
+    db = dkv.open(store, background=False, **OPTS)
+    rng, model = random.Random(13), {}
+    _fill(db, model, rng, 1500, b"a")
+    store.fail_next = True
+    with pytest.raises(dkv.errors.StorageError, match="injected"):
+        db.checkpoint().wait()
+    (seg,) = _segments(db)
+    assert type(seg._store) is _Blob and (tmp_path / "s" / seg.path).exists()   # uploaded, named by none
+    assert contents(db) == model
+    db.checkpoint().wait()
+    (seg,) = _segments(db)
+    assert type(seg._store) is not _Blob
+    assert contents(db) == model
+    db.close()

@@ -27,7 +27,7 @@ import pytest
 
 from objectspace import ObjectCache
 
-from spark_ops import _budget, _runtime
+from spark_ops import _budget, _runtime, _shardstate
 from spark_ops._units import memory_bytes
 from spark_ops.operator import Operator
 from spark_ops.operators import Buffer
@@ -390,6 +390,20 @@ def test_a_far_shard_keeps_a_block_cache_its_options_made_smaller_still():
     h.run_batch([{"k": f"k{i:05d}", "v": 0} for i in range(3 * fit)])
     st = _runtime._SHARDS[(h.spec.state, 0, 1)]
     assert st.far and st.db.stats()["block_cache"]["budget"] == small
+    h.close()
+
+
+def test_a_far_shard_of_a_larger_budget_keeps_its_block_cache(monkeypatch):
+    """Only budgets up to FAR_BLOCK_CACHE_MEMORY shrink the block cache when far (a larger
+    one's batch ran slower with it and did not need the memory): the same shard with the
+    limit below its budget keeps the cache its options gave."""
+    monkeypatch.setattr(_shardstate, "FAR_BLOCK_CACHE_MEMORY", memory_bytes(MEMORY) - 1)
+    h = OperatorHarness(Buffer(count=1_000, key_columns=("k",)), key="k", partitions=1, memory=MEMORY)
+    fit = ObjectCache.handles_within(memory_bytes(MEMORY) // _budget.OUTGROWN_CACHE_SHARE)
+    h.run_batch([{"k": f"k{i:05d}", "v": 0} for i in range(3 * fit)])
+    st = _runtime._SHARDS[(h.spec.state, 0, 1)]
+    assert st.far and st.db.stats()["block_cache"]["budget"] == st.block_cache_bytes
+    assert st.cache.budget == memory_bytes(MEMORY) // _budget.FAR_CACHE_SHARE     # the rest of far holds
     h.close()
 
 

@@ -113,9 +113,11 @@ def test_a_chunk_becomes_events_a_slice_of_event_rows_at_a_time(monkeypatch):
     table = _table(rows)
     cols = ["k", "ts", "v", "s", "nested"]
 
-    def lists(event_rows):
+    def lists(event_rows, whole_chunks=False):
         monkeypatch.setattr(_worker, "EVENT_ROWS", event_rows)
-        return list(EventChunks(TaskRows(table, ["k"], cols, ["ts"], "ts", size=128), ["k"], cols, "ts", INSTANTS))
+        chunks = EventChunks(TaskRows(table, ["k"], cols, ["ts"], "ts", size=128), ["k"], cols, "ts", INSTANTS)
+        chunks.whole_chunks = whole_chunks      # a batch that prefetches (run_shard_batch) takes them whole
+        return list(chunks)
 
     def flat(parts):        # repr: NaNs (in "v" and nested) compare equal as text
         return [repr(event) for ch in parts for event in ch]
@@ -123,6 +125,8 @@ def test_a_chunk_becomes_events_a_slice_of_event_rows_at_a_time(monkeypatch):
     assert len(whole) == 3 and max(map(len, whole)) > 50      # a list a chunk (128, 128, 44 rows)
     assert len(sliced) == 7 and max(map(len, sliced)) <= 50    # 50, 50, 28 a chunk of 128, then 44
     assert flat(sliced) == flat(whole) and len(flat(whole)) > 0
+    prefetching = lists(50, whole_chunks=True)
+    assert [len(ch) for ch in prefetching] == [len(ch) for ch in whole] and flat(prefetching) == flat(whole)
 
 
 def test_a_tasks_keys_are_counted_only_where_its_rows_could_be_more():
