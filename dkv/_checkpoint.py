@@ -64,6 +64,16 @@ class Segment:
     def name(self) -> str:
         return _paths.wal_name(self.ns, self.writer, self.id)
 
+    def read_from_file(self, store) -> None:
+        """Its Delta reads the segment's file from now on, its bytes out of memory, where
+        ``store``'s reads are local (``ObjectStore.local_reads``). For a file a committed
+        manifest names (a checkpoint's, a reopen's, a refresh's): it then goes only as a
+        table's does, out of the retained checkpoints, never as an uploaded file no
+        manifest named, which a newer writer's collection adopts as garbage (RFC 0012,
+        *Step 13*)."""
+        if self.state == "uploaded" and type(self.source) is Delta and store.local_reads:
+            self.source.read_from(store)
+
 
 class Checkpoint:
     """Handle on a checkpoint in progress. ``wait()`` blocks until it is durable.
@@ -397,14 +407,8 @@ class CheckpointMixin(GarbageMixin):
             for seg in pin.segments:
                 if id(seg) in inline:      # later manifests name this one as its carrier
                     seg.carrier = (cp.epoch, self._writer)
-        if self.store.local_reads:
-            # A segment's Delta reads its file from now on, its bytes out of memory: once a
-            # committed manifest names the file, which then goes only as a table's does
-            # (out of the retained checkpoints), never as an uploaded segment that no
-            # manifest named (a newer writer's collection adopts those as garbage).
-            for seg in pin.segments:
-                if seg.state == "uploaded" and type(seg.source) is Delta:
-                    seg.source.read_from(self.store)
+        for seg in pin.segments:
+            seg.read_from_file(self.store)
         cp.name = name
 
     def _reserved(self) -> dict:

@@ -152,7 +152,7 @@ def _replay(r: Restored, m: mf.Manifest, groups: tuple, store, cache, where: str
         return
     for seg, blob in zip(todo, fetch(store, todo, ns, where)):
         seg.source = load_segment(seg, blob, cache, carrier_name(ns, seg, where), strip)
-        read_from_file(seg, store)
+        seg.read_from_file(store)
         r.segments.append(seg)
         if seg.source is not None:
             r.sources = (seg.source,) + r.sources
@@ -196,14 +196,6 @@ def fetch(store, segments: list, ns: str = "", where: str = "") -> list:
                                   "which does not hold it")
         s.data = data
     return [s.data if s.state == "inline" else next(got) for s in segments]
-
-
-def read_from_file(seg: Segment, store) -> None:
-    """A loaded segment read from its file from now on, its bytes out of memory, where the
-    store's reads are local (``ObjectStore.local_reads``): the checkpoints a reopen finds
-    live are up to ``flush_bytes`` twice over until the first flush (RFC 0012, *Step 13*)."""
-    if seg.source is not None and seg.state != "inline" and store.local_reads:
-        seg.source.read_from(store)
 
 
 def load_segment(seg: Segment, blob: bytes, cache, where: str = "", strip: tuple | None = None):

@@ -16,7 +16,7 @@ import logging
 
 from . import _paths
 from ._locks import LockHolder
-from ._recovery import carrier_name, fetch, load_segment, read_from_file, segments_of
+from ._recovery import carrier_name, fetch, load_segment, segments_of
 from ._timeline import Timeline, claim_writer
 from .errors import ClosedError, ReadOnlyError
 
@@ -124,7 +124,7 @@ class RefreshMixin(LockHolder):
                 added = (seg.source,) + added
                 for keys, _ in seg.source.records():
                     changed += keys
-                read_from_file(seg, store)
+                seg.read_from_file(store)
         sources, version = self._view
         self._view = (added + sources, version)
         return changed
