@@ -25,6 +25,16 @@ from .base import ObjectStore, check_object_key, clip_range
 _TMP_PREFIX = ".tmp-"
 
 
+class _OpenFile:
+    """An open file of LocalDirStore's descriptor cache: ``users`` reads are in it now;
+    ``dropped`` once the cache let it go (closed by whoever ends its last use)."""
+
+    __slots__ = ("fd", "users", "dropped")
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.users, self.dropped = fd, 0, False
+
+
 class LocalDirStore(ObjectStore):
     """A folder on a local (or mounted) file system. ``fsync=False`` trades durability for speed."""
 
@@ -35,7 +45,7 @@ class LocalDirStore(ObjectStore):
         self.root = os.path.abspath(os.path.expanduser(root))
         self.location = self.root
         self.fsync = fsync
-        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._fds: OrderedDict[str, _OpenFile] = OrderedDict()
         self._fd_lock = threading.Lock()
         self._dirs: set[str] = set()     # folders known to exist, durably
         # The folder is made by the first write (see _write_temp), not here: opening a
@@ -68,12 +78,17 @@ class LocalDirStore(ObjectStore):
 
     def _get_range(self, key: str, start: int | None, end: int | None) -> bytes:
         """Ranged reads come from an open file kept in a small cache: objects are immutable,
-        and an SST read is a few KB, so open/close would cost more than the read."""
-        with self._fd_lock:
-            fd = self._fds.get(key)
-            if fd is not None:
+        and an SST read is a few KB, so open/close would cost more than the read. A read
+        holds its file open (``_OpenFile.users``) until its pread returns: an eviction, a
+        delete or a ``close`` meanwhile leaves the closing to the last reader, so no read
+        meets a closed descriptor, nor one that the number's next ``open`` gave another file."""
+        lock = self._fd_lock
+        with lock:
+            f = self._fds.get(key)
+            if f is not None:
                 self._fds.move_to_end(key)
-        if fd is None:
+                f.users += 1
+        if f is None:
             path = self._path(key)
             try:
                 fd = os.open(path, os.O_RDONLY)
@@ -81,34 +96,56 @@ class LocalDirStore(ObjectStore):
                 raise ObjectMissingError(f"{path} does not exist") from None
             except OSError as e:
                 raise _failed(f"cannot read {path}", e) from e
-            with self._fd_lock:
-                old = self._fds.get(key)
-                if old is not None:
-                    os.close(fd)
-                    fd = old
-                else:
-                    self._fds[key] = fd
+            drop = []
+            with lock:
+                f = self._fds.get(key)
+                if f is None:
+                    f = self._fds[key] = _OpenFile(fd)
+                    fd = -1
                     while len(self._fds) > self.FD_CACHE:
-                        os.close(self._fds.popitem(last=False)[1])
+                        drop.append(self._fds.popitem(last=False)[1])
+                f.users += 1
+            if fd >= 0:         # another reader cached the file first
+                os.close(fd)
+            self._drop(drop)
         lo = 0 if start is None else max(0, start)
+        fd = f.fd
         try:
             if end is None:
                 end = os.fstat(fd).st_size
             return os.pread(fd, max(0, end - lo), lo)
         except OSError as e:
             raise _failed(f"cannot read {key} in {self.root}", e) from e
+        finally:
+            with lock:
+                f.users -= 1
+                last = not f.users and f.dropped
+            if last:
+                os.close(fd)
+
+    def _drop(self, files: list[_OpenFile]) -> None:
+        """Close files the cache let go of, each now or (while a read uses it) by its last reader."""
+        if not files:
+            return
+        with self._fd_lock:
+            idle = []
+            for f in files:
+                f.dropped = True
+                if not f.users:
+                    idle.append(f.fd)
+        for fd in idle:
+            os.close(fd)
 
     def _forget_fd(self, key: str) -> None:
         with self._fd_lock:
-            fd = self._fds.pop(key, None)
-        if fd is not None:
-            os.close(fd)
+            f = self._fds.pop(key, None)
+        if f is not None:
+            self._drop([f])
 
     def close(self) -> None:
         with self._fd_lock:
-            fds, self._fds = list(self._fds.values()), OrderedDict()
-        for fd in fds:
-            os.close(fd)
+            files, self._fds = list(self._fds.values()), OrderedDict()
+        self._drop(files)
 
     def _ensure_dir(self, folder: str) -> None:
         """Make ``folder`` if it is missing, and fsync the parent of each folder made: a

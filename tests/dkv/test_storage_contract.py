@@ -384,3 +384,47 @@ def test_cached_store_accounting_under_concurrent_eviction(tmp_path):
     for seed in range(15):
         _, cache, on_disk, _ = _hammer_cache(tmp_path, seed)
         assert cache.cached_bytes == on_disk, f"trial {seed}"
+
+
+@pytest.mark.parametrize("let_go", ["evicted", "deleted", "closed"])
+def test_local_ranged_read_keeps_its_file_open_until_it_returns(tmp_path, monkeypatch, let_go):
+    """A ranged read in flight while the descriptor cache lets its file go (an eviction by
+    another read, a delete, the store's close) reads the file it asked for: the descriptor
+    is closed by its last reader, never under it, so the number is not reused meanwhile."""
+    store = LocalDirStore(str(tmp_path))
+    store.FD_CACHE = 1
+    for name, fill in (("a", b"A"), ("b", b"B"), ("c", b"C")):
+        store.put(name, fill * 64)
+    real_pread = os.pread
+    entered, release = threading.Event(), threading.Event()
+
+    def pread(fd, n, offset):
+        if threading.current_thread().name == "held-read":
+            entered.set()
+            assert release.wait(10)
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(store.get("a", 0, 8)), name="held-read")
+    reader.start()
+    assert entered.wait(10)
+    if let_go == "evicted":
+        assert store.get("b", 0, 4) == b"BBBB"        # "a" leaves the one-file cache
+    elif let_go == "deleted":
+        store.delete("a")
+    else:
+        store.close()
+    # The lowest free descriptor number goes to the next open: were "a"'s closed, "c" got it.
+    store2 = LocalDirStore(str(tmp_path))
+    assert store2.get("c", 0, 4) == b"CCCC"
+    release.set()
+    reader.join(10)
+    assert got == [b"A" * 8]
+    # the held read closed the file when it returned: no descriptor of "a" left open
+    open_files = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}")}
+    assert not any(f.startswith(str(tmp_path / "a")) for f in open_files), open_files
+    assert store.get("c", 2, 6) == b"CCCC"
+    store.close()
+    store2.close()
