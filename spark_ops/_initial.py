@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 STAGE = "_initial"
 KEEP_MS = 7 * 24 * 3600 * 1000      # stages older than this are removed by the next staging of the operator
-_US = "__spark_ops_ius"              # helper columns: a timestamp column's instants (see _worker._arrow_to_pandas)
+_US = "__spark_ops_ius"              # helper columns: a timestamp column's instants (see _worker._python_values)
 _RESULT = "object string, first int, last int, rows long"
 
 

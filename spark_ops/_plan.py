@@ -169,8 +169,8 @@ def apply_operator(df: DataFrame, operator: Operator, key: str | Sequence[str], 
     if initial_state is not None:
         spec.initial = _initial.stage(initial_state, keys, key_groups=key_groups, shards=n, root=spec.state,
                                       name=name, dkv_options=spec.dkv_options, event_time=event_time, order=order)
-    # Timestamps reach pandas as naive wall-clock times, ambiguous around DST changes; their
-    # exact instants are read from the Arrow columns as microseconds (see _worker._arrow_to_pandas).
+    # Top-level timestamp columns: their rows' datetimes are made from the exact instants of
+    # the Arrow columns (microseconds, whatever the session time zone; _worker._python_values).
     instants = {c.name: f"{US}{i}" for i, c in enumerate(df.schema.fields) if isinstance(c.dataType, TimestampType)}
     columns = df.columns
     df = spark_watermark(df, event_time, spec.delay_ms)

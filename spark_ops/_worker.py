@@ -213,10 +213,8 @@ class EventChunks:
             chunk = rows.chunk(i)
             step = max(1, chunk.num_rows) if self.whole_chunks else EVENT_ROWS
             for start in range(0, chunk.num_rows, step):
-                pdf = _arrow_to_pandas(chunk.slice(start, step), self.instants)
-                events = _events(pdf, self.keys, self.columns, self.event_time, to_parts, self.instants)[0]
-                pdf = None          # not kept while the events are run and the next slice converts
-                yield events
+                yield _events(chunk.slice(start, step), self.keys, self.columns, self.event_time, to_parts,
+                              self.instants)[0]
 
     def distinct_keys(self, beyond: int) -> int:
         """How many keys the rows hold, counted only if there are more than ``beyond``
@@ -230,7 +228,7 @@ class EventChunks:
 
 def _naive_timestamps(ty):
     """``ty`` with every zoned timestamp made a plain (UTC) one: the values are UTC
-    instants either way, and pandas then gives naive UTC datetimes."""
+    instants either way, and they then become naive UTC datetimes."""
     import pyarrow as pa
     if pa.types.is_timestamp(ty):
         return pa.timestamp(ty.unit) if ty.tz is not None else ty
@@ -246,53 +244,81 @@ def _naive_timestamps(ty):
     return ty
 
 
-def _arrow_to_pandas(table, instants: dict):
-    """A task's rows (an Arrow table, or None) as one pandas DataFrame (None without rows), as
-    mapInPandas would give them except that timestamps nested in structs, arrays and maps
-    are naive UTC datetimes, whatever the session time zone, and maps are dicts. Each
-    top-level timestamp column ``c`` also comes as microseconds since the epoch in
-    column ``instants[c]`` (its exact instants)."""
-    if table is None or not table.num_rows:
-        return None
+def _micros(col):
+    """A timestamp column's instants as microseconds since the epoch: a numpy int64 array
+    without nulls, else a list with None for them."""
     import pyarrow as pa
-    for c, helper in instants.items():
-        col = table.column(c)
-        if col.type.unit != "us":
-            col = col.cast(pa.timestamp("us", tz=col.type.tz))
-        table = table.append_column(helper, col.cast(pa.int64()))
-    plain = pa.schema([f.with_type(_naive_timestamps(f.type)) for f in table.schema])
-    if plain != table.schema:
-        table = table.cast(plain)
-    return table.to_pandas(maps_as_pydicts="strict")
+    if col.type.unit != "us":
+        col = col.cast(pa.timestamp("us", tz=col.type.tz))
+    col = col.cast(pa.int64())
+    return col.to_numpy() if not col.null_count else col.to_pylist()
 
 
-def _events(pdf, keys, columns, event_time, to_parts, instants):
-    """Rows (``pdf``, in processing order: see _sort_order) as (key group, key parts, event
-    ms, row dict), and the largest event time (ms) of rows with a null key, or None. Those
-    rows (a heartbeat) are dropped, but their event times advance the watermark."""
-    if pdf is None:
+def _python_values(col, instant: bool) -> list:
+    """A column's values as plain Python values, which state can store: a top-level
+    timestamp column (``instant``) as timezone-aware UTC datetimes, timestamps nested in
+    structs, arrays and maps as naive UTC datetimes, structs and maps as dicts, arrays as
+    lists; a null is None, an int stays an int."""
+    if instant:
+        return _utc_datetimes(_micros(col))
+    plain = _naive_timestamps(col.type)
+    if plain != col.type:
+        col = col.cast(plain)
+    # maps_as_pydicts costs pyarrow its fast path (a scalar at a time): only where maps are
+    return col.to_pylist(maps_as_pydicts="strict") if _has_map(plain) else col.to_pylist()
+
+
+def _has_map(ty) -> bool:
+    """True when an Arrow type is or holds a map."""
+    import pyarrow as pa
+    if pa.types.is_map(ty):
+        return True
+    if pa.types.is_struct(ty):
+        return any(_has_map(f.type) for f in ty)
+    if pa.types.is_list(ty) or pa.types.is_large_list(ty) or pa.types.is_fixed_size_list(ty):
+        return _has_map(ty.value_type)
+    return False
+
+
+def _events(table, keys, columns, event_time, to_parts, instants):
+    """Rows (an Arrow table in processing order, see _sort_order; or None) as (key group,
+    key parts, event ms, row dict), and the largest event time (ms) of rows with a null
+    key, or None. Those rows (a heartbeat) are dropped, but their event times advance the
+    watermark. ``instants``: the top-level timestamp columns (their rows' datetimes are
+    made from their exact instants)."""
+    if table is None or not table.num_rows:
         return [], None
     heartbeat = None
-    if any(pdf[k].hasnans for k in keys):
-        keyed = pdf[keys].notna().all(axis=1)
+    if any(table.column(k).null_count for k in keys):
+        import pyarrow.compute as pc
+        keyed = table.column(keys[0]).is_valid()
+        for k in keys[1:]:
+            keyed = pc.and_(keyed, table.column(k).is_valid())
         if event_time is not None:
-            col = pdf.loc[~keyed, instants.get(event_time, event_time)]
-            if col.notna().any():
-                heartbeat = int(col.max()) // (1000 if event_time in instants else 1)
-        pdf = pdf[keyed]
-    values = {c: (_utc_datetimes(pdf[instants[c]]) if c in instants else _python_values(pdf[c])) for c in columns}
+            beats = table.filter(pc.invert(keyed)).column(event_time)
+            if beats.null_count < len(beats):
+                if event_time in instants:
+                    heartbeat = max(v for v in _micros(beats) if v is not None) // 1000
+                else:
+                    heartbeat = int(pc.max(beats).as_py())
+        table = table.filter(keyed)
+        if not table.num_rows:
+            return [], heartbeat
+    values = {c: _python_values(table.column(c), c in instants) for c in dict.fromkeys([*columns, *keys])}
+    n = table.num_rows
     if event_time is None:
-        ts = [None] * len(pdf)
+        ts = [None] * n
     elif event_time in instants:
-        micros = pdf[instants[event_time]]
-        ts = ((micros.to_numpy() // 1000).tolist() if micros.dtype.kind in "iu"      # no nulls
-              else [None if v != v else int(v) // 1000 for v in micros.tolist()])
+        micros = _micros(table.column(event_time))
+        ts = ((micros // 1000).tolist() if not isinstance(micros, list)      # no nulls
+              else [None if v is None else v // 1000 for v in micros])
     else:
-        ts = [None if v is None or v != v else int(v) for v in pdf[event_time].tolist()]
-    kgs = pdf[KG].tolist()
-    parts = _plain_key if all(_native_key(pdf[k]) for k in keys) else to_parts
+        raw = values[event_time] if event_time in values else table.column(event_time).to_pylist()
+        ts = [None if v is None or v != v else int(v) for v in raw]
+    kgs = table.column(KG).to_pylist()
+    parts = _plain_key if all(_native_key(table.column(k).type) for k in keys) else to_parts
     keyvals = [(v,) for v in values[keys[0]]] if len(keys) == 1 else list(zip(*[values[k] for k in keys]))
-    rows = list(map(_row_maker(columns), *[values[c] for c in columns])) if columns else [{}] * len(kgs)
+    rows = list(map(_row_maker(columns), *[values[c] for c in columns])) if columns else [{}] * n
     if parts is not _plain_key:
         keyvals = list(map(parts, keyvals))
     return list(zip(kgs, keyvals, ts, rows)), heartbeat
@@ -303,27 +329,26 @@ def _plain_key(kv: tuple) -> tuple:
     return kv
 
 
-def _native_key(series) -> bool:
-    """True when a key column holds only str or only int values (they are key parts as is)."""
-    import pandas as pd
-    if series.dtype.kind in "iu":
-        return True
-    return series.dtype.kind == "O" and pd.api.types.infer_dtype(series, skipna=False) == "string"
+def _native_key(ty) -> bool:
+    """True when a key column (its Arrow type) holds str or int values (key parts as they are)."""
+    import pyarrow as pa
+    return pa.types.is_integer(ty) or pa.types.is_string(ty) or pa.types.is_large_string(ty)
 
 
 def _utc_datetimes(micros) -> list:
-    """Timezone-aware UTC datetimes from microseconds since the Unix epoch (None for nulls).
-    Equal instants become one shared object (a batch's rows often share timestamps): fewer
-    objects to build and hold, and objectspace encodes a shared datetime once."""
-    import numpy as np
-    import pandas as pd
-    if micros.dtype.kind in "iu":       # no nulls: convert in C
-        unique, inverse = np.unique(micros.to_numpy(), return_inverse=True)
+    """Timezone-aware UTC datetimes from microseconds since the Unix epoch (a numpy array,
+    or a list with None for nulls). Equal instants become one shared object (a batch's rows
+    often share timestamps): fewer objects to build and hold, and objectspace encodes a
+    shared datetime once."""
+    if not isinstance(micros, list):       # no nulls: convert in C
+        import numpy as np
+        import pandas as pd
+        unique, inverse = np.unique(micros, return_inverse=True)
         objs = pd.DatetimeIndex(pd.to_datetime(unique, unit="us", utc=True)).to_pydatetime()
         return objs[inverse].tolist()
     cache: dict = {}
-    return [None if v != v else cache.get(v) or cache.setdefault(v, _EPOCH_UTC + _dt.timedelta(microseconds=int(v)))
-            for v in micros.tolist()]
+    return [None if v is None else cache.get(v) or cache.setdefault(v, _EPOCH_UTC + _dt.timedelta(microseconds=v))
+            for v in micros]
 
 
 def _row_maker(columns: list):
@@ -333,52 +358,3 @@ def _row_maker(columns: list):
     return eval(f"lambda {args}: {{{body}}}", {})  # noqa: S307 - column names are repr()-quoted
 
 
-def _python_values(series) -> list:
-    """A column as plain Python values (datetimes, lists, dicts), which state can store."""
-    kind = series.dtype.kind
-    if kind == "M":
-        return [None if v is None or v != v else v.to_pydatetime() for v in series.tolist()]
-    if kind == "m":
-        return [None if v is None or v != v else v.to_pytimedelta() for v in series.tolist()]
-    values = series.tolist()
-    if kind == "O":
-        import pandas as pd
-        if pd.api.types.infer_dtype(series, skipna=True) in ("string", "bytes", "empty", "boolean", "integer"):
-            return values     # plain Python values already (the common case: strings)
-        return [_plain(v) for v in values]
-    return values
-
-
-_PASS = frozenset({str, int, float, bool, type(None), bytes, _dt.datetime, _dt.date, _dt.time, _dt.timedelta})
-
-
-def _plain(v):
-    """``v`` with pandas/numpy values (Timestamp, ndarray, numpy scalars) made plain Python
-    ones, in nested lists and dicts (struct and array columns) too. Values that are plain
-    already pass with one type lookup: struct columns hold many of them."""
-    t = type(v)
-    if t in _PASS:
-        return v
-    if t is dict:
-        return {k: x if type(x) in _PASS else _plain(x) for k, x in v.items()}
-    if t is list or t is tuple:
-        return [x if type(x) in _PASS else _plain(x) for x in v]
-    import numpy as np
-    import pandas as pd
-    if isinstance(v, np.ndarray):
-        # tolist() gives Python scalars for every dtype but object (whose items may nest)
-        # and datetime64[ns] (ints: datetimes hold microseconds)
-        if v.dtype.kind == "M":
-            v = v.astype("datetime64[us]")
-        return v.tolist() if v.dtype.kind != "O" else [_plain(x) for x in v.tolist()]
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if v is pd.NaT:
-        return None
-    if isinstance(v, pd.Timestamp):
-        return v.to_pydatetime()
-    if isinstance(v, np.generic):
-        return v.item()
-    return v

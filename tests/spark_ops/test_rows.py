@@ -15,7 +15,7 @@ from spark_ops import _output, _runtime, _worker
 from spark_ops._output import rows_to_arrow
 from spark_ops._shards import TOKEN
 from spark_ops._taskrows import TaskRows, _sort_order
-from spark_ops._worker import KG, EventChunks, _arrow_to_pandas, _events, task_table
+from spark_ops._worker import KG, EventChunks, _events, task_table
 
 UTC = dt.timezone.utc
 INSTANTS = {"ts": "__spark_ops_us0"}
@@ -46,8 +46,8 @@ def _rows(seed: int, n: int = 300, nan: bool = True) -> list:
 
 def _events_of(table, keys=("k",), descending=False):
     cols = ["k", "ts", "v", "s", "nested"]
-    pdf = _arrow_to_pandas(table.take(_sort_order(table, list(keys), cols, ["ts"], descending)), INSTANTS)
-    return _events(pdf, list(keys), cols, "ts", to_parts, INSTANTS)[0]
+    rows = table.take(_sort_order(table, list(keys), cols, ["ts"], descending))
+    return _events(rows, list(keys), cols, "ts", to_parts, INSTANTS)[0]
 
 
 def test_odd_batches_meet_the_keys_descending_and_each_keys_rows_in_order():
@@ -329,3 +329,46 @@ def test_a_key_of_one_column_comes_back_as_it_went_in():
         got = user_key(to_parts((v,)), 1)
         assert got == v and type(got) is type(v), v
     assert user_key(to_parts(("a", 1, None)), 3) == ("a", 1, None)
+
+
+def test_a_rows_values_are_plain_python_a_null_is_none_and_an_int_stays_an_int():
+    """What on_event gets for each Arrow type a Spark task hands over (mapInArrow's types,
+    a session time zone other than UTC): a null is None in every column (an int column
+    with nulls keeps ints, a string column does not turn them into NaN), a float NaN stays
+    NaN, top-level timestamps are aware UTC datetimes, nested ones naive UTC, maps dicts."""
+    import decimal
+    import math
+    t1 = dt.datetime(2024, 3, 31, 1, 30, 0, 250, tzinfo=UTC)
+    berlin = pa.timestamp("us", tz="Europe/Berlin")
+    table = pa.table({
+        KG: pa.array([1, 1, 1, 2], pa.int32()),
+        "k": ["a", "a", None, "b"],
+        "n": pa.array([1, None, 7, 2 ** 62], pa.int64()),
+        "x": pa.array([1.5, None, 0.0, float("nan")], pa.float64()),
+        "s": pa.array(["x", None, "z", "é"], pa.string()),
+        "flag": pa.array([True, None, False, False]),
+        "ts": pa.array([t1, None, t1 + dt.timedelta(seconds=5), t1], berlin),
+        "st": pa.array([{"t": t1, "n": 1}, None, None, {"t": None, "n": None}],
+                       pa.struct([("t", berlin), ("n", pa.int64())])),
+        "arr": pa.array([[t1, None], None, [], []], pa.list_(berlin)),
+        "m": pa.array([[("x", 1)], None, [], [("y", None)]], pa.map_(pa.string(), pa.int64())),
+        "day": pa.array([dt.date(2024, 3, 31), None, None, dt.date(1970, 1, 1)], pa.date32()),
+        "dec": pa.array([decimal.Decimal("1.25"), None, None, decimal.Decimal("-0.01")], pa.decimal128(10, 2)),
+        "bin": pa.array([b"\x00\x01", None, None, b""], pa.binary()),
+    })
+    cols = [c for c in table.column_names if c != KG]
+    events, heartbeat = _events(table, ["k"], cols, "ts", to_parts, {"ts": "helper"})
+    # the row with a null key is a heartbeat: dropped, its event time kept
+    ms = (t1 - dt.datetime(1970, 1, 1, tzinfo=UTC)) // dt.timedelta(milliseconds=1)
+    assert heartbeat == ms + 5000
+    assert [(kg, parts) for kg, parts, _, _ in events] == [(1, ("a",)), (1, ("a",)), (2, ("b",))]
+    first, nulls, last = (row for _, _, _, row in events)
+    naive = t1.replace(tzinfo=None)
+    assert first == {"k": "a", "n": 1, "x": 1.5, "s": "x", "flag": True, "ts": t1, "st": {"t": naive, "n": 1},
+                     "arr": [naive, None], "m": {"x": 1}, "day": dt.date(2024, 3, 31),
+                     "dec": decimal.Decimal("1.25"), "bin": b"\x00\x01"}
+    assert first["ts"].tzinfo is not None and first["st"]["t"].tzinfo is None
+    assert nulls == {"k": "a", **{c: None for c in cols if c != "k"}}
+    assert type(last["n"]) is int and last["n"] == 2 ** 62 and math.isnan(last["x"])
+    assert last["st"] == {"t": None, "n": None} and last["m"] == {"y": None} and last["arr"] == []
+    assert [ts for _, _, ts, _ in events] == [ms, None, ms]

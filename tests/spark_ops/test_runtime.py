@@ -532,31 +532,31 @@ def test_timer_service_matches_a_model_and_skips_scans_when_nothing_can_be_due()
 
 
 def test_struct_and_array_values_become_plain_python_values():
-    """Struct/array columns reach pandas as dicts, ndarrays, Timestamps and numpy scalars;
-    the rows an operator sees (and state stores) hold plain Python values only."""
+    """Struct, array and map columns become dicts and lists of plain Python values all the
+    way down (the rows an operator sees, and state stores): no numpy scalars, arrays or
+    pandas Timestamps; nested timestamps naive UTC, whatever the column's zone."""
     import decimal
 
-    import numpy as np
-    import pandas as pd
+    import pyarrow as pa
 
-    from spark_ops._worker import _plain
-    ts = pd.Timestamp("2024-03-01 12:00:00.123456")
+    from spark_ops._worker import _python_values
     py_ts = dt.datetime(2024, 3, 1, 12, 0, 0, 123456)
-    utc = dt.timezone.utc
-    cases = [   # (what pandas gives, what the operator must see)
-        ({"i": 1, "t": ts, "s": "x", "a": np.array([1.5, 2.5]), "inner": {"t2": ts, "n": None}},
-         {"i": 1, "t": py_ts, "s": "x", "a": [1.5, 2.5], "inner": {"t2": py_ts, "n": None}}),
-        ({"f": np.float64(2.5), "b": np.bool_(True), "n": np.int32(7), "d": decimal.Decimal("1.10")},
-         {"f": 2.5, "b": True, "n": 7, "d": decimal.Decimal("1.10")}),
-        (np.array([ts, None, pd.NaT], dtype=object), [py_ts, None, None]),
-        (np.array([1, 2], dtype=np.int64), [1, 2]),
-        (np.array(["a", "b"]), ["a", "b"]),
-        ([(1, 2), {"k": [np.int64(3)]}], [[1, 2], {"k": [3]}]),
-        (pd.NaT, None), (None, None), (b"raw", b"raw"), (True, True), (3, 3), (2.0, 2.0), ("s", "s"),
-        (dt.datetime(2024, 1, 1, tzinfo=utc), dt.datetime(2024, 1, 1, tzinfo=utc)),
-        (pd.Timestamp("2024-01-01", tz="UTC"), dt.datetime(2024, 1, 1, tzinfo=utc)),
-        (np.array([], dtype=object), []),
-        (np.array(["2024-03-01T12:00:00.123456", "NaT"], dtype="datetime64[ns]"), [py_ts, None]),  # not ns ints
+    aware = py_ts.replace(tzinfo=dt.timezone.utc)
+    zoned = pa.timestamp("us", tz="America/New_York")
+    cases = [   # (an Arrow column, what the operator must see)
+        (pa.array([{"i": 1, "t": aware, "s": "x", "a": [1.5, 2.5], "inner": {"t2": aware, "n": None}}, None],
+                  pa.struct([("i", pa.int32()), ("t", zoned), ("s", pa.string()), ("a", pa.list_(pa.float64())),
+                             ("inner", pa.struct([("t2", zoned), ("n", pa.int64())]))])),
+         [{"i": 1, "t": py_ts, "s": "x", "a": [1.5, 2.5], "inner": {"t2": py_ts, "n": None}}, None]),
+        (pa.array([{"f": 2.5, "b": True, "n": 7, "d": decimal.Decimal("1.10")}],
+                  pa.struct([("f", pa.float32()), ("b", pa.bool_()), ("n", pa.int8()), ("d", pa.decimal128(5, 2))])),
+         [{"f": 2.5, "b": True, "n": 7, "d": decimal.Decimal("1.10")}]),
+        (pa.array([[aware, None], [], None], pa.list_(zoned)), [[py_ts, None], [], None]),
+        (pa.array([[1, 2]], pa.large_list(pa.int64())), [[1, 2]]),
+        (pa.array([[("k", [3])]], pa.map_(pa.string(), pa.list_(pa.int64()))), [{"k": [3]}]),
+        (pa.array([{"m": [("a", aware)]}], pa.struct([("m", pa.map_(pa.string(), zoned))])), [{"m": {"a": py_ts}}]),
+        (pa.array([b"raw", None], pa.binary()), [b"raw", None]),
+        (pa.array([dt.timedelta(seconds=3)], pa.duration("us")), [dt.timedelta(seconds=3)]),
     ]
 
     def types(x):
@@ -566,8 +566,11 @@ def test_struct_and_array_values_become_plain_python_values():
             return [types(y) for y in x]
         return type(x)
     for given, want in cases:
-        got = _plain(given)
+        got = _python_values(pa.chunked_array([given]), False)
         assert got == want and types(got) == types(want), given     # same values, same types all the way down
+    # a top-level timestamp column: aware UTC datetimes, equal instants one object
+    got = _python_values(pa.chunked_array([pa.array([aware, aware, None], zoned)]), True)
+    assert got == [aware, aware, None] and got[0] is got[1] and got[0].tzinfo == dt.timezone.utc
 
 
 # ------------------------------------------------------------------------- output parts to a sink
