@@ -298,7 +298,7 @@ def _events(table, keys, columns, event_time, to_parts, instants):
             beats = table.filter(pc.invert(keyed)).column(event_time)
             if beats.null_count < len(beats):
                 if event_time in instants:
-                    heartbeat = max(v for v in _micros(beats) if v is not None) // 1000
+                    heartbeat = int(max(v for v in _micros(beats) if v is not None)) // 1000
                 else:
                     heartbeat = int(pc.max(beats).as_py())
         table = table.filter(keyed)

@@ -360,7 +360,7 @@ def test_a_rows_values_are_plain_python_a_null_is_none_and_an_int_stays_an_int()
     events, heartbeat = _events(table, ["k"], cols, "ts", to_parts, {"ts": "helper"})
     # the row with a null key is a heartbeat: dropped, its event time kept
     ms = (t1 - dt.datetime(1970, 1, 1, tzinfo=UTC)) // dt.timedelta(milliseconds=1)
-    assert heartbeat == ms + 5000
+    assert heartbeat == ms + 5000 and type(heartbeat) is int
     assert [(kg, parts) for kg, parts, _, _ in events] == [(1, ("a",)), (1, ("a",)), (2, ("b",))]
     first, nulls, last = (row for _, _, _, row in events)
     naive = t1.replace(tzinfo=None)
