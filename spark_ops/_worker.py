@@ -190,7 +190,7 @@ def run_task(spec: ShardSpec, batch_id: int, shard: int, rows, keys, columns, or
 EVENT_ROWS = 1 << 12
 """Rows made Python events at once: a chunk of a task's rows (TaskRows.size, one ask of the
 worker) becomes event lists of this many rows each. An event costs ~800 bytes as Python
-objects (its row dict, key and tuple, and the pandas frame they come from): a host holds
+objects (its row dict, key and tuple, and the column lists they come from): a host holds
 ~3 MB of them at a time instead of ~13 MB for a whole chunk, and converting 4,096 rows at a
 time is no slower (RFC 0012, *Step 13*)."""
 
