@@ -227,11 +227,17 @@ class EventChunks:
 
 
 def _naive_timestamps(ty):
-    """``ty`` with every zoned timestamp made a plain (UTC) one: the values are UTC
-    instants either way, and they then become naive UTC datetimes."""
+    """``ty`` with every timestamp nested in it made a plain (UTC) one of microseconds, and
+    durations microseconds too (the values are UTC instants either way, and then become
+    naive UTC datetimes and timedeltas, as Python's types hold microseconds), and
+    dictionary-encoded columns their values' type."""
     import pyarrow as pa
     if pa.types.is_timestamp(ty):
-        return pa.timestamp(ty.unit) if ty.tz is not None else ty
+        return pa.timestamp("us")
+    if pa.types.is_duration(ty):
+        return pa.duration("us")
+    if pa.types.is_dictionary(ty):
+        return _naive_timestamps(ty.value_type)
     if pa.types.is_struct(ty):
         return pa.struct([f.with_type(_naive_timestamps(f.type)) for f in ty])
     if pa.types.is_map(ty):
@@ -241,6 +247,8 @@ def _naive_timestamps(ty):
         return pa.list_(ty.value_field.with_type(_naive_timestamps(ty.value_type)))
     if pa.types.is_large_list(ty):
         return pa.large_list(ty.value_field.with_type(_naive_timestamps(ty.value_type)))
+    if pa.types.is_fixed_size_list(ty):
+        return pa.list_(ty.value_field.with_type(_naive_timestamps(ty.value_type)), ty.list_size)
     return ty
 
 
@@ -263,7 +271,8 @@ def _python_values(col, instant: bool) -> list:
         return _utc_datetimes(_micros(col))
     plain = _naive_timestamps(col.type)
     if plain != col.type:
-        col = col.cast(plain)
+        import pyarrow.compute as pc
+        col = pc.cast(col, plain, safe=False)       # nanoseconds, if any, cut to microseconds
     # maps_as_pydicts costs pyarrow its fast path (a scalar at a time): only where maps are
     return col.to_pylist(maps_as_pydicts="strict") if _has_map(plain) else col.to_pylist()
 
@@ -288,9 +297,10 @@ def _events(table, keys, columns, event_time, to_parts, instants):
     made from their exact instants)."""
     if table is None or not table.num_rows:
         return [], None
+    import pyarrow as pa
+    import pyarrow.compute as pc
     heartbeat = None
     if any(table.column(k).null_count for k in keys):
-        import pyarrow.compute as pc
         keyed = table.column(keys[0]).is_valid()
         for k in keys[1:]:
             keyed = pc.and_(keyed, table.column(k).is_valid())
@@ -316,6 +326,12 @@ def _events(table, keys, columns, event_time, to_parts, instants):
         raw = values[event_time] if event_time in values else table.column(event_time).to_pylist()
         ts = [None if v is None or v != v else int(v) for v in raw]
     kgs = table.column(KG).to_pylist()
+    for k in keys:
+        if pa.types.is_floating(table.column(k).type) and pc.any(pc.is_nan(table.column(k))).as_py():
+            n = pc.sum(pc.is_nan(table.column(k))).as_py()
+            raise ValueError(f"spark_ops: key column {k!r} holds NaN in {n} row(s) of this task: a key cannot be "
+                             f"NaN (it equals no value, itself included); filter those rows or fill the column "
+                             f"(df.where(~F.isnan({k!r})), df.na.fill(...)) before the operator")
     parts = _plain_key if all(_native_key(table.column(k).type) for k in keys) else to_parts
     keyvals = [(v,) for v in values[keys[0]]] if len(keys) == 1 else list(zip(*[values[k] for k in keys]))
     rows = list(map(_row_maker(columns), *[values[c] for c in columns])) if columns else [{}] * n

@@ -91,7 +91,7 @@ class LocalDirStore(ObjectStore):
         if f is None:
             path = self._path(key)
             try:
-                fd = os.open(path, os.O_RDONLY)
+                mine = os.open(path, os.O_RDONLY)
             except FileNotFoundError:
                 raise ObjectMissingError(f"{path} does not exist") from None
             except OSError as e:
@@ -100,17 +100,19 @@ class LocalDirStore(ObjectStore):
             with lock:
                 f = self._fds.get(key)
                 if f is None:
-                    f = self._fds[key] = _OpenFile(fd)
-                    fd = -1
+                    f = self._fds[key] = _OpenFile(mine)
+                    mine = -1
                     while len(self._fds) > self.FD_CACHE:
                         drop.append(self._fds.popitem(last=False)[1])
                 f.users += 1
-            if fd >= 0:         # another reader cached the file first
-                os.close(fd)
-            self._drop(drop)
-        lo = 0 if start is None else max(0, start)
-        fd = f.fd
+        else:
+            mine, drop = -1, []
         try:
+            if mine >= 0:         # another reader cached the file first
+                os.close(mine)
+            self._drop(drop)
+            lo = 0 if start is None else max(0, start)
+            fd = f.fd
             if end is None:
                 end = os.fstat(fd).st_size
             return os.pread(fd, max(0, end - lo), lo)
@@ -121,7 +123,7 @@ class LocalDirStore(ObjectStore):
                 f.users -= 1
                 last = not f.users and f.dropped
             if last:
-                os.close(fd)
+                os.close(f.fd)
 
     def _drop(self, files: list[_OpenFile]) -> None:
         """Close files the cache let go of, each now or (while a read uses it) by its last reader."""

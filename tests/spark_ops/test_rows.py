@@ -372,3 +372,33 @@ def test_a_rows_values_are_plain_python_a_null_is_none_and_an_int_stays_an_int()
     assert type(last["n"]) is int and last["n"] == 2 ** 62 and math.isnan(last["x"])
     assert last["st"] == {"t": None, "n": None} and last["m"] == {"y": None} and last["arr"] == []
     assert [ts for _, _, ts, _ in events] == [ms, None, ms]
+
+
+def test_nanoseconds_dictionaries_and_fixed_lists_become_plain_values_too():
+    """Types Spark does not hand over but an Arrow table may hold (the harness's tables,
+    initial state built elsewhere): nanosecond timestamps and durations (cut to
+    microseconds), dictionary-encoded and fixed-size-list columns, still plain values."""
+    t1 = dt.datetime(2024, 3, 31, 1, 30, 0, 250, tzinfo=UTC)
+    tokyo_ns = pa.timestamp("ns", tz="Asia/Tokyo")
+    table = pa.table({
+        KG: pa.array([0, 0], pa.int32()),
+        "k": ["a", "b"],
+        "ns": pa.array([{"t": t1}, {"t": None}], pa.struct([("t", tokyo_ns)])),
+        "dur": pa.array([1_500, None], pa.duration("ns")),
+        "dict": pa.array([t1, t1], pa.timestamp("us", tz="Asia/Tokyo")).dictionary_encode(),
+        "fixed": pa.array([[t1, t1], [None, t1]], pa.list_(pa.timestamp("us", tz="Asia/Tokyo"), 2)),
+    })
+    cols = [c for c in table.column_names if c != KG]
+    rows = [row for _, _, _, row in _events(table, ["k"], cols, None, to_parts, {})[0]]
+    naive = t1.replace(tzinfo=None)
+    assert rows == [{"k": "a", "ns": {"t": naive}, "dur": dt.timedelta(microseconds=1), "dict": naive,
+                     "fixed": [naive, naive]},
+                    {"k": "b", "ns": {"t": None}, "dur": None, "dict": naive, "fixed": [None, naive]}]
+
+
+def test_a_nan_key_is_a_clear_error_naming_its_column():
+    """A NaN equals no key, itself included: the task fails naming the column and what to do,
+    as the harness refuses it (rows with a null key are heartbeats, dropped)."""
+    table = pa.table({KG: pa.array([0, 0, 0], pa.int32()), "price": [1.0, float("nan"), None], "v": [1, 2, 3]})
+    with pytest.raises(ValueError, match=r"key column 'price' holds NaN in 1 row.*filter those rows"):
+        _events(table, ["price"], ["price", "v"], None, to_parts, {})
