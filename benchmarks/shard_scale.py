@@ -159,11 +159,10 @@ def run_as_host(spec, batch: int, frame, out_schema, sink) -> tuple[list, dict]:
     record the shard wrote for the batch (what ``spark_ops.read_metrics`` reads)."""
     import spark_ops
     from spark_ops import _frames, _host_server, _worker
-    from spark_ops._plan import US
     (table,) = _frames.loads(frame)
     _host_server._PARTS = sink
     try:
-        emitted = _worker.run_task(spec, batch, 0, table, ["user"], ["user", "ts", "seq"], [], {"ts": f"{US}1"},
+        emitted = _worker.run_task(spec, batch, 0, table, ["user"], ["user", "ts", "seq"], [], frozenset({"ts"}),
                                    False, out_schema, batch * 1000)
     finally:
         _host_server._PARTS = None

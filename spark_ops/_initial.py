@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 
 STAGE = "_initial"
 KEEP_MS = 7 * 24 * 3600 * 1000      # stages older than this are removed by the next staging of the operator
-_US = "__spark_ops_ius"              # helper columns: a timestamp column's instants (see _worker._python_values)
 _RESULT = "object string, first int, last int, rows long"
 
 
@@ -115,8 +114,7 @@ def stage(initial, keys: list, *, key_groups: int, shards: int, root: str, name:
     parts = [(r["object"], r["first"], r["last"], r["rows"])
              for r in routed.repartition(shards, F.col(TOKEN)).mapInArrow(write, _RESULT).collect()]
     columns = list(initial.columns)
-    instants = {f.name: f"{_US}{i}" for i, f in enumerate(initial.schema.fields)
-                if isinstance(f.dataType, TimestampType)}
+    instants = frozenset(f.name for f in initial.schema.fields if isinstance(f.dataType, TimestampType))
     et = event_time if event_time in columns and initial.schema[event_time].dataType.typeName() in (
         "timestamp", "long", "integer") else None
     total = sum(p[3] for p in parts)
@@ -159,7 +157,7 @@ class StagedRows:
     columns: list                   # the initial frame's columns: a row dict's keys
     order: list = field(default_factory=list)
     event_time: str | None = None
-    instants: dict = field(default_factory=dict)
+    instants: frozenset = frozenset()     # the top-level timestamp columns (see _worker._events)
     ident: str = ""
     rows: int = 0
 

@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from ._units import Duration, Memory
     from .operator import Operator
 
-US = "__spark_ops_us"
-
 
 def _resolve_state(state: str) -> str:
     if "://" in state:
@@ -171,7 +169,7 @@ def apply_operator(df: DataFrame, operator: Operator, key: str | Sequence[str], 
                                       name=name, dkv_options=spec.dkv_options, event_time=event_time, order=order)
     # Top-level timestamp columns: their rows' datetimes are made from the exact instants of
     # the Arrow columns (microseconds, whatever the session time zone; _worker._python_values).
-    instants = {c.name: f"{US}{i}" for i, c in enumerate(df.schema.fields) if isinstance(c.dataType, TimestampType)}
+    instants = frozenset(c.name for c in df.schema.fields if isinstance(c.dataType, TimestampType))
     columns = df.columns
     df = spark_watermark(df, event_time, spec.delay_ms)
     routed = route(df, keys, key_groups, n)

@@ -29,7 +29,7 @@ _EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 def partition_function(spec: ShardSpec, name: str, keys: list, columns: list, order: list, out_schema,
-                        instants: dict, shard_host: bool, isolated: bool, metrics_schema=None,
+                        instants: frozenset, shard_host: bool, isolated: bool, metrics_schema=None,
                         function_name: str | None = None):
     """``metrics_schema``: the Arrow schema of the output with the hidden metrics column
     (see _progress.py), or None to hand Spark the output rows only. ``function_name``: what
@@ -314,24 +314,26 @@ def _events(table, keys, columns, event_time, to_parts, instants):
         table = table.filter(keyed)
         if not table.num_rows:
             return [], heartbeat
-    values = {c: _python_values(table.column(c), c in instants) for c in dict.fromkeys([*columns, *keys])}
+    for k in keys:
+        col = table.column(k)
+        if pa.types.is_floating(col.type) and (nans := pc.sum(pc.is_nan(col)).as_py()):
+            raise ValueError(f"spark_ops: key column {k!r} holds NaN in {nans} row(s) of this task: a key cannot be "
+                             f"NaN (it equals no value, itself included); filter those rows or fill the column "
+                             f"(df.where(~F.isnan({k!r})), df.na.fill(...)) before the operator")
+    # the event-time column's instants, read once: its events' times and (a row column) its datetimes
+    micros = _micros(table.column(event_time)) if event_time in instants else None
+    values = {c: _utc_datetimes(micros) if c == event_time and micros is not None
+              else _python_values(table.column(c), c in instants) for c in dict.fromkeys([*columns, *keys])}
     n = table.num_rows
     if event_time is None:
         ts = [None] * n
-    elif event_time in instants:
-        micros = _micros(table.column(event_time))
+    elif micros is not None:
         ts = ((micros // 1000).tolist() if not isinstance(micros, list)      # no nulls
               else [None if v is None else v // 1000 for v in micros])
     else:
         raw = values[event_time] if event_time in values else table.column(event_time).to_pylist()
         ts = [None if v is None or v != v else int(v) for v in raw]
     kgs = table.column(KG).to_pylist()
-    for k in keys:
-        if pa.types.is_floating(table.column(k).type) and pc.any(pc.is_nan(table.column(k))).as_py():
-            n = pc.sum(pc.is_nan(table.column(k))).as_py()
-            raise ValueError(f"spark_ops: key column {k!r} holds NaN in {n} row(s) of this task: a key cannot be "
-                             f"NaN (it equals no value, itself included); filter those rows or fill the column "
-                             f"(df.where(~F.isnan({k!r})), df.na.fill(...)) before the operator")
     parts = _plain_key if all(_native_key(table.column(k).type) for k in keys) else to_parts
     keyvals = [(v,) for v in values[keys[0]]] if len(keys) == 1 else list(zip(*[values[k] for k in keys]))
     rows = list(map(_row_maker(columns), *[values[c] for c in columns])) if columns else [{}] * n
