@@ -17,7 +17,8 @@ def read_metrics(state: str, query_id: str | None = None, operator: str | None =
     checkpoint_objects (files written), timers_fired, late_rows, state_bytes, state_records,
     objects_in_memory, objects_evicted, state_keys, state_objects, objects_removed, timers_registered,
     timers_deleted, memory_bytes, memory_budget (docs/spark_ops.md, Metrics), watermark, duration_ms (open_ms of it opening or catching
-    up the state, commit_ms saving and checkpointing: save_ms + write_ms + checkpoint_ms), query_id, operator.
+    up the state, commit_ms saving and checkpointing: save_ms + write_ms + checkpoint_ms; output_ms
+    turning the emitted rows into Arrow, under Spark), query_id, operator.
 
     ``pandas.DataFrame(read_metrics(path))`` makes it a table. store_options: for s3://
     locations, endpoint_url, region_name and credentials (else boto3's chain)."""

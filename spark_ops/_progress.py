@@ -61,6 +61,7 @@ FIELDS = [
     ("checkpoint_bytes", "sum", "bytes the checkpoints wrote: WAL segments, manifests and tables flushed"),
     ("checkpoint_objects", "sum", "files the checkpoints wrote (WAL segments, manifests, tables)"),
     ("commit_ms", "max", "slowest shard's save + checkpoint (ms)"),
+    ("output_ms", "max", "slowest shard's turning of its emitted rows into Arrow (ms)"),
     ("duration_ms", "max", "slowest shard's whole batch in its worker or host (ms)"),
     ("watermark", "max", "the batch's watermark (ms since the epoch; null in a first batch)"),
 ]
@@ -82,6 +83,7 @@ def shard_record(m: dict) -> dict:
             "dirty_slots": m.get("dirty_slots", 0),
             "checkpoint_bytes": m.get("checkpoint_bytes", 0) + m.get("sst_bytes", 0),
             "checkpoint_objects": m.get("checkpoint_objects", 0), "commit_ms": m.get("commit_ms", 0.0),
+            "output_ms": m.get("output_ms", 0.0),
             "duration_ms": m.get("duration_ms", 0.0), "watermark": m.get("watermark")}
 
 
@@ -111,7 +113,7 @@ def summary_line(operator: str, m: dict) -> str:
             f"{r['rows_in']} rows in, {r['rows_out']} out, {r['late_rows_dropped']} late dropped, "
             f"{r['timers_fired']} timers fired, {r['dirty_slots']} dirty slots, checkpoint "
             f"{r['checkpoint_bytes']} B in {r['checkpoint_objects']} objects, commit {r['commit_ms']} ms, "
-            f"batch {r['duration_ms']} ms (open {r['open_ms']} ms), state {r['state_keys']} keys / "
+            f"output {r['output_ms']} ms, batch {r['duration_ms']} ms (open {r['open_ms']} ms), state {r['state_keys']} keys / "
             f"{r['state_objects']} objects ({r['objects_removed']} removed, {r['ttl_expired']} expired) / "
             f"{r['state_bytes']} B / {r['state_records']} records / {r['objects_in_memory']} objects in memory, "
             f"memory {r['memory_bytes'] >> 20} MiB of a {r['memory_budget'] >> 20} MiB budget")
@@ -253,7 +255,7 @@ def format_metrics(operator: str, batch, m: dict) -> str:
     return (f"spark_ops {operator} batch {batch}: {g('rows_in')} rows in, {g('rows_out')} out, "
             f"{g('late_rows_dropped')} late dropped, {g('timers_fired')} timers fired, {g('dirty_slots')} dirty "
             f"slots, checkpoint {g('checkpoint_bytes')} B in {g('checkpoint_objects')} objects, commit "
-            f"{g('commit_ms')} ms (slowest of {g('shards')} shards), state {g('state_keys')} keys / "
+            f"{g('commit_ms')} ms (slowest of {g('shards')} shards), output {g('output_ms')} ms, state {g('state_keys')} keys / "
             f"{g('state_objects')} objects ({g('objects_removed')} removed, {g('ttl_expired')} expired) / "
             f"{g('state_bytes')} B, memory {g('memory_bytes') >> 20} MiB (budget {g('memory_budget') >> 20} MiB "
             f"a shard), open {g('open_ms')} ms")

@@ -181,10 +181,16 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
                 st.sink, st.emitted = None, []
             n_emitted = metrics.pop("emitted")
             # While the checkpoint uploads: the caller's conversion of the rest of the output.
+            aside = 0.0
             if convert is not None:
+                t_out = time.perf_counter()
                 emitted = st.converted + ([convert(emitted)] if emitted or not st.converted else [])
                 st.converted = []
-            metrics.update(finish())
+                aside = time.perf_counter() - t_out
+                st.output_s += aside
+            metrics.update(finish(aside))
+            if convert is not None:
+                metrics["output_ms"] = round(st.output_s * 1000, 1)
             break
         except dkv.FencedError as e:
             # Another worker ran this shard meanwhile: reopen at batch - 1 and run again,
@@ -235,6 +241,7 @@ def _process(st: ShardState, spec: ShardSpec, batch: int, shard: int, chunks, wa
     op = spec.operator
     st.emitted = []
     st.converted = []
+    st.output_s = 0.0
     emitted = 0
     late = rows = 0
     # Declared state variables: the state is brought to the code's declarations first

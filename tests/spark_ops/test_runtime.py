@@ -608,6 +608,35 @@ def test_a_sink_gets_the_output_in_parts_while_the_batch_runs(tmp_path):
     _opened.drop_cached()
 
 
+def test_output_ms_is_the_outputs_conversion_and_the_commit_leaves_it_out(tmp_path):
+    """The output's conversion (in parts during the batch, the rest while the checkpoint
+    uploads) is reported as output_ms; commit_ms and checkpoint_ms leave out the part of it
+    that ran between the commit's start and its end (a slow conversion used to show as a
+    slow checkpoint)."""
+    import time as _time
+
+    from spark_ops._runtime import OUT_CHUNK, ShardSpec, run_shard_batch
+    calls = []
+
+    def slow(rows):             # 40 ms a conversion, whatever the machine
+        calls.append(len(rows))
+        _time.sleep(0.04)
+        return list(rows)
+    spec = ShardSpec(state=str(tmp_path / "s"), operator=Buffer(count=1, key_columns=("k",)), key_groups=8,
+                     shards=1)
+    events = _events_for(OUT_CHUNK + 10)
+    chunks = (events[:OUT_CHUNK], events[OUT_CHUNK:])
+    out, m = run_shard_batch(spec, 0, 0, chunks, convert=slow)
+    assert calls == [OUT_CHUNK, 10] and sum(map(len, out)) == OUT_CHUNK + 10
+    assert m["output_ms"] >= 80
+    # the end's conversion (40 ms) ran inside commit..finish, and is not counted there
+    assert m["save_ms"] + m["write_ms"] + m["checkpoint_ms"] <= m["commit_ms"] + 0.3
+    assert m["commit_ms"] + m["output_ms"] <= m["duration_ms"] + 0.3
+    out, m = run_shard_batch(spec, 1, 0, [], convert=slow)      # nothing emitted: one (empty) conversion
+    assert m["output_ms"] >= 40 and m["commit_ms"] + m["output_ms"] <= m["duration_ms"] + 0.3
+    _opened.drop_cached()
+
+
 def test_a_batch_fenced_after_a_part_went_out_fails_instead_of_running_again(tmp_path, monkeypatch):
     """A fenced batch runs again (reopened at the previous checkpoint), unless some of its
     output already went to the sink: then the FencedError goes up (the Spark task fails and
