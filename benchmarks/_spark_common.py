@@ -293,7 +293,18 @@ def summarize(batches: list[dict], warmup: int, memory: dict | None = None, skip
                                 if v.get("n")},
         "rss_at_start": {cls: v["sum"] for cls, v in (memory or {}).get("at_start", {}).items() if v.get("n")},
         "rows_out": sum(b["rows_out"] for b in steady),
+        # the steady batches' means by thirds, in batch order (9 or more batches): whether a
+        # contender's batch holds over the run or grows with it
+        "ms_thirds": _thirds([b["ms"] for b in sorted(steady, key=lambda b: b["batch_id"])]),
     }
+
+
+def _thirds(ms: list) -> list | None:
+    if len(ms) < 9:
+        return None
+    n = len(ms)
+    cuts = [0, n // 3, 2 * n // 3, n]
+    return [sum(ms[a:b]) / (b - a) for a, b in zip(cuts, cuts[1:])]
 
 
 def metadata_file(path: str, role: str) -> bool:

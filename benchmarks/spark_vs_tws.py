@@ -72,7 +72,9 @@ Reported per contender (steady batches: those after --warmup; Spark's triggerExe
   (ours - the runtime floor) / events, beside ours' state cost (ours - the floor) / events;
 - for ours, a K comparison (state cost per event at each K over the smallest K; targets
   K = 100,000 <= 1.25x and K = 1,000,000 <= 2x K = 10,000) and the slowest steady batch over
-  the median (target: none above 2x).
+  the median (target: none above 2x); with 9 or more steady batches, each stateful
+  contender's ms per batch by thirds of them (a batch that grows over the run shows there:
+  a 10-batch run measures only the start of one that grows with its live WAL segments).
 --per-batch adds every batch of every run (time, time/floor, cost, bytes/event, objects,
 manifest bytes, RSS per class).
 With --rounds N every contender runs N times, the contenders taking turns (floor, peers,
@@ -489,6 +491,14 @@ def table(report: dict, per_batch: bool = False) -> str:
             checks.append(f"{name}, K = {keys:,}: slowest steady batch {s['ms_max']:,.0f} ms, {over:.2f}x the median "
                          f"{s['ms_median']:,.0f} ms (target: none above {SPIKE_TARGET:g}x: "
                          f"{'met' if over <= SPIKE_TARGET else 'MISSED'})")
+    for (scenario, keys), by_name in groups.items():
+        for name, runs in by_name.items():
+            r = _median_run(runs)
+            thirds = r["s"].get("ms_thirds") if r["role"] != "floor" else None
+            if thirds:
+                checks.append(f"{name}, K = {keys:,}: ms per batch by thirds of the steady batches "
+                              + " / ".join(f"{t:,.0f}" for t in thirds)
+                              + f" (the last third {thirds[2] / thirds[0]:.2f}x the first)")
     for scenario, keys, name, s in spikes:
         steady = s.get("steady_peak_rss_max") or {}
         if steady:

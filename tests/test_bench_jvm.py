@@ -119,3 +119,15 @@ def test_steady_peaks_leave_the_warm_up_out():
     s = common.summarize([{"batch_id": 0, "events": 1, "ms": 1.0, "state_bytes": 0, "state_files": 0,
                            "rows_out": 0}], 0, report)
     assert s["steady_peak_rss_max"] == {"hosts": 250 << 20}
+
+
+def test_thirds_show_a_batch_that_grows_over_the_run():
+    """summarize() gives the steady batches' means by thirds, in batch order, from 9 steady
+    batches on (the warm-up left out): a contender whose batch grows over the run shows it."""
+    def batches(ms):
+        return [{"batch_id": i, "events": 1, "ms": m, "state_bytes": 0, "state_files": 0, "rows_out": 0}
+                for i, m in enumerate(ms)]
+    growing = [900.0, 800.0] + [100.0, 110.0, 120.0, 200.0, 210.0, 220.0, 300.0, 310.0, 320.0, 330.0]
+    s = common.summarize(list(reversed(batches(growing))), 2)       # in batch order, whatever the list's
+    assert s["ms_thirds"] == [110.0, 210.0, 315.0]      # 10 steady batches: 3, 3 and 4
+    assert common.summarize(batches([1.0] * 10), 2)["ms_thirds"] is None     # 8 steady batches: too few
