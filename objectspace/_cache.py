@@ -51,6 +51,12 @@ class ObjectCache:
         self.nbytes = 0
         self.item_bytes = DEFAULT_ITEM
         self.evictions = 0
+        #: True: every object a save confirms keeps none of its items in memory, as when the
+        #: budget is nearly spent (``pressed``: write-around), however much of it is left —
+        #: for an owner that knows the items it writes do not fit anyway (spark_ops sets it
+        #: at a shard's first pressure: RFC 0012, *Step 16*). Objects no save confirms (only
+        #: read) are not affected.
+        self.drop_saved = False
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -75,9 +81,9 @@ class ObjectCache:
         return nbytes // LEAST_HANDLE_BYTES
 
     def pressed(self) -> bool:
-        """True when the budget is nearly spent: objects then keep no saved items they only
-        wrote (a queue's appended slots), only what reads brought in."""
-        return self.nbytes * 5 >= self.budget * 4
+        """True when the budget is nearly spent, or ``drop_saved`` is set: objects a save
+        confirms then keep none of their items in memory (write-around)."""
+        return self.drop_saved or self.nbytes * 5 >= self.budget * 4
 
     def learn(self, records: list) -> None:
         """Refine the per-item cost from (key, encoded value) records a save produced."""

@@ -737,7 +737,7 @@ static checked cache_kind;
 static PyObject *hook_strs[NHOOKS], *cache_hook_strs[NCHOOKS];
 static PyObject *no_slots = NULL, *native_encode = NULL, *codec_type = NULL;
 static PyObject *s_collect, *s_promote, *s_confirm, *s_evict, *s_clean, *s_add, *s_cevict, *s_move_to_end,
-    *s_nbytes, *s_budget, *s_item_bytes, *s_lru, *s_heavy, *s_cost, *s_pressed;
+    *s_nbytes, *s_budget, *s_item_bytes, *s_lru, *s_heavy, *s_cost, *s_pressed, *s_drop_saved;
 static int save_ready = 0;
 
 /* Whether c's type still has the attributes it had at setup. O(1) while its version tag
@@ -1158,6 +1158,7 @@ typedef struct {
     PyObject *cache;
     int inl;                                    /* an exact ObjectCache with its own methods */
     PyObject *lru, *heavy, *cost, *item_bytes, *budget, *nb;
+    int drop;                                   /* its drop_saved (read by cache_open) */
 } cache_ctx;
 
 static PyObject *odict_move_to_end = NULL;      /* OrderedDict.move_to_end (the method descriptor) */
@@ -1219,6 +1220,9 @@ static int set_nbytes(cache_ctx *c, PyObject *v) {
 /* ObjectCache.pressed(): 1, 0, or -1 (an exception). */
 static int cache_pressed(cache_ctx *c) {
     if (c->inl) {
+        if (c->drop) {
+            return 1;
+        }
         PyObject *nb = nbytes_of(c);
         long long n, bud;
         if (nb == NULL) {
@@ -1348,6 +1352,12 @@ static int cache_open(cache_ctx *c) {
         c->item_bytes = c->cost ? PyObject_GetAttr(c->cache, s_item_bytes) : NULL;
         c->budget = c->item_bytes ? PyObject_GetAttr(c->cache, s_budget) : NULL;
         if (c->budget == NULL) {
+            return -1;
+        }
+        PyObject *drop = PyObject_GetAttr(c->cache, s_drop_saved);
+        c->drop = drop == NULL ? -1 : PyObject_IsTrue(drop);
+        Py_XDECREF(drop);
+        if (c->drop < 0) {
             return -1;
         }
         c->inl = PyDict_CheckExact(c->cost);
@@ -1870,6 +1880,7 @@ static PyObject *save_setup(PyObject *self, PyObject *args) {
     INTERN(s_heavy, "_heavy");
     INTERN(s_cost, "_cost");
     INTERN(s_pressed, "pressed");
+    INTERN(s_drop_saved, "drop_saved");
     INTERN(s_evict_clean, "_evict_clean");
     INTERN(s_mem_estimate, "_mem_estimate");
     INTERN(s_inplace, "_inplace");

@@ -199,6 +199,7 @@ class ShardState:
         batch's checkpoint covers them), so they become clean and the object cache may
         drop them. A batch much larger than the budget then runs in bounded memory. If the
         batch fails later, the state is dropped anyway (reopened from the checkpoint)."""
+        self.mind_written_items()
         self.ttl.before_save()
         wb = dkv.WriteBatch()
         dirty = [sp for sp in self.spaces.values() if sp.dirty]
@@ -210,6 +211,21 @@ class ShardState:
         for sp in dirty:
             sp.on_saved()
         self.forget_dropped()
+
+    def mind_written_items(self) -> None:
+        """Before a save: the first time the object cache is nearly full (``pressed``), the
+        items this shard's objects write do not fit in it, and from then on each save drops
+        the items of the objects it confirms (``ObjectCache.drop_saved``, for the shard's
+        life in the process). Under pressure that is what a save does anyway; kept
+        otherwise, the items of the batches between two pressures (up to 80% of the cache)
+        would make every save and confirm slower, and the process larger, for items that
+        leave before they are read again (RFC 0012, *Step 16*). Objects no save confirms (only
+        read) are not affected."""
+        cache = self.cache
+        if not cache.drop_saved and cache.pressed():
+            cache.drop_saved = True
+            log.info("shard %d: the object cache is nearly full (%d of %d bytes): saved items are no "
+                     "longer kept in memory", self.shard, cache.nbytes, cache.budget)
 
     def forget_dropped(self) -> None:
         """Empty the memo of object handles when the object cache dropped some: the memo
@@ -298,6 +314,7 @@ class ShardState:
         unusable (its objects count the save as done): the caller drops it, as it drops a
         state after any failure."""
         t0 = time.perf_counter()
+        self.mind_written_items()
         self.ttl.before_save()
         wb = dkv.WriteBatch()
         with _inplace_note():

@@ -86,7 +86,10 @@ class Twin:
         self.open()
 
     def open(self):
-        self.spaces = [ObjectSpace(db, prefix=b"p/", **self.opts) for db in self.dbs]
+        opts = {k: v for k, v in self.opts.items() if k != "drop_saved"}
+        self.spaces = [ObjectSpace(db, prefix=b"p/", **opts) for db in self.dbs]
+        for sp in self.spaces:
+            sp._cache.drop_saved = self.opts.get("drop_saved", False)
 
     def run(self, fn):
         """fn(space) on each space with its save path; their outcomes (a value or an error)."""
@@ -317,6 +320,7 @@ CONFIGS = {
     "few-items": dict(cache_bytes=256 << 20, cache_items=3),     # _evict() after a save
     "inplace": dict(cache_bytes=30_000, inplace="save"),
     "few-objects": dict(cache_bytes=256 << 20, cache_objects=3),
+    "drop-saved": dict(cache_bytes=256 << 20, drop_saved=True),  # a roomy cache told to keep no saved items
 }
 
 

@@ -461,3 +461,28 @@ def test_a_shards_store_on_s3_reads_by_range_until_fetching_is_cheaper_unless_to
     opts = {"cache_dir": str(tmp_path), "region_name": "us-east-1"}
     assert _runtime._store("s3://bucket/shards-a", opts).range_read_cost == RANGE_READ_COST
     assert _runtime._store("s3://bucket/shards-b", {**opts, "range_read_cost": 1 << 20}).range_read_cost == 1 << 20
+
+
+def test_a_shard_stops_keeping_written_items_at_its_first_pressure(tmp_path):
+    """The first time a shard's object cache is nearly full at a save, the items its objects
+    write do not fit: from then on every save drops the items of the objects it confirms
+    (ObjectCache.drop_saved), where the cache would otherwise fill up with them again between
+    two pressures. A shard whose items fit keeps them. Output as the model's either way."""
+    def run(memory, keys, batches):
+        h = OperatorHarness(Buffer(count=50, key_columns=("k",)), key="k", state=str(tmp_path / memory),
+                            partitions=1, memory=memory)
+        rows, out, flags = [], [], []
+        for b in range(batches):
+            batch = [{"k": f"k{i:05d}", "v": b * 10 + j} for i in range(keys) for j in range(3)]
+            rows.append(batch)
+            out.append(h.run_batch(batch))
+            flags.append(_runtime._SHARDS[(h.spec.state, 0, 1)].cache.drop_saved)
+        model = run_model(BufferModel(["k"], count=50), rows, keys=["k"])
+        h.close()
+        return flags, out, model
+    flags, out, model = run(MEMORY, 1_500, 10)
+    assert not flags[0] and flags[-1] and flags == sorted(flags), flags     # at the first pressure, for good
+    assert [by_key(o, ["k"]) for o in out] == [by_key(m, ["k"]) for m in model]
+    flags, out, model = run("64m", 200, 4)
+    assert not any(flags), flags
+    assert [by_key(o, ["k"]) for o in out] == [by_key(m, ["k"]) for m in model]
