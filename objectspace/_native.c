@@ -1158,7 +1158,7 @@ typedef struct {
     PyObject *cache;
     int inl;                                    /* an exact ObjectCache with its own methods */
     PyObject *lru, *heavy, *cost, *item_bytes, *budget, *nb;
-    int drop;                                   /* its drop_saved (read by cache_open) */
+    int drop;                                   /* its drop_saved (read by save_confirm) */
 } cache_ctx;
 
 static PyObject *odict_move_to_end = NULL;      /* OrderedDict.move_to_end (the method descriptor) */
@@ -1354,12 +1354,6 @@ static int cache_open(cache_ctx *c) {
         if (c->budget == NULL) {
             return -1;
         }
-        PyObject *drop = PyObject_GetAttr(c->cache, s_drop_saved);
-        c->drop = drop == NULL ? -1 : PyObject_IsTrue(drop);
-        Py_XDECREF(drop);
-        if (c->drop < 0) {
-            return -1;
-        }
         c->inl = PyDict_CheckExact(c->cost);
     }
     return 0;
@@ -1469,6 +1463,14 @@ static PyObject *save_confirm(PyObject *self, PyObject *args) {
     PyObject *res = NULL;
     if (cache_open(&c) < 0) {
         goto done;
+    }
+    if (c.inl) {                        /* ObjectCache.pressed()'s first test */
+        PyObject *drop = PyObject_GetAttr(c.cache, s_drop_saved);
+        c.drop = drop == NULL ? -1 : PyObject_IsTrue(drop);
+        Py_XDECREF(drop);
+        if (c.drop < 0) {
+            goto done;
+        }
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs); i++) {
         PyObject *o = Py_NewRef(PyList_GET_ITEM(objs, i));
