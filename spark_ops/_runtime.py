@@ -181,16 +181,12 @@ def run_shard_batch(spec: ShardSpec, batch: int, shard: int, events, *, batch_ti
                 st.sink, st.emitted = None, []
             n_emitted = metrics.pop("emitted")
             # While the checkpoint uploads: the caller's conversion of the rest of the output.
-            aside = 0.0
+            before = st.output_s
             if convert is not None:
-                t_out = time.perf_counter()
-                emitted = st.converted + ([convert(emitted)] if emitted or not st.converted else [])
+                emitted = st.converted + ([st.timed(convert, emitted)] if emitted or not st.converted else [])
                 st.converted = []
-                aside = time.perf_counter() - t_out
-                st.output_s += aside
-            metrics.update(finish(aside))
-            if convert is not None:
                 metrics["output_ms"] = round(st.output_s * 1000, 1)
+            metrics.update(finish(st.output_s - before))
             break
         except dkv.FencedError as e:
             # Another worker ran this shard meanwhile: reopen at batch - 1 and run again,

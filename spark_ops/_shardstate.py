@@ -183,9 +183,7 @@ class ShardState:
         if convert is None or len(self.emitted) < OUT_CHUNK:
             return 0
         n = len(self.emitted)
-        t0 = time.perf_counter()
-        part = convert(self.emitted)
-        self.output_s += time.perf_counter() - t0
+        part = self.timed(convert, self.emitted)
         self.emitted = []
         if self.sink is None:
             self.converted.append(part)
@@ -193,6 +191,14 @@ class ShardState:
             self.sink(part)
             self.sent += 1
         return n
+
+    def timed(self, convert, rows):
+        """``convert(rows)``, its time counted in ``output_s`` (the batch's output_ms)."""
+        t0 = time.perf_counter()
+        try:
+            return convert(rows)
+        finally:
+            self.output_s += time.perf_counter() - t0
 
     def spill(self) -> None:
         """Save every space's dirty objects into the store now (not a checkpoint: the
